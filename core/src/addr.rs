@@ -1,0 +1,1 @@
+//! Endpoint addresses (placeholder until written).

@@ -1,0 +1,1 @@
+//! Descriptors (placeholder until written).

@@ -1,0 +1,14 @@
+//! `btl-core`: the protocol core of the btl byte transfer layer.
+//!
+//! It makes every protocol decision and never touches a socket, a clock, a
+//! thread or the allocator: `#![no_std]` without `alloc`, every capacity fixed
+//! at construction, exhaustion reported as an error value. Drivers in other
+//! crates feed it bytes and time and carry out the I/O it asks for.
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod addr;
+pub mod desc;
+pub mod mca;
+pub mod pool;
+mod sync;

@@ -1,0 +1,1 @@
+//! Fragment pools (placeholder until written).

@@ -1,0 +1,1 @@
+//! btl over OS sockets.

@@ -1,1 +1,416 @@
-//! Descriptors (placeholder until written).
+//! Descriptors: what an upper layer hands a BTL to send, after Open MPI's
+//! `mca_btl_base_descriptor_t`.
+//!
+//! A descriptor owns one pool fragment and describes at most two segments:
+//!
+//! 1. the fragment: a *header reserve* the upper layer fills with its own
+//!    header, followed by payload copied inline;
+//! 2. optionally, the user's contiguous payload referenced in place, so a large
+//!    send costs no copy (the BTL writes both segments with one vectored write).
+//!
+//! The borrow `'u` of the referenced payload keeps the user from changing or
+//! freeing it while the descriptor lives.
+
+use bitflags::bitflags;
+use core::fmt;
+
+use crate::pool::{ForeignFragment, Fragment, FragmentPools, PoolError};
+
+bitflags! {
+    /// How the BTL treats a descriptor after it has been sent.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct DescFlags: u8 {
+        /// The BTL frees the descriptor itself once the send completes, so the
+        /// upper layer need not keep it.
+        const BTL_OWNERSHIP = 1 << 0;
+        /// The completion callback runs even when the send completed at once,
+        /// for upper layers that account for every send in one place.
+        const ALWAYS_CALLBACK = 1 << 1;
+    }
+}
+
+/// Active-message tag: selects the receive callback on the peer (256 tags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tag(pub u8);
+
+/// Ordering channel of a descriptor: descriptors on the same channel to the
+/// same peer are delivered in order; [`Order::ANY`] lets the BTL choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Order(pub u8);
+
+impl Order {
+    /// No ordering constraint: the BTL picks a channel.
+    pub const ANY: Order = Order(0xFF);
+}
+
+/// Why a descriptor could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DescError {
+    /// The fragment pools could not supply a fragment (exhausted, too large).
+    Pool(PoolError),
+    /// The requested sizes do not fit the descriptor's 32-bit length fields.
+    LengthOverflow,
+}
+
+impl From<PoolError> for DescError {
+    fn from(e: PoolError) -> Self {
+        DescError::Pool(e)
+    }
+}
+
+impl fmt::Display for DescError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DescError::Pool(e) => write!(f, "no fragment for the descriptor: {e}"),
+            DescError::LengthOverflow => f.write_str("descriptor length does not fit in 32 bits"),
+        }
+    }
+}
+
+impl core::error::Error for DescError {}
+
+/// The bytes a descriptor sends: the fragment's used part, then the
+/// referenced user payload (empty when the payload was copied inline).
+#[derive(Debug, Clone, Copy)]
+pub struct Segments<'a> {
+    /// Header reserve plus inline payload, from the fragment.
+    pub fragment: &'a [u8],
+    /// User payload referenced in place.
+    pub referenced: &'a [u8],
+}
+
+impl Segments<'_> {
+    /// Total number of bytes across both segments.
+    pub fn len(&self) -> usize {
+        self.fragment.len() + self.referenced.len()
+    }
+
+    /// True when neither segment holds a byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A send descriptor: one fragment (header reserve + inline payload) and an
+/// optional in-place reference to the user's payload.
+#[must_use = "a descriptor holds a pool fragment; free it or hand it to a BTL"]
+#[derive(Debug)]
+pub struct Descriptor<'u> {
+    fragment: Fragment,
+    reserve: u32,
+    inline_len: u32,
+    referenced: &'u [u8],
+    order: Order,
+    tag: Tag,
+    flags: DescFlags,
+}
+
+impl Descriptor<'static> {
+    /// A descriptor with `reserve` header bytes and `len` payload bytes for the
+    /// caller to fill, from the smallest fragment class that holds both
+    /// (Open MPI's `btl_alloc`).
+    pub fn alloc(
+        pools: &FragmentPools<'_>,
+        reserve: usize,
+        len: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Self, DescError> {
+        let (reserve32, len32) = lengths(reserve, len)?;
+        let total = reserve.checked_add(len).ok_or(DescError::LengthOverflow)?;
+        let fragment = pools.alloc(total)?;
+        Ok(Descriptor {
+            fragment,
+            reserve: reserve32,
+            inline_len: len32,
+            referenced: &[],
+            order,
+            tag: Tag(0),
+            flags,
+        })
+    }
+}
+
+impl<'u> Descriptor<'u> {
+    /// A descriptor that sends `data` behind a `reserve`-byte header
+    /// (Open MPI's `prepare_src`).
+    ///
+    /// Data of at most `copy_limit` bytes is copied into the fragment after
+    /// the reserve, so the send is one segment and `data` is free again at
+    /// once. Larger data is referenced in place as a second segment and the
+    /// fragment holds only the reserve; a BTL that cannot send in place passes
+    /// `usize::MAX`.
+    pub fn prepare_src(
+        pools: &FragmentPools<'_>,
+        reserve: usize,
+        data: &'u [u8],
+        copy_limit: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Self, DescError> {
+        let copy = data.len() <= copy_limit;
+        let inline = if copy { data.len() } else { 0 };
+        let (reserve32, inline32) = lengths(reserve, inline)?;
+        u32::try_from(data.len()).map_err(|_| DescError::LengthOverflow)?;
+        let total = reserve
+            .checked_add(inline)
+            .ok_or(DescError::LengthOverflow)?;
+        let mut fragment = pools.alloc(total)?;
+        if copy {
+            match pools.bytes_mut(&mut fragment) {
+                Ok(bytes) => bytes[reserve..total].copy_from_slice(data),
+                Err(e) => {
+                    // The fragment is ours: it cannot be foreign to the pools
+                    // that just handed it out, so freeing it cannot fail.
+                    let _ = pools.free(fragment);
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(Descriptor {
+            fragment,
+            reserve: reserve32,
+            inline_len: inline32,
+            referenced: if copy { &[] } else { data },
+            order,
+            tag: Tag(0),
+            flags,
+        })
+    }
+
+    /// The header reserve, for the upper layer to write its header into.
+    pub fn header_mut<'a>(
+        &'a mut self,
+        pools: &'a FragmentPools<'_>,
+    ) -> Result<&'a mut [u8], PoolError> {
+        let reserve = self.reserve as usize;
+        Ok(&mut pools.bytes_mut(&mut self.fragment)?[..reserve])
+    }
+
+    /// The inline payload after the reserve (what [`Descriptor::alloc`] asked
+    /// for, or the copy `prepare_src` made).
+    pub fn payload_mut<'a>(
+        &'a mut self,
+        pools: &'a FragmentPools<'_>,
+    ) -> Result<&'a mut [u8], PoolError> {
+        let (start, end) = self.inline_range();
+        Ok(&mut pools.bytes_mut(&mut self.fragment)?[start..end])
+    }
+
+    /// The bytes to put on the wire, in order.
+    pub fn segments<'a>(&'a self, pools: &'a FragmentPools<'_>) -> Result<Segments<'a>, PoolError> {
+        let (_, end) = self.inline_range();
+        Ok(Segments {
+            fragment: &pools.bytes(&self.fragment)?[..end],
+            referenced: self.referenced,
+        })
+    }
+
+    /// Bytes the descriptor sends: reserve, inline payload and referenced payload.
+    pub fn len(&self) -> usize {
+        self.reserve as usize + self.inline_len as usize + self.referenced.len()
+    }
+
+    /// True when the descriptor sends no byte at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Size of the header reserve in front of the payload.
+    pub fn reserve(&self) -> usize {
+        self.reserve as usize
+    }
+
+    /// True when the payload is referenced in place rather than copied.
+    pub fn is_referenced(&self) -> bool {
+        !self.referenced.is_empty()
+    }
+
+    /// Ordering channel.
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// Active-message tag the peer dispatches on.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    /// Sets the active-message tag.
+    pub fn set_tag(&mut self, tag: Tag) {
+        self.tag = tag;
+    }
+
+    /// Ownership and callback flags.
+    pub fn flags(&self) -> DescFlags {
+        self.flags
+    }
+
+    /// Replaces the ownership and callback flags.
+    pub fn set_flags(&mut self, flags: DescFlags) {
+        self.flags = flags;
+    }
+
+    /// Returns the descriptor's fragment to `pools`.
+    pub fn free(self, pools: &FragmentPools<'_>) -> Result<(), ForeignFragment> {
+        pools.free(self.fragment)
+    }
+
+    fn inline_range(&self) -> (usize, usize) {
+        let start = self.reserve as usize;
+        (start, start + self.inline_len as usize)
+    }
+}
+
+fn lengths(reserve: usize, inline: usize) -> Result<(u32, u32), DescError> {
+    match (u32::try_from(reserve), u32::try_from(inline)) {
+        (Ok(r), Ok(i)) => Ok((r, i)),
+        _ => Err(DescError::LengthOverflow),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
+    use std::vec;
+
+    fn config() -> FragmentPoolsConfig {
+        let pool = |fragment_size| FragmentPoolConfig {
+            fragment_size,
+            num: 2,
+            max: 2,
+            inc: 1,
+        };
+        FragmentPoolsConfig {
+            small: pool(64),
+            eager: pool(256),
+            max: pool(1024),
+        }
+    }
+
+    fn with_pools(test: impl FnOnce(&FragmentPools<'_>)) {
+        let cfg = config();
+        let mut region = vec![0u8; FragmentPools::required_bytes(&cfg)];
+        let pools = FragmentPools::new(&mut region, cfg).expect("pools");
+        test(&pools);
+    }
+
+    #[test]
+    fn small_data_is_copied_behind_the_reserve() {
+        with_pools(|pools| {
+            let data = [7u8; 40];
+            let mut d =
+                Descriptor::prepare_src(pools, 16, &data, 128, Order::ANY, DescFlags::empty())
+                    .expect("descriptor");
+            assert!(!d.is_referenced());
+            assert_eq!(d.len(), 56);
+            d.header_mut(pools).expect("header").fill(0xAA);
+            let s = d.segments(pools).expect("segments");
+            assert_eq!(&s.fragment[..16], &[0xAA; 16]);
+            assert_eq!(&s.fragment[16..], &data);
+            assert!(s.referenced.is_empty());
+            assert_eq!(s.len(), 56);
+            d.free(pools).expect("free");
+        });
+    }
+
+    #[test]
+    fn large_data_is_referenced_and_the_fragment_holds_only_the_reserve() {
+        with_pools(|pools| {
+            let data = vec![3u8; 4096];
+            let d = Descriptor::prepare_src(pools, 24, &data, 128, Order(1), DescFlags::empty())
+                .expect("descriptor");
+            assert!(d.is_referenced());
+            assert_eq!(d.len(), 24 + 4096);
+            let s = d.segments(pools).expect("segments");
+            assert_eq!(s.fragment.len(), 24);
+            assert_eq!(s.referenced.as_ptr(), data.as_ptr(), "no copy was made");
+            assert_eq!(d.fragment.class(), FragmentClass::Small);
+            d.free(pools).expect("free");
+        });
+    }
+
+    #[test]
+    fn copying_more_than_the_largest_class_is_refused() {
+        with_pools(|pools| {
+            let data = vec![0u8; 2000];
+            let err = Descriptor::prepare_src(
+                pools,
+                8,
+                &data,
+                usize::MAX,
+                Order::ANY,
+                DescFlags::empty(),
+            )
+            .expect_err("too large");
+            assert!(matches!(err, DescError::Pool(PoolError::TooLarge { .. })));
+            for class in [
+                FragmentClass::Small,
+                FragmentClass::Eager,
+                FragmentClass::Max,
+            ] {
+                assert_eq!(pools.stats(class).in_use, 0);
+            }
+        });
+    }
+
+    #[test]
+    fn alloc_picks_the_smallest_class_that_fits() {
+        with_pools(|pools| {
+            let mut d = Descriptor::alloc(pools, 16, 200, Order::ANY, DescFlags::BTL_OWNERSHIP)
+                .expect("descriptor");
+            assert_eq!(d.fragment.class(), FragmentClass::Eager);
+            assert_eq!(d.payload_mut(pools).expect("payload").len(), 200);
+            assert_eq!(d.header_mut(pools).expect("header").len(), 16);
+            assert_eq!(d.flags(), DescFlags::BTL_OWNERSHIP);
+            d.free(pools).expect("free");
+            assert_eq!(pools.stats(FragmentClass::Eager).in_use, 0);
+        });
+    }
+
+    #[test]
+    fn exhaustion_is_an_error_and_free_makes_room() {
+        with_pools(|pools| {
+            let a = Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty()).expect("a");
+            let b = Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty()).expect("b");
+            let err =
+                Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty()).expect_err("c");
+            assert_eq!(
+                err,
+                DescError::Pool(PoolError::Exhausted {
+                    class: FragmentClass::Max
+                })
+            );
+            a.free(pools).expect("free a");
+            let c = Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty()).expect("c");
+            b.free(pools).expect("free b");
+            c.free(pools).expect("free c");
+        });
+    }
+
+    #[test]
+    fn tag_order_and_flags_are_kept() {
+        with_pools(|pools| {
+            let mut d = Descriptor::alloc(pools, 4, 4, Order(3), DescFlags::empty()).expect("d");
+            d.set_tag(Tag(200));
+            d.set_flags(DescFlags::BTL_OWNERSHIP | DescFlags::ALWAYS_CALLBACK);
+            assert_eq!(d.tag(), Tag(200));
+            assert_eq!(d.order(), Order(3));
+            assert!(d.flags().contains(DescFlags::ALWAYS_CALLBACK));
+            d.free(pools).expect("free");
+        });
+    }
+
+    #[test]
+    fn empty_descriptor_is_empty() {
+        with_pools(|pools| {
+            let d = Descriptor::prepare_src(pools, 0, &[], 0, Order::ANY, DescFlags::empty())
+                .expect("d");
+            assert!(d.is_empty());
+            assert!(!d.is_referenced());
+            d.free(pools).expect("free");
+        });
+    }
+}

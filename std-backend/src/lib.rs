@@ -1,1 +1,20 @@
-//! btl over OS sockets.
+//! `btl-std`: btl on an operating system.
+//!
+//! Today it supplies what `btl-core` cannot do without `std`: the
+//! environment and config-file sources of parameters ([`param_sources`]),
+//! and the `btl` command's reports ([`info`]). The TCP and UDP components,
+//! their `mio` progress loop and the bootstrap arrive with the engine.
+#![forbid(unsafe_code)]
+
+pub mod info;
+pub mod param_file;
+pub mod param_sources;
+
+use btl_core::mca::Registry;
+
+/// How many parameters one process can register: every component of the
+/// build with room to spare. Registering more is an error, not a panic.
+pub const PARAM_CAPACITY: usize = 256;
+
+/// The parameter registry of a process.
+pub type ParamRegistry = Registry<PARAM_CAPACITY>;

@@ -1,1 +1,0 @@
-//! Endpoint addresses (placeholder until written).

@@ -1,1 +1,0 @@
-//! Fragment pools (placeholder until written).

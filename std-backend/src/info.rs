@@ -1,0 +1,362 @@
+//! What `btl info` reports: the framework, its components and every
+//! parameter with its value, source, level and help, as text (after
+//! `ompi_info`) or JSON for tools.
+
+use std::fmt::{self, Write as _};
+use std::path::PathBuf;
+
+use btl_core::mca::{Component, Param, Params, Source, Version};
+use serde::Serialize;
+
+/// Level names of ompi_info: who a parameter is for, and how deep it goes.
+const LEVEL_NAMES: [&str; 9] = [
+    "user/basic",
+    "user/detail",
+    "user/all",
+    "tuner/basic",
+    "tuner/detail",
+    "tuner/all",
+    "dev/basic",
+    "dev/detail",
+    "dev/all",
+];
+
+/// Which parameters to report, as ompi_info's `--param FRAMEWORK COMPONENT
+/// --level N`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    /// Framework name, or `None` for all.
+    pub framework: Option<String>,
+    /// Component name, or `None` for all; `""` selects framework-level ones.
+    pub component: Option<String>,
+    /// Highest level shown, 1..=9.
+    pub level: u8,
+}
+
+impl Filter {
+    fn admits(&self, p: &Param<'_>) -> bool {
+        let name = &p.spec.name;
+        self.framework
+            .as_deref()
+            .is_none_or(|f| f == name.framework)
+            && self
+                .component
+                .as_deref()
+                .is_none_or(|c| c == name.component)
+            && p.spec.level <= self.level
+    }
+}
+
+/// A component as `btl info` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ComponentInfo {
+    /// Framework it belongs to.
+    pub framework: String,
+    /// Component name, e.g. `tcp`.
+    pub name: String,
+    /// The component's own version.
+    pub version: String,
+    /// The framework interface version it implements.
+    pub framework_version: String,
+}
+
+impl ComponentInfo {
+    /// The listing of `component`.
+    pub fn of<C: Component + ?Sized>(component: &C) -> Self {
+        ComponentInfo {
+            framework: component.framework().to_owned(),
+            name: component.name().to_owned(),
+            version: component.version().to_string(),
+            framework_version: component.framework_version().to_string(),
+        }
+    }
+}
+
+/// One parameter as reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParamInfo {
+    /// Full name, e.g. `btl_tcp_eager_limit`.
+    pub name: String,
+    /// Environment variable that sets it.
+    pub env: String,
+    /// Framework part of the name.
+    pub framework: String,
+    /// Component part of the name (empty for framework-level parameters).
+    pub component: String,
+    /// Type and bounds.
+    pub kind: String,
+    /// Current value, in canonical form.
+    pub value: String,
+    /// Default value as declared.
+    pub default: String,
+    /// Where the current value came from.
+    pub source: String,
+    /// Level 1..=9.
+    pub level: u8,
+    /// What it controls.
+    pub help: String,
+}
+
+/// Everything `btl info` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Framework name.
+    pub framework: String,
+    /// Framework interface version.
+    pub framework_version: String,
+    /// Parameter file that was read, if any.
+    pub param_file: Option<PathBuf>,
+    /// Components in this build.
+    pub components: Vec<ComponentInfo>,
+    /// Parameters that pass the filter.
+    pub params: Vec<ParamInfo>,
+}
+
+impl Report {
+    /// Gathers the report from the registry, keeping the parameters the
+    /// filter admits, in registration order.
+    pub fn gather(
+        framework: &str,
+        framework_version: Version,
+        components: Vec<ComponentInfo>,
+        params: &dyn Params,
+        param_file: Option<PathBuf>,
+        filter: &Filter,
+    ) -> Self {
+        let file = param_file.as_deref().map(|p| p.display().to_string());
+        let params = params
+            .iter()
+            .filter(|p| filter.admits(p))
+            .map(|p| ParamInfo {
+                name: p.spec.name.to_string(),
+                env: p.spec.name.env().to_string(),
+                framework: p.spec.name.framework.to_owned(),
+                component: p.spec.name.component.to_owned(),
+                kind: kind_text(&p),
+                value: p.value.to_string(),
+                default: p.spec.default.to_owned(),
+                source: source_text(p.source, file.as_deref(), &p),
+                level: p.spec.level,
+                help: p.spec.help.to_owned(),
+            })
+            .collect();
+        Report {
+            framework: framework.to_owned(),
+            framework_version: framework_version.to_string(),
+            param_file,
+            components,
+            params,
+        }
+    }
+
+    /// The report as pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        // A tree of strings and numbers always serialises.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "Framework: {} (interface v{})",
+            self.framework, self.framework_version
+        )?;
+        match &self.param_file {
+            Some(path) => writeln!(f, "Parameter file: {}", path.display())?,
+            None => writeln!(f, "Parameter file: none")?,
+        }
+        if self.components.is_empty() {
+            writeln!(f, "Components: none in this build")?;
+        }
+        for c in &self.components {
+            writeln!(
+                f,
+                "MCA {}: {} (v{}, interface v{})",
+                c.framework, c.name, c.version, c.framework_version
+            )?;
+        }
+        if self.params.is_empty() {
+            writeln!(f, "No parameters at this level (try --level 9).")?;
+        }
+        for p in &self.params {
+            let scope = if p.component.is_empty() {
+                p.framework.clone()
+            } else {
+                format!("{} {}", p.framework, p.component)
+            };
+            let level = LEVEL_NAMES
+                .get(usize::from(p.level).wrapping_sub(1))
+                .copied()
+                .unwrap_or("?");
+            writeln!(
+                f,
+                "MCA {scope}: parameter \"{}\" (current value: \"{}\", data source: {}, level: {} {level}, type: {})",
+                p.name, p.value, p.source, p.level, p.kind
+            )?;
+            let mut help = String::new();
+            for line in p.help.lines() {
+                let _ = writeln!(help, "          {line}");
+            }
+            f.write_str(&help)?;
+            writeln!(f, "          Environment: {}", p.env)?;
+        }
+        Ok(())
+    }
+}
+
+fn kind_text(p: &Param<'_>) -> String {
+    use btl_core::mca::{DisplaySize, ParamKind};
+    match p.spec.kind {
+        ParamKind::Int { min, max } => format!("int {min}..={max}"),
+        ParamKind::Size { min, max } => format!("size {}..={}", DisplaySize(min), DisplaySize(max)),
+        ParamKind::Flags { names } => format!("flags {}", names.join(",")),
+        ref other => other.to_string(),
+    }
+}
+
+fn source_text(source: Source, file: Option<&str>, p: &Param<'_>) -> String {
+    match (source, file) {
+        (Source::ConfigFile { line }, Some(file)) => format!("file {file}:{line}"),
+        (Source::Environment, _) => format!("environment {}", p.spec.name.env()),
+        (other, _) => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use btl_core::mca::{
+        BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Modules, NotAvailable, ParamKind, ParamSpec,
+        RegisterError, Registry, register_framework_params,
+    };
+
+    static EAGER: ParamSpec = ParamSpec::new("btl", "demo", "eager_limit", ParamKind::SIZE, "4k")
+        .help("Largest message sent eagerly")
+        .level(4);
+    static FLAGS: ParamSpec = ParamSpec::new(
+        "btl",
+        "demo",
+        "flags",
+        ParamKind::Flags {
+            names: &["send", "put", "get", "inplace"],
+        },
+        "send,put",
+    )
+    .help("What the component offers")
+    .level(9);
+
+    /// A component with two parameters, to show how `btl info` lists one.
+    struct Demo;
+
+    impl Component for Demo {
+        type Module = ();
+        fn framework(&self) -> &'static str {
+            BTL_FRAMEWORK
+        }
+        fn name(&self) -> &'static str {
+            "demo"
+        }
+        fn version(&self) -> Version {
+            Version::new(0, 3, 1)
+        }
+        fn framework_version(&self) -> Version {
+            BTL_FRAMEWORK_VERSION
+        }
+        fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
+            params.register(&EAGER)?;
+            params.register(&FLAGS)?;
+            Ok(())
+        }
+        fn init(&mut self, _: &dyn Params) -> Result<Modules<()>, NotAvailable> {
+            Err(NotAvailable::new("demo component has no modules"))
+        }
+    }
+
+    fn report(filter: &Filter) -> Report {
+        let mut reg = Registry::<8>::new();
+        register_framework_params(&mut reg).expect("framework");
+        let mut demo = Demo;
+        demo.register(&mut reg).expect("demo");
+        let id = reg.find("btl_demo_eager_limit").expect("registered");
+        reg.set(id, "8k", Source::ConfigFile { line: 7 })
+            .expect("set");
+        Report::gather(
+            BTL_FRAMEWORK,
+            BTL_FRAMEWORK_VERSION,
+            vec![ComponentInfo::of(&demo)],
+            &reg,
+            Some(PathBuf::from("site.conf")),
+            filter,
+        )
+    }
+
+    fn all() -> Filter {
+        Filter {
+            framework: None,
+            component: None,
+            level: 9,
+        }
+    }
+
+    #[test]
+    fn text_lists_components_and_parameters() {
+        let text = report(&all()).to_string();
+        assert!(
+            text.contains("MCA btl: demo (v0.3.1, interface v1.0.0)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "MCA btl demo: parameter \"btl_demo_eager_limit\" (current value: \"8k\", data source: file site.conf:7, level: 4 tuner/basic, type: size 0..="
+            ),
+            "{text}"
+        );
+        assert!(text.contains("Environment: BTL_DEMO_EAGER_LIMIT"), "{text}");
+        assert!(text.contains("Largest message sent eagerly"), "{text}");
+        assert!(text.contains("type: flags send,put,get,inplace"), "{text}");
+    }
+
+    #[test]
+    fn filter_by_component_and_level() {
+        let r = report(&Filter {
+            framework: Some("btl".into()),
+            component: Some("demo".into()),
+            level: 4,
+        });
+        let names: Vec<_> = r.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["btl_demo_eager_limit"]);
+
+        let r = report(&Filter {
+            framework: Some("btl".into()),
+            component: Some(String::new()),
+            level: 9,
+        });
+        let names: Vec<_> = r.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["btl"]);
+
+        let r = report(&Filter { level: 1, ..all() });
+        assert!(r.params.is_empty());
+        assert!(r.to_string().contains("No parameters at this level"));
+    }
+
+    #[test]
+    fn json_carries_every_field() {
+        let json: serde_json::Value =
+            serde_json::from_str(&report(&all()).to_json()).expect("valid JSON");
+        assert_eq!(json["framework_version"], "1.0.0");
+        assert_eq!(json["components"][0]["name"], "demo");
+        let eager = json["params"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|p| p["name"] == "btl_demo_eager_limit")
+            .expect("listed");
+        assert_eq!(eager["value"], "8k");
+        assert_eq!(eager["default"], "4k");
+        assert_eq!(eager["source"], "file site.conf:7");
+        assert_eq!(eager["env"], "BTL_DEMO_EAGER_LIMIT");
+        assert_eq!(eager["level"], 4);
+    }
+}

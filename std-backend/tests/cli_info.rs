@@ -1,0 +1,100 @@
+//! `btl info` as a user runs it: the real binary, its exit status and output.
+
+use std::process::{Command, Output};
+
+fn btl(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_btl"));
+    cmd.args(args)
+        .env_remove("BTL")
+        .env_remove("BTL_PARAM_FILE")
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("btl-cli-test-no-config"),
+        );
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("btl runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn info_lists_the_framework_and_its_parameters() {
+    let out = btl(&["info", "--level", "9"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("Framework: btl (interface v1.0.0)"), "{text}");
+    assert!(text.contains("parameter \"btl\""), "{text}");
+    assert!(text.contains("data source: default"), "{text}");
+}
+
+#[test]
+fn environment_values_show_their_source() {
+    let out = btl(&["info", "--level", "9"], &[("BTL", "^tcp")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("current value: \"^tcp\", data source: environment BTL"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_invalid_value_exits_2_and_names_it() {
+    let out = btl(&["info"], &[("BTL", "tcp,^self")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("BTL") && err.contains("tcp,^self"), "{err}");
+}
+
+#[test]
+fn a_parameter_file_applies_below_the_environment_and_warns_on_unknown_names() {
+    let dir = std::env::temp_dir().join(format!("btl-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("params.conf");
+    std::fs::write(&file, "btl = self\nbtl_nonesuch = 1\n").expect("write");
+    let path = file.to_str().expect("utf-8 path");
+
+    let out = btl(&["info", "--level", "9", "--param-file", path], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("current value: \"self\", data source: file"));
+    assert!(stderr(&out).contains("no parameter `btl_nonesuch`"));
+
+    let out = btl(
+        &["info", "--level", "9"],
+        &[("BTL_PARAM_FILE", path), ("BTL", "tcp")],
+    );
+    assert!(stdout(&out).contains("current value: \"tcp\", data source: environment"));
+}
+
+#[test]
+fn json_is_valid_and_filters_apply() {
+    let out = btl(
+        &["info", "--json", "--param", "btl", "all", "--level", "9"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["framework"], "btl");
+    assert_eq!(json["params"][0]["name"], "btl");
+
+    let out = btl(
+        &["info", "--json", "--param", "btl", "tcp", "--level", "9"],
+        &[],
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["params"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn a_level_out_of_range_is_refused() {
+    let out = btl(&["info", "--level", "10"], &[]);
+    assert!(!out.status.success());
+}

@@ -1,18 +1,20 @@
 //! Loom models of btl-core's fragment pool: every interleaving (up to a
 //! preemption bound) of threads that alloc and free concurrently, checking
-//! that no fragment is ever held by two threads at once and that none is
-//! lost.
+//! that no fragment is ever held by two threads at once, that none is lost,
+//! and that once the threads are joined the statistics are exact: `in_use`
+//! counts the fragments still held, `high_water` lies between the most
+//! fragments held at once and `capacity`.
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p btl-sim --release --test loom_pool`.
 //! Each model has its own preemption bound (2 to 4), chosen so that the
-//! three finish in about half a minute; `LOOM_MAX_PREEMPTIONS` overrides it.
+//! three finish in about 40 s; `LOOM_MAX_PREEMPTIONS` overrides it.
 // Compiled only under `--cfg loom`; the docs above stay so that the empty
 // crate of a normal build is documented.
 #![cfg(loom)]
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU32 as PlainU32, AtomicUsize};
 
 use btl_core::pool::{Fragment, FragmentClass, FragmentPool, FragmentPoolConfig, PoolError};
 use loom::sync::Arc;
@@ -29,6 +31,11 @@ struct Shared {
     /// (growth with `inc > 1`); otherwise every alloc must succeed, as the
     /// models never hold more than `max` fragments at once.
     may_fail: bool,
+    /// Fragments held right now, counted from `alloc`'s return to the call
+    /// of `free`, and the most ever held at once. Plain atomics, outside the
+    /// model: loom runs one thread at a time, so they follow the schedule.
+    held: PlainU32,
+    peak: PlainU32,
 }
 
 impl Shared {
@@ -39,6 +46,8 @@ impl Shared {
             pool: FragmentPool::new(region, FragmentClass::Eager, cfg).expect("pool"),
             owners: (0..cfg.max).map(|_| AtomicU32::new(0)).collect(),
             may_fail: cfg.inc > 1 && cfg.num < cfg.max,
+            held: PlainU32::new(0),
+            peak: PlainU32::new(0),
         })
     }
 
@@ -47,6 +56,9 @@ impl Shared {
             Ok(frag) => {
                 let prev = self.owners[frag.index()].swap(thread, Ordering::Relaxed);
                 assert_eq!(prev, 0, "slot {} handed out twice", frag.index());
+                let held = self.held.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                self.peak
+                    .fetch_max(held, std::sync::atomic::Ordering::Relaxed);
                 Some(frag)
             }
             Err(PoolError::Exhausted { .. }) if self.may_fail => None,
@@ -63,14 +75,29 @@ impl Shared {
                 "slot {} changed hands while held",
                 frag.index()
             );
+            self.held.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             self.pool.free(frag).expect("own pool");
         }
     }
 
-    /// After every thread is done: all `max` fragments come out exactly
-    /// once more, and then the pool is exhausted.
-    fn check_nothing_lost(&self) {
+    /// After every thread is joined, with `kept` the fragments they still
+    /// hold: the statistics are exact, and once those are freed all `max`
+    /// fragments come out exactly once more, and then the pool is exhausted.
+    fn check_after_join(&self, kept: Vec<(Option<Fragment>, u32)>) {
         let max = self.owners.len();
+        let s = self.pool.stats();
+        let out = kept.iter().filter(|(frag, _)| frag.is_some()).count();
+        assert_eq!(s.in_use as usize, out, "in_use after join: {s:?}");
+        let peak = self.peak.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            peak <= s.high_water && s.high_water <= s.capacity,
+            "high_water {} outside {peak}..={}",
+            s.high_water,
+            s.capacity
+        );
+        for (frag, thread) in kept {
+            self.give(frag, thread);
+        }
         assert_eq!(self.pool.stats().in_use, 0);
         let all: Vec<Fragment> = (0..max)
             .map(|i| {
@@ -127,7 +154,7 @@ fn steady_list_aba() {
             s.give(a, 1);
             let c = s.take(1);
             s.give(b, 1);
-            s.give(c, 1);
+            (c, 1)
         });
         let s = shared.clone();
         let t2 = thread::spawn(move || {
@@ -136,9 +163,9 @@ fn steady_list_aba() {
             let y = s.take(2);
             s.give(y, 2);
         });
-        t1.join().expect("t1");
+        let kept = t1.join().expect("t1");
         t2.join().expect("t2");
-        shared.check_nothing_lost();
+        shared.check_after_join(vec![kept]);
     });
 }
 
@@ -159,12 +186,11 @@ fn growth_by_one() {
         let t2 = thread::spawn(move || {
             let x = s.take(2);
             s.give(x, 2);
-            let y = s.take(2);
-            s.give(y, 2);
+            (s.take(2), 2)
         });
         t1.join().expect("t1");
-        t2.join().expect("t2");
-        shared.check_nothing_lost();
+        let kept = t2.join().expect("t2");
+        shared.check_after_join(vec![kept]);
     });
 }
 
@@ -179,17 +205,22 @@ fn batch_growth_three_threads() {
                 let s = shared.clone();
                 thread::spawn(move || {
                     let a = s.take(id);
+                    if id == 3 {
+                        return (a, id);
+                    }
                     s.give(a, id);
                     if id == 1 {
                         let b = s.take(id);
                         s.give(b, id);
                     }
+                    (None, id)
                 })
             })
             .collect();
-        for h in handles {
-            h.join().expect("thread");
-        }
-        shared.check_nothing_lost();
+        let kept = handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect();
+        shared.check_after_join(kept);
     });
 }

@@ -1,6 +1,6 @@
 //! One pool of equal-sized fragments carved from a caller's region.
 
-#[cfg(loom)]
+#[cfg(any(test, loom))]
 extern crate std;
 
 use core::fmt;
@@ -75,8 +75,8 @@ pub struct FragmentPool<'r> {
     data: NonNull<u8>,
     list: FreeList<Links<'r>>,
     // Statistics are advisory and outside the free-list protocol, so they
-    // stay `core` atomics under loom and do not widen the model.
-    in_use: StatCounter,
+    // stay `core` atomics under loom and do not widen the model. `in_use` is
+    // no counter: it is `ready` minus the free list's length.
     high_water: StatCounter,
     failed_allocs: StatCounter,
     _region: PhantomData<&'r mut [u8]>,
@@ -141,7 +141,6 @@ impl<'r> FragmentPool<'r> {
             capacity: cfg.max,
             data: NonNull::from(data).cast::<u8>(),
             list: FreeList::new(links, cfg.num, cfg.max, cfg.inc),
-            in_use: StatCounter::new(0),
             high_water: StatCounter::new(0),
             failed_allocs: StatCounter::new(0),
             _region: PhantomData,
@@ -152,11 +151,15 @@ impl<'r> FragmentPool<'r> {
     /// next batch. Lock-free; fails with [`PoolError::Exhausted`] when all
     /// `max` are in use.
     pub fn alloc(&self) -> Result<Fragment, PoolError> {
-        let Some(index) = self.list.alloc() else {
+        let Some((index, free_len)) = self.list.alloc() else {
             self.failed_allocs.fetch_add(1, Ordering::Relaxed);
             return Err(PoolError::Exhausted { class: self.class });
         };
-        let in_use = self.in_use.fetch_add(1, Ordering::Relaxed) + 1;
+        // Loaded after the pop's Acquire, so `ready` covers every slot that
+        // was on the list then; only growth racing with this alloc can make
+        // the difference approximate. The high-water mark is written only
+        // when exceeded, which is rare.
+        let in_use = self.list.ready().saturating_sub(free_len);
         if in_use > self.high_water.load(Ordering::Relaxed) {
             self.high_water.fetch_max(in_use, Ordering::Relaxed);
         }
@@ -174,9 +177,6 @@ impl<'r> FragmentPool<'r> {
         if frag.pool != self.id {
             return Err(ForeignFragment(frag));
         }
-        // Count it out before it is back on the list, so `in_use` never
-        // exceeds the fragments really lent out.
-        self.in_use.fetch_sub(1, Ordering::Relaxed);
         self.list.free(u32::from(frag.index));
         Ok(())
     }
@@ -217,6 +217,16 @@ impl<'r> FragmentPool<'r> {
         Ok(unsafe { self.data.add(index * self.stride) })
     }
 
+    /// The free list's slots from the top, with their depths checked.
+    #[cfg(test)]
+    pub(super) fn free_slots(&self) -> std::vec::Vec<u32> {
+        self.list
+            .walk()
+            .into_iter()
+            .map(|(index, _)| index)
+            .collect()
+    }
+
     /// Usable bytes of each fragment.
     pub fn fragment_size(&self) -> usize {
         self.fragment_size
@@ -227,13 +237,17 @@ impl<'r> FragmentPool<'r> {
         self.class
     }
 
-    /// A relaxed snapshot of the counters.
+    /// A snapshot of the statistics; see [`PoolStats`] for when it is exact.
     pub fn stats(&self) -> PoolStats {
+        // The list's length first: `ready`, loaded after it, then covers
+        // every slot that was on the list.
+        let free_len = self.list.free_len();
+        let ready = self.list.ready();
         PoolStats {
-            in_use: self.in_use.load(Ordering::Relaxed),
+            in_use: ready.saturating_sub(free_len),
             high_water: self.high_water.load(Ordering::Relaxed),
             failed_allocs: self.failed_allocs.load(Ordering::Relaxed),
-            ready: self.list.ready(),
+            ready,
             capacity: self.capacity,
         }
     }

@@ -244,13 +244,32 @@ impl FragmentPoolConfig {
     }
 }
 
-/// What a pool has lent out and made ready, read with relaxed loads: a
-/// snapshot for monitoring, not a synchronisation point.
+/// What a pool has lent out and made ready: a snapshot for monitoring, not
+/// a synchronisation point.
+///
+/// No counter is kept for `in_use`, so that alloc and free cost no atomic
+/// read-modify-write beyond the free list's own compare-and-swap: it is
+/// `ready` minus the free list's length, which the list keeps in its links.
+/// A fragment counts as out from the moment `alloc` takes it off the list
+/// until `free` puts it back.
+///
+/// - **Quiescent**: if no alloc or free of the pool runs during the call to
+///   [`FragmentPool::stats`] and the earlier ones happened before it (made by
+///   this thread, or by threads it has joined or otherwise synchronised with
+///   since), `in_use` is exactly the fragments out.
+/// - **Concurrent**: while other threads alloc and free, `in_use` is
+///   approximate (the list's top and `ready` are read with separate loads and
+///   may move in between), though never above `ready`.
+/// - `high_water` is recorded by each alloc from the list's length at its own
+///   compare-and-swap, so it never misses a peak, concurrent or not. It is
+///   exact unless allocs ever raced with growth: the slots of a batch being
+///   made ready by another thread count as out until they are on the list,
+///   so it can then exceed the true peak, never `capacity`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolStats {
-    /// Fragments currently lent out.
+    /// Fragments currently lent out (exact when quiescent, see above).
     pub in_use: u32,
-    /// Most fragments ever lent out at once.
+    /// Most fragments ever lent out at once (never below it, see above).
     pub high_water: u32,
     /// Allocations refused because the pool was exhausted (wraps at 2^32).
     pub failed_allocs: u32,

@@ -92,6 +92,48 @@ fn high_water_and_in_use() {
     assert_eq!(pool.stats().in_use, 0);
 }
 
+/// `in_use` and `high_water` come from the free list's depths, not from
+/// counters: check them after every step of a sequence with batch growth
+/// (`inc > 1`, from an empty start), frees out of order and exhaustion.
+#[test]
+fn in_use_and_high_water_exact_through_growth() {
+    let c = cfg(8, 0, 11, 4);
+    let mut region = region_for(&c);
+    let pool = FragmentPool::new(&mut region, FragmentClass::Small, c).expect("pool");
+    let mut held: Vec<Fragment> = Vec::new();
+    let (mut high, mut failed) = (0, 0);
+    let check = |held: &Vec<Fragment>, high: u32| {
+        let s = pool.stats();
+        assert_eq!((s.in_use, s.high_water), (held.len() as u32, high));
+        assert_eq!(pool.free_slots().len() as u32, s.ready - s.in_use);
+    };
+    check(&held, high);
+    // (allocs, index of the held fragment to free after each) per phase.
+    for (allocs, frees) in [(3, &[1][..]), (4, &[0, 2]), (6, &[3, 0, 5, 1]), (9, &[])] {
+        for _ in 0..allocs {
+            match pool.alloc() {
+                Ok(f) => held.push(f),
+                Err(_) => {
+                    assert_eq!(held.len(), 11);
+                    failed += 1;
+                }
+            }
+            high = high.max(held.len() as u32);
+            check(&held, high);
+        }
+        for &at in frees {
+            pool.free(held.swap_remove(at)).expect("free");
+            check(&held, high);
+        }
+    }
+    assert_eq!((pool.stats().ready, high), (11, 11));
+    for f in held.drain(..) {
+        pool.free(f).expect("free");
+    }
+    check(&held, high);
+    assert_eq!((pool.stats().failed_allocs, failed), (4, 4));
+}
+
 #[test]
 fn batch_growth_honours_num_inc_max() {
     let c = cfg(8, 2, 7, 3);
@@ -426,7 +468,9 @@ fn threads_never_share_a_fragment() {
     assert!(!failed.load(Ordering::Relaxed), "a fragment was shared");
     let s = pool.stats();
     assert_eq!(s.in_use, 0);
-    assert!(s.high_water <= 6 && s.ready <= 6);
+    // Each thread held up to 2 at once.
+    assert!(s.high_water >= 2 && s.high_water <= 6 && s.ready <= 6);
+    assert_eq!(pool.free_slots().len() as u32, s.ready);
     // Nothing lost: all 6 come out once more, distinct.
     let all: Vec<_> = (0..6).map(|_| pool.alloc().expect("alloc")).collect();
     let distinct: HashSet<usize> = all.iter().map(Fragment::index).collect();
@@ -434,6 +478,59 @@ fn threads_never_share_a_fragment() {
     assert!(pool.alloc().is_err());
     for f in all {
         pool.free(f).expect("free");
+    }
+}
+
+/// Threads alloc and free with batch growth racing, each ending with a
+/// different number held: once they are joined the statistics are exact.
+#[test]
+fn stats_exact_after_threads_join() {
+    const THREADS: u32 = 4;
+    for round in 0..50 {
+        let c = cfg(8, 1, 40, 3);
+        let mut region = region_for(&c);
+        let pool = FragmentPool::new(&mut region, FragmentClass::Small, c).expect("pool");
+        let held: Vec<Vec<Fragment>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let pool = &pool;
+                    s.spawn(move || {
+                        let mut held = Vec::new();
+                        for i in 0..200 + round {
+                            if (i + t) % 5 < 3 {
+                                held.push(pool.alloc().expect("room left"));
+                            } else if let Some(f) = held.pop() {
+                                pool.free(f).expect("free");
+                            }
+                            if held.len() > 8 {
+                                pool.free(held.swap_remove(0)).expect("free");
+                            }
+                        }
+                        // Keep t + 1 (at most 9 each, 36 in all).
+                        while held.len() > t as usize + 1 {
+                            pool.free(held.pop().expect("held")).expect("free");
+                        }
+                        while held.len() < t as usize + 1 {
+                            held.push(pool.alloc().expect("room left"));
+                        }
+                        held
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("thread"))
+                .collect()
+        });
+        let out: u32 = held.iter().map(|h| h.len() as u32).sum();
+        let s = pool.stats();
+        assert_eq!(s.in_use, out);
+        assert!(s.high_water >= 9 && s.high_water <= 40, "{s:?}");
+        assert_eq!(pool.free_slots().len() as u32, s.ready - out);
+        for f in held.into_iter().flatten() {
+            pool.free(f).expect("free");
+        }
+        assert_eq!(pool.stats().in_use, 0);
     }
 }
 
@@ -527,6 +624,9 @@ proptest! {
                 }
                 Op::Free(_) => {}
             }
+            // The free list, depths included, is the model's stack.
+            let top_first: Vec<u32> = model.stack.iter().rev().copied().collect();
+            prop_assert_eq!(pool.free_slots(), top_first);
             let s = pool.stats();
             prop_assert_eq!(s.in_use as usize, model.held.len());
             prop_assert_eq!(s.high_water, model.high_water);
@@ -539,6 +639,9 @@ proptest! {
         for f in held {
             prop_assert!(pool.free(f).is_ok());
         }
+        let s = pool.stats();
+        prop_assert_eq!((s.in_use, s.high_water), (0, model.high_water));
+        prop_assert_eq!(pool.free_slots().len() as u32, s.ready);
     }
 
     #[test]

@@ -5,15 +5,18 @@
 //!
 //! 1. the fragment: a *header reserve* the upper layer fills with its own
 //!    header, followed by payload copied inline;
-//! 2. optionally, the user's contiguous payload referenced in place, so a large
-//!    send costs no copy (the BTL writes both segments with one vectored write).
+//! 2. optionally, a range of registered memory referenced in place, so a
+//!    large send costs no copy (a stream BTL writes both segments with one
+//!    vectored write).
 //!
-//! The borrow `'u` of the referenced payload keeps the user from changing or
-//! freeing it while the descriptor lives.
+//! Referencing only *registered* memory (lent to the BTL for its lifetime)
+//! keeps descriptors free of borrows: a queued descriptor can sit in a BTL's
+//! queue without tying up the caller's stack.
 
 use bitflags::bitflags;
 use core::fmt;
 
+use crate::btl::{MemSlice, Tag};
 use crate::pool::{ForeignFragment, Fragment, FragmentPools, PoolError};
 
 bitflags! {
@@ -23,15 +26,11 @@ bitflags! {
         /// The BTL frees the descriptor itself once the send completes, so the
         /// upper layer need not keep it.
         const BTL_OWNERSHIP = 1 << 0;
-        /// The completion callback runs even when the send completed at once,
-        /// for upper layers that account for every send in one place.
+        /// The completion event is delivered even when the send completed at
+        /// once, for upper layers that account for every send in one place.
         const ALWAYS_CALLBACK = 1 << 1;
     }
 }
-
-/// Active-message tag: selects the receive callback on the peer (256 tags).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Tag(pub u8);
 
 /// Ordering channel of a descriptor: descriptors on the same channel to the
 /// same peer are delivered in order; [`Order::ANY`] lets the BTL choose.
@@ -69,43 +68,21 @@ impl fmt::Display for DescError {
 
 impl core::error::Error for DescError {}
 
-/// The bytes a descriptor sends: the fragment's used part, then the
-/// referenced user payload (empty when the payload was copied inline).
-#[derive(Debug, Clone, Copy)]
-pub struct Segments<'a> {
-    /// Header reserve plus inline payload, from the fragment.
-    pub fragment: &'a [u8],
-    /// User payload referenced in place.
-    pub referenced: &'a [u8],
-}
-
-impl Segments<'_> {
-    /// Total number of bytes across both segments.
-    pub fn len(&self) -> usize {
-        self.fragment.len() + self.referenced.len()
-    }
-
-    /// True when neither segment holds a byte.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// A send descriptor: one fragment (header reserve + inline payload) and an
-/// optional in-place reference to the user's payload.
+/// optional in-place reference to registered memory.
 #[must_use = "a descriptor holds a pool fragment; free it or hand it to a BTL"]
 #[derive(Debug)]
-pub struct Descriptor<'u> {
+pub struct Descriptor {
     fragment: Fragment,
     reserve: u32,
     inline_len: u32,
-    referenced: &'u [u8],
+    referenced: Option<MemSlice>,
     order: Order,
     tag: Tag,
     flags: DescFlags,
 }
 
-impl Descriptor<'static> {
+impl Descriptor {
     /// A descriptor with `reserve` header bytes and `len` payload bytes for the
     /// caller to fill, from the smallest fragment class that holds both
     /// (Open MPI's `btl_alloc`).
@@ -123,59 +100,49 @@ impl Descriptor<'static> {
             fragment,
             reserve: reserve32,
             inline_len: len32,
-            referenced: &[],
+            referenced: None,
             order,
             tag: Tag(0),
             flags,
         })
     }
-}
 
-impl<'u> Descriptor<'u> {
-    /// A descriptor that sends `data` behind a `reserve`-byte header
-    /// (Open MPI's `prepare_src`).
-    ///
-    /// Data of at most `copy_limit` bytes is copied into the fragment after
-    /// the reserve, so the send is one segment and `data` is free again at
-    /// once. Larger data is referenced in place as a second segment and the
-    /// fragment holds only the reserve; a BTL that cannot send in place passes
-    /// `usize::MAX`.
+    /// A descriptor that sends `data`, copied into the fragment behind a
+    /// `reserve`-byte header (Open MPI's `prepare_src` for data that is not
+    /// registered); `data` is free again at once.
     pub fn prepare_src(
         pools: &FragmentPools<'_>,
         reserve: usize,
-        data: &'u [u8],
-        copy_limit: usize,
+        data: &[u8],
         order: Order,
         flags: DescFlags,
     ) -> Result<Self, DescError> {
-        let copy = data.len() <= copy_limit;
-        let inline = if copy { data.len() } else { 0 };
-        let (reserve32, inline32) = lengths(reserve, inline)?;
-        u32::try_from(data.len()).map_err(|_| DescError::LengthOverflow)?;
-        let total = reserve
-            .checked_add(inline)
-            .ok_or(DescError::LengthOverflow)?;
-        let mut fragment = pools.alloc(total)?;
-        if copy {
-            match pools.bytes_mut(&mut fragment) {
-                Ok(bytes) => bytes[reserve..total].copy_from_slice(data),
-                Err(e) => {
-                    // The fragment is ours: it cannot be foreign to the pools
-                    // that just handed it out, so freeing it cannot fail.
-                    let _ = pools.free(fragment);
-                    return Err(e.into());
-                }
+        let mut d = Self::alloc(pools, reserve, data.len(), order, flags)?;
+        match d.payload_mut(pools) {
+            Ok(payload) => payload.copy_from_slice(data),
+            Err(e) => {
+                // The fragment came from these pools a moment ago, so it is
+                // not foreign and freeing it cannot fail.
+                let _ = d.free(pools);
+                return Err(e.into());
             }
         }
-        Ok(Descriptor {
-            fragment,
-            reserve: reserve32,
-            inline_len: inline32,
-            referenced: if copy { &[] } else { data },
-            order,
-            tag: Tag(0),
-            flags,
-        })
+        Ok(d)
+    }
+
+    /// A descriptor that sends a `reserve`-byte header from a fragment, then
+    /// the registered memory `data` in place, without copying it.
+    pub fn prepare_src_inplace(
+        pools: &FragmentPools<'_>,
+        reserve: usize,
+        data: MemSlice,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Self, DescError> {
+        u32::try_from(data.len).map_err(|_| DescError::LengthOverflow)?;
+        let mut d = Self::alloc(pools, reserve, 0, order, flags)?;
+        d.referenced = Some(data);
+        Ok(d)
     }
 
     /// The header reserve, for the upper layer to write its header into.
@@ -197,18 +164,24 @@ impl<'u> Descriptor<'u> {
         Ok(&mut pools.bytes_mut(&mut self.fragment)?[start..end])
     }
 
-    /// The bytes to put on the wire, in order.
-    pub fn segments<'a>(&'a self, pools: &'a FragmentPools<'_>) -> Result<Segments<'a>, PoolError> {
+    /// The first segment: header reserve and inline payload.
+    pub fn fragment_bytes<'a>(
+        &'a self,
+        pools: &'a FragmentPools<'_>,
+    ) -> Result<&'a [u8], PoolError> {
         let (_, end) = self.inline_range();
-        Ok(Segments {
-            fragment: &pools.bytes(&self.fragment)?[..end],
-            referenced: self.referenced,
-        })
+        Ok(&pools.bytes(&self.fragment)?[..end])
+    }
+
+    /// The second segment: registered memory sent in place, if any.
+    pub fn referenced(&self) -> Option<MemSlice> {
+        self.referenced
     }
 
     /// Bytes the descriptor sends: reserve, inline payload and referenced payload.
     pub fn len(&self) -> usize {
-        self.reserve as usize + self.inline_len as usize + self.referenced.len()
+        let referenced = self.referenced.map_or(0, |r| r.len as usize);
+        self.reserve as usize + self.inline_len as usize + referenced
     }
 
     /// True when the descriptor sends no byte at all.
@@ -219,11 +192,6 @@ impl<'u> Descriptor<'u> {
     /// Size of the header reserve in front of the payload.
     pub fn reserve(&self) -> usize {
         self.reserve as usize
-    }
-
-    /// True when the payload is referenced in place rather than copied.
-    pub fn is_referenced(&self) -> bool {
-        !self.referenced.is_empty()
     }
 
     /// Ordering channel.
@@ -273,6 +241,7 @@ fn lengths(reserve: usize, inline: usize) -> Result<(u32, u32), DescError> {
 mod tests {
     extern crate std;
     use super::*;
+    use crate::btl::{Access, Registrations};
     use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
     use std::vec;
 
@@ -298,35 +267,39 @@ mod tests {
     }
 
     #[test]
-    fn small_data_is_copied_behind_the_reserve() {
+    fn data_is_copied_behind_the_reserve() {
         with_pools(|pools| {
             let data = [7u8; 40];
-            let mut d =
-                Descriptor::prepare_src(pools, 16, &data, 128, Order::ANY, DescFlags::empty())
-                    .expect("descriptor");
-            assert!(!d.is_referenced());
+            let mut d = Descriptor::prepare_src(pools, 16, &data, Order::ANY, DescFlags::empty())
+                .expect("descriptor");
+            assert_eq!(d.referenced(), None);
             assert_eq!(d.len(), 56);
             d.header_mut(pools).expect("header").fill(0xAA);
-            let s = d.segments(pools).expect("segments");
-            assert_eq!(&s.fragment[..16], &[0xAA; 16]);
-            assert_eq!(&s.fragment[16..], &data);
-            assert!(s.referenced.is_empty());
-            assert_eq!(s.len(), 56);
+            let bytes = d.fragment_bytes(pools).expect("bytes");
+            assert_eq!(&bytes[..16], &[0xAA; 16]);
+            assert_eq!(&bytes[16..], &data);
             d.free(pools).expect("free");
         });
     }
 
     #[test]
-    fn large_data_is_referenced_and_the_fragment_holds_only_the_reserve() {
+    fn registered_data_is_referenced_and_the_fragment_holds_only_the_reserve() {
         with_pools(|pools| {
-            let data = vec![3u8; 4096];
-            let d = Descriptor::prepare_src(pools, 24, &data, 128, Order(1), DescFlags::empty())
+            let mut region = vec![3u8; 4096];
+            let mut regs = Registrations::<1>::new();
+            let handle = regs
+                .register(&mut region, Access::empty())
+                .expect("register");
+            let slice = MemSlice {
+                handle,
+                offset: 0,
+                len: 4096,
+            };
+            let d = Descriptor::prepare_src_inplace(pools, 24, slice, Order(1), DescFlags::empty())
                 .expect("descriptor");
-            assert!(d.is_referenced());
+            assert_eq!(d.referenced(), Some(slice));
             assert_eq!(d.len(), 24 + 4096);
-            let s = d.segments(pools).expect("segments");
-            assert_eq!(s.fragment.len(), 24);
-            assert_eq!(s.referenced.as_ptr(), data.as_ptr(), "no copy was made");
+            assert_eq!(d.fragment_bytes(pools).expect("bytes").len(), 24);
             assert_eq!(d.fragment.class(), FragmentClass::Small);
             d.free(pools).expect("free");
         });
@@ -336,21 +309,10 @@ mod tests {
     fn copying_more_than_the_largest_class_is_refused() {
         with_pools(|pools| {
             let data = vec![0u8; 2000];
-            let err = Descriptor::prepare_src(
-                pools,
-                8,
-                &data,
-                usize::MAX,
-                Order::ANY,
-                DescFlags::empty(),
-            )
-            .expect_err("too large");
+            let err = Descriptor::prepare_src(pools, 8, &data, Order::ANY, DescFlags::empty())
+                .expect_err("too large");
             assert!(matches!(err, DescError::Pool(PoolError::TooLarge { .. })));
-            for class in [
-                FragmentClass::Small,
-                FragmentClass::Eager,
-                FragmentClass::Max,
-            ] {
+            for class in FragmentClass::ALL {
                 assert_eq!(pools.stats(class).in_use, 0);
             }
         });
@@ -373,10 +335,10 @@ mod tests {
     #[test]
     fn exhaustion_is_an_error_and_free_makes_room() {
         with_pools(|pools| {
-            let a = Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty()).expect("a");
-            let b = Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty()).expect("b");
-            let err =
-                Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty()).expect_err("c");
+            let alloc = || Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty());
+            let a = alloc().expect("a");
+            let b = alloc().expect("b");
+            let err = alloc().expect_err("c");
             assert_eq!(
                 err,
                 DescError::Pool(PoolError::Exhausted {
@@ -384,7 +346,7 @@ mod tests {
                 })
             );
             a.free(pools).expect("free a");
-            let c = Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty()).expect("c");
+            let c = alloc().expect("c");
             b.free(pools).expect("free b");
             c.free(pools).expect("free c");
         });
@@ -406,10 +368,9 @@ mod tests {
     #[test]
     fn empty_descriptor_is_empty() {
         with_pools(|pools| {
-            let d = Descriptor::prepare_src(pools, 0, &[], 0, Order::ANY, DescFlags::empty())
-                .expect("d");
+            let d =
+                Descriptor::prepare_src(pools, 0, &[], Order::ANY, DescFlags::empty()).expect("d");
             assert!(d.is_empty());
-            assert!(!d.is_referenced());
             d.free(pools).expect("free");
         });
     }

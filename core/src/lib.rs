@@ -8,7 +8,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod addr;
+pub mod btl;
 pub mod desc;
+pub mod endpoint;
 pub mod mca;
 pub mod pool;
 mod sync;

@@ -1,0 +1,147 @@
+//! The typed errors of BTL operations.
+
+use core::fmt;
+
+use super::memory::MemError;
+use crate::endpoint::EndpointError;
+use crate::pool::PoolError;
+
+/// Why the peer refused a put or get (the REJECT packet's code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectCode {
+    /// The key names no current registration.
+    BadHandle,
+    /// The range does not lie inside the registration.
+    OutOfBounds,
+    /// The registration does not allow the access.
+    AccessDenied,
+    /// Longer than the peer accepts.
+    TooLarge,
+    /// The third-party target of a get is unknown to the peer.
+    NoTarget,
+    /// A code this version does not know.
+    Other(u8),
+}
+
+impl From<MemError> for RejectCode {
+    fn from(e: MemError) -> Self {
+        match e {
+            MemError::UnknownRegion | MemError::Full => RejectCode::BadHandle,
+            MemError::OutOfBounds { .. } => RejectCode::OutOfBounds,
+            MemError::AccessDenied => RejectCode::AccessDenied,
+        }
+    }
+}
+
+/// Why a peer counts as lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostReason {
+    /// It did not answer within `btl_peer_timeout`.
+    Timeout,
+    /// It broke the protocol (garbage, bad lengths): it lost its connection.
+    ProtocolViolation,
+    /// It speaks another major protocol version.
+    VersionMismatch,
+    /// It could not prove the job key.
+    AuthFailed,
+    /// It closed the connection.
+    Closed,
+    /// It was removed with `del_procs` or the BTL was finalized.
+    Removed,
+}
+
+/// Why a BTL operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BtlError {
+    /// No fragment, credit or queue slot now; retry after `progress`.
+    OutOfResource,
+    /// The endpoint is not one this BTL reaches.
+    Unreachable,
+    /// The endpoint table refused.
+    Endpoint(EndpointError),
+    /// The peer was lost; its outstanding operations fail with this.
+    PeerLost(LostReason),
+    /// A local registration check failed.
+    Memory(MemError),
+    /// The peer refused a put or get.
+    Rejected(RejectCode),
+    /// Longer than this BTL carries in one operation.
+    TooLarge {
+        /// Bytes asked for.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// This BTL does not offer the operation.
+    NotSupported,
+    /// The BTL was finalized.
+    Finalized,
+}
+
+impl From<MemError> for BtlError {
+    fn from(e: MemError) -> Self {
+        BtlError::Memory(e)
+    }
+}
+
+impl From<EndpointError> for BtlError {
+    fn from(e: EndpointError) -> Self {
+        BtlError::Endpoint(e)
+    }
+}
+
+impl From<PoolError> for BtlError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::TooLarge { requested, max } => BtlError::TooLarge {
+                len: requested as u64,
+                max: max as u64,
+            },
+            _ => BtlError::OutOfResource,
+        }
+    }
+}
+
+impl fmt::Display for RejectCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RejectCode::BadHandle => f.write_str("no such registration"),
+            RejectCode::OutOfBounds => f.write_str("range outside the registration"),
+            RejectCode::AccessDenied => f.write_str("access not allowed by the registration"),
+            RejectCode::TooLarge => f.write_str("too large"),
+            RejectCode::NoTarget => f.write_str("unknown target process"),
+            RejectCode::Other(c) => write!(f, "unknown reason {c}"),
+        }
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Timeout => "no answer within the peer timeout",
+            LostReason::ProtocolViolation => "protocol violation",
+            LostReason::VersionMismatch => "different protocol version",
+            LostReason::AuthFailed => "job key not proven",
+            LostReason::Closed => "closed by the peer",
+            LostReason::Removed => "removed",
+        })
+    }
+}
+
+impl fmt::Display for BtlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BtlError::OutOfResource => f.write_str("out of resources, retry after progress"),
+            BtlError::Unreachable => f.write_str("peer not reachable by this BTL"),
+            BtlError::Endpoint(e) => e.fmt(f),
+            BtlError::PeerLost(r) => write!(f, "peer lost: {r}"),
+            BtlError::Memory(e) => e.fmt(f),
+            BtlError::Rejected(c) => write!(f, "refused by the peer: {c}"),
+            BtlError::TooLarge { len, max } => write!(f, "{len} bytes exceed the limit of {max}"),
+            BtlError::NotSupported => f.write_str("operation not offered by this BTL"),
+            BtlError::Finalized => f.write_str("BTL finalized"),
+        }
+    }
+}
+
+impl core::error::Error for BtlError {}

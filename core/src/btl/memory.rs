@@ -1,0 +1,442 @@
+//! Registered memory: the regions a BTL may read and write on behalf of a
+//! peer, for `put`, `get` and in-place sends.
+//!
+//! A region is lent to the BTL for its lifetime `'m` and named by a local
+//! [`MemHandle`]; peers name it by a [`RemoteKey`] (8 bytes on the wire), an
+//! offset and a length, never by an address. Every remote access is checked
+//! against the registration: the key must be current (a key of a
+//! deregistered region is refused, even if its slot was reused), the range
+//! must lie inside the region, and the region must allow that access.
+
+use bitflags::bitflags;
+use core::fmt;
+
+bitflags! {
+    /// What peers may do with a registered region.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct Access: u8 {
+        /// Peers may read it (`get` from it, or a `put` this process sends from it).
+        const REMOTE_READ = 1 << 0;
+        /// Peers may write it (`put` into it, or a `get` that lands in it).
+        const REMOTE_WRITE = 1 << 1;
+    }
+}
+
+/// A registered region, as its owner names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemHandle {
+    index: u16,
+    generation: u32,
+}
+
+impl MemHandle {
+    /// The key that names this region to peers.
+    pub fn remote_key(self) -> RemoteKey {
+        RemoteKey(u64::from(self.generation) << 16 | u64::from(self.index))
+    }
+}
+
+/// A registered region as peers name it: generation and slot, 8 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteKey(pub u64);
+
+impl RemoteKey {
+    fn handle(self) -> Option<MemHandle> {
+        let generation = u32::try_from(self.0 >> 16).ok()?;
+        Some(MemHandle {
+            index: (self.0 & 0xFFFF) as u16,
+            generation,
+        })
+    }
+}
+
+/// A byte range of a local registered region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemSlice {
+    /// The region.
+    pub handle: MemHandle,
+    /// First byte, from the start of the region.
+    pub offset: u64,
+    /// Number of bytes.
+    pub len: u64,
+}
+
+/// A byte range of a peer's registered region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteSlice {
+    /// The peer's key for the region.
+    pub key: RemoteKey,
+    /// First byte, from the start of the region.
+    pub offset: u64,
+    /// Number of bytes.
+    pub len: u64,
+}
+
+/// Why a registration or an access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemError {
+    /// Every registration slot is in use.
+    Full,
+    /// No current registration has this handle or key.
+    UnknownRegion,
+    /// The range does not lie inside the region.
+    OutOfBounds {
+        /// First byte asked for.
+        offset: u64,
+        /// Bytes asked for.
+        len: u64,
+        /// Size of the region.
+        size: u64,
+    },
+    /// The region does not allow this access.
+    AccessDenied,
+}
+
+impl fmt::Display for MemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemError::Full => f.write_str("no free registration slot"),
+            MemError::UnknownRegion => f.write_str("no such registered region"),
+            MemError::OutOfBounds { offset, len, size } => write!(
+                f,
+                "{len} bytes at offset {offset} do not fit a region of {size} bytes"
+            ),
+            MemError::AccessDenied => f.write_str("the region does not allow this access"),
+        }
+    }
+}
+
+impl core::error::Error for MemError {}
+
+#[derive(Debug, Default)]
+struct Slot<'m> {
+    region: Option<&'m mut [u8]>,
+    access: Option<Access>,
+    generation: u32,
+}
+
+/// A fixed table of up to `N` registered regions.
+#[derive(Debug)]
+pub struct Registrations<'m, const N: usize> {
+    slots: [Slot<'m>; N],
+}
+
+impl<const N: usize> Default for Registrations<'_, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'m, const N: usize> Registrations<'m, N> {
+    /// An empty table; `N` must fit the 16-bit slot index.
+    pub fn new() -> Self {
+        assert!(N <= 1 << 16, "at most 65536 registrations");
+        Registrations {
+            slots: core::array::from_fn(|_| Slot::default()),
+        }
+    }
+
+    /// Lends `region` to the table with the given peer access.
+    pub fn register(
+        &mut self,
+        region: &'m mut [u8],
+        access: Access,
+    ) -> Result<MemHandle, MemError> {
+        let (index, slot) = self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .find(|(_, s)| s.region.is_none())
+            .ok_or(MemError::Full)?;
+        // Generations start at 1, so no key is ever 0, and never repeat for
+        // a slot until 2^32 registrations of it: a stale key stays refused.
+        slot.generation = slot.generation.wrapping_add(1).max(1);
+        slot.region = Some(region);
+        slot.access = Some(access);
+        Ok(MemHandle {
+            index: index as u16,
+            generation: slot.generation,
+        })
+    }
+
+    /// Ends a registration and gives the region back.
+    pub fn deregister(&mut self, handle: MemHandle) -> Result<&'m mut [u8], MemError> {
+        let slot = self.slot_mut(handle)?;
+        slot.access = None;
+        slot.region.take().ok_or(MemError::UnknownRegion)
+    }
+
+    /// The whole region of a local handle.
+    pub fn region(&self, handle: MemHandle) -> Result<&[u8], MemError> {
+        self.slot(handle)?
+            .region
+            .as_deref()
+            .ok_or(MemError::UnknownRegion)
+    }
+
+    /// The whole region of a local handle, writable.
+    pub fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], MemError> {
+        self.slot_mut(handle)?
+            .region
+            .as_deref_mut()
+            .ok_or(MemError::UnknownRegion)
+    }
+
+    /// The bytes of a local slice, bounds-checked.
+    pub fn slice(&self, s: MemSlice) -> Result<&[u8], MemError> {
+        within(self.region(s.handle)?, s.offset, s.len)
+    }
+
+    /// The bytes of a local slice, writable, bounds-checked.
+    pub fn slice_mut(&mut self, s: MemSlice) -> Result<&mut [u8], MemError> {
+        within_mut(self.region_mut(s.handle)?, s.offset, s.len)
+    }
+
+    /// The bytes a peer asks to read: key current, range inside, read allowed.
+    pub fn remote_read(&self, s: RemoteSlice) -> Result<&[u8], MemError> {
+        let handle = s.key.handle().ok_or(MemError::UnknownRegion)?;
+        let slot = self.slot(handle)?;
+        check_access(slot, Access::REMOTE_READ)?;
+        within(
+            slot.region.as_deref().ok_or(MemError::UnknownRegion)?,
+            s.offset,
+            s.len,
+        )
+    }
+
+    /// The bytes a peer asks to write: key current, range inside, write allowed.
+    pub fn remote_write(&mut self, s: RemoteSlice) -> Result<&mut [u8], MemError> {
+        let handle = s.key.handle().ok_or(MemError::UnknownRegion)?;
+        let slot = self.slot_mut(handle)?;
+        check_access(slot, Access::REMOTE_WRITE)?;
+        within_mut(
+            slot.region.as_deref_mut().ok_or(MemError::UnknownRegion)?,
+            s.offset,
+            s.len,
+        )
+    }
+
+    /// Copies `src` (read access required) into `dst` (write access
+    /// required), both named by key: what a put or get between two regions
+    /// of this table does. The lengths must match; nothing is written when
+    /// any check fails.
+    pub fn copy(&mut self, src: RemoteSlice, dst: RemoteSlice) -> Result<(), MemError> {
+        if src.len != dst.len {
+            return Err(MemError::OutOfBounds {
+                offset: dst.offset,
+                len: src.len,
+                size: dst.len,
+            });
+        }
+        // Check both sides before touching anything.
+        self.remote_read(src)?;
+        self.remote_write(dst)?;
+        let (si, di) = (slot_index(src.key), slot_index(dst.key));
+        if si == di {
+            let region = self.slots[si]
+                .region
+                .as_deref_mut()
+                .ok_or(MemError::UnknownRegion)?;
+            // Checked above: both ranges lie inside this region.
+            let (from, to, len) = (src.offset as usize, dst.offset as usize, src.len as usize);
+            region.copy_within(from..from + len, to);
+            return Ok(());
+        }
+        let (low, high) = self.slots.split_at_mut(si.max(di));
+        let (a, b) = (&mut low[si.min(di)], &mut high[0]);
+        let (src_slot, dst_slot) = if si < di { (a, b) } else { (b, a) };
+        let from = within(
+            src_slot.region.as_deref().ok_or(MemError::UnknownRegion)?,
+            src.offset,
+            src.len,
+        )?;
+        let to = within_mut(
+            dst_slot
+                .region
+                .as_deref_mut()
+                .ok_or(MemError::UnknownRegion)?,
+            dst.offset,
+            dst.len,
+        )?;
+        to.copy_from_slice(from);
+        Ok(())
+    }
+
+    fn slot(&self, h: MemHandle) -> Result<&Slot<'m>, MemError> {
+        self.slots
+            .get(usize::from(h.index))
+            .filter(|s| s.region.is_some() && s.generation == h.generation)
+            .ok_or(MemError::UnknownRegion)
+    }
+
+    fn slot_mut(&mut self, h: MemHandle) -> Result<&mut Slot<'m>, MemError> {
+        self.slots
+            .get_mut(usize::from(h.index))
+            .filter(|s| s.region.is_some() && s.generation == h.generation)
+            .ok_or(MemError::UnknownRegion)
+    }
+}
+
+fn slot_index(key: RemoteKey) -> usize {
+    (key.0 & 0xFFFF) as usize
+}
+
+fn check_access(slot: &Slot<'_>, need: Access) -> Result<(), MemError> {
+    match slot.access {
+        Some(a) if a.contains(need) => Ok(()),
+        _ => Err(MemError::AccessDenied),
+    }
+}
+
+fn range(size: usize, offset: u64, len: u64) -> Result<core::ops::Range<usize>, MemError> {
+    let err = MemError::OutOfBounds {
+        offset,
+        len,
+        size: size as u64,
+    };
+    let end = offset.checked_add(len).ok_or(err)?;
+    if end > size as u64 {
+        return Err(err);
+    }
+    // Both fit in usize: they are at most `size`.
+    Ok(offset as usize..end as usize)
+}
+
+fn within(region: &[u8], offset: u64, len: u64) -> Result<&[u8], MemError> {
+    Ok(&region[range(region.len(), offset, len)?])
+}
+
+fn within_mut(region: &mut [u8], offset: u64, len: u64) -> Result<&mut [u8], MemError> {
+    let r = range(region.len(), offset, len)?;
+    Ok(&mut region[r])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rs(h: MemHandle, offset: u64, len: u64) -> RemoteSlice {
+        RemoteSlice {
+            key: h.remote_key(),
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn remote_access_is_checked_against_the_registration() {
+        let mut a = [1u8; 16];
+        let mut b = [0u8; 16];
+        let mut regs = Registrations::<4>::new();
+        let ra = regs.register(&mut a, Access::REMOTE_READ).expect("a");
+        let rb = regs.register(&mut b, Access::REMOTE_WRITE).expect("b");
+
+        assert_eq!(regs.remote_read(rs(ra, 0, 16)).expect("read").len(), 16);
+        assert_eq!(regs.remote_read(rs(rb, 0, 1)), Err(MemError::AccessDenied));
+        assert_eq!(
+            regs.remote_write(rs(ra, 0, 1)).err(),
+            Some(MemError::AccessDenied)
+        );
+        assert_eq!(
+            regs.remote_read(rs(ra, 10, 7)),
+            Err(MemError::OutOfBounds {
+                offset: 10,
+                len: 7,
+                size: 16
+            })
+        );
+        assert!(matches!(
+            regs.remote_read(rs(ra, u64::MAX, 2)),
+            Err(MemError::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            regs.remote_read(RemoteSlice {
+                key: RemoteKey(u64::MAX),
+                offset: 0,
+                len: 0
+            }),
+            Err(MemError::UnknownRegion)
+        );
+    }
+
+    #[test]
+    fn copy_between_regions_and_within_one() {
+        let mut a = *b"abcdefgh";
+        let mut b = [0u8; 8];
+        let mut regs = Registrations::<2>::new();
+        let ra = regs.register(&mut a, Access::all()).expect("a");
+        let rb = regs.register(&mut b, Access::REMOTE_WRITE).expect("b");
+        regs.copy(rs(ra, 2, 4), rs(rb, 0, 4)).expect("copy");
+        assert_eq!(&regs.region(rb).expect("b")[..4], b"cdef");
+        regs.copy(rs(ra, 0, 4), rs(ra, 4, 4)).expect("within");
+        assert_eq!(regs.region(ra).expect("a"), b"abcdabcd");
+        // A refused copy writes nothing.
+        assert_eq!(
+            regs.copy(rs(rb, 0, 4), rs(ra, 0, 4)),
+            Err(MemError::AccessDenied)
+        );
+        assert!(matches!(
+            regs.copy(rs(ra, 0, 4), rs(rb, 6, 4)),
+            Err(MemError::OutOfBounds { .. })
+        ));
+        assert_eq!(&regs.region(rb).expect("b")[4..], &[0; 4]);
+    }
+
+    #[test]
+    fn stale_keys_are_refused_after_the_slot_is_reused() {
+        let mut a = [0u8; 4];
+        let mut b = [0u8; 4];
+        let mut regs = Registrations::<1>::new();
+        let ha = regs.register(&mut a, Access::all()).expect("a");
+        let mut spare = [0u8; 1];
+        assert_eq!(
+            regs.register(&mut spare, Access::all()),
+            Err(MemError::Full)
+        );
+        let back = regs.deregister(ha).expect("dereg");
+        assert_eq!(back.len(), 4);
+        let hb = regs.register(&mut b, Access::all()).expect("b");
+        assert_ne!(ha.remote_key(), hb.remote_key());
+        assert_eq!(regs.remote_read(rs(ha, 0, 1)), Err(MemError::UnknownRegion));
+        assert_eq!(regs.region(ha), Err(MemError::UnknownRegion));
+        assert!(regs.remote_read(rs(hb, 0, 1)).is_ok());
+    }
+
+    #[test]
+    fn local_slices_are_bounds_checked() {
+        let mut a = [5u8; 8];
+        let mut regs = Registrations::<1>::new();
+        let h = regs.register(&mut a, Access::empty()).expect("a");
+        let s = MemSlice {
+            handle: h,
+            offset: 4,
+            len: 4,
+        };
+        regs.slice_mut(s).expect("slice").fill(9);
+        assert_eq!(regs.slice(s).expect("slice"), &[9; 4]);
+        assert!(
+            regs.slice(MemSlice {
+                handle: h,
+                offset: 5,
+                len: 4
+            })
+            .is_err()
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_remote_slice_is_refused_or_in_bounds(key in proptest::num::u64::ANY, offset in proptest::num::u64::ANY, len in 0u64..64) {
+            let mut a = [0u8; 32];
+            let mut regs = Registrations::<2>::new();
+            let h = regs.register(&mut a, Access::all()).expect("a");
+            for key in [RemoteKey(key), h.remote_key()] {
+                let s = RemoteSlice { key, offset, len };
+                if let Ok(bytes) = regs.remote_read(s) {
+                    proptest::prop_assert_eq!(bytes.len() as u64, len);
+                    proptest::prop_assert!(offset + len <= 32);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The `Btl` interface every backend offers, after Open MPI's BTL module
+//! (`mca_btl_base_module_t`), translated to Rust ownership:
+//!
+//! - **Descriptors move.** `send` takes a [`Descriptor`] by value. If it
+//!   completes at once the descriptor comes back in
+//!   [`SendStatus::Completed`] (unless [`DescFlags::BTL_OWNERSHIP`] let the
+//!   BTL free it); if it is queued, the BTL owns it until the matching
+//!   [`Event::SendComplete`], which hands it back the same way. A refused
+//!   send returns it in [`SendError`]. Nothing is lost or freed twice.
+//! - **Callbacks are events.** Open MPI's BTL calls the upper layer back
+//!   from inside `progress`; a Rust callback holding the BTL mutably could
+//!   not send a reply. So `progress` only moves the protocol forward, and
+//!   [`Btl::poll_event`] hands out what happened, one event at a time, each
+//!   borrowing the BTL: a received message is seen in place and is valid
+//!   only until the next call, exactly Open MPI's "valid only during the
+//!   callback". [`TagTable`] turns received messages into handler calls.
+//! - **Memory is lent.** [`Btl::register_mem`] takes a region for the BTL's
+//!   lifetime `'m`; peers name it by [`RemoteKey`], offset and length, and
+//!   every remote access is checked against the registration. In-place sends
+//!   reference registered memory, so a queued descriptor never borrows user
+//!   memory the compiler cannot see.
+//!
+//! Every operation ends exactly once: with its immediate result, or with one
+//! completion event carrying success or a typed [`BtlError`].
+
+mod attributes;
+mod error;
+pub mod memory;
+mod tag;
+
+pub use attributes::{Attributes, BtlFlags};
+pub use error::{BtlError, LostReason, RejectCode};
+pub use memory::{Access, MemError, MemHandle, MemSlice, Registrations, RemoteKey, RemoteSlice};
+pub use tag::{Handler, Incoming, Tag, TagError, TagRange, TagTable};
+
+use crate::desc::{DescFlags, Descriptor, Order};
+use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::pool::FragmentPools;
+
+/// What a `send` came to when it did not fail.
+#[derive(Debug)]
+#[must_use = "a completed send may hand the descriptor back"]
+pub enum SendStatus {
+    /// Sent at once. The descriptor is back with the caller, or `None` when
+    /// `BTL_OWNERSHIP` let the BTL free it. An [`Event::SendComplete`]
+    /// follows only with `ALWAYS_CALLBACK`.
+    Completed(Option<Descriptor>),
+    /// Queued: the BTL owns the descriptor until its [`Event::SendComplete`].
+    Queued,
+}
+
+/// A refused `send`: why, and the descriptor back.
+#[derive(Debug)]
+pub struct SendError {
+    /// Why the send was refused.
+    pub error: BtlError,
+    /// The descriptor, still the caller's.
+    pub desc: Descriptor,
+}
+
+/// Identifies a put or get until its completion event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OpId(pub u64);
+
+/// A fatal or non-fatal error reported outside any one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorEvent {
+    /// Fatal errors end the BTL; non-fatal ones concern one peer.
+    pub fatal: bool,
+    /// The peer concerned, if any.
+    pub endpoint: Option<EndpointId>,
+    /// What went wrong.
+    pub error: BtlError,
+}
+
+/// Something that happened, handed out by [`Btl::poll_event`].
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// An active message; its bytes are valid until the next `poll_event`.
+    Received(Incoming<'a>),
+    /// A queued send (or an `ALWAYS_CALLBACK` one) finished.
+    SendComplete {
+        /// The peer.
+        endpoint: EndpointId,
+        /// The tag it was sent with.
+        tag: Tag,
+        /// The descriptor back, or `None` when the BTL owned and freed it.
+        desc: Option<Descriptor>,
+        /// Success, or why it failed.
+        result: Result<(), BtlError>,
+    },
+    /// A put finished: the data is in the peer's memory, or it failed.
+    PutComplete {
+        /// The operation.
+        op: OpId,
+        /// The caller's value given to `put`.
+        ctx: u64,
+        /// Success, or why it failed.
+        result: Result<(), BtlError>,
+    },
+    /// A get finished: the data is in local memory, or it failed.
+    GetComplete {
+        /// The operation.
+        op: OpId,
+        /// The caller's value given to `get`.
+        ctx: u64,
+        /// Success, or why it failed.
+        result: Result<(), BtlError>,
+    },
+    /// An error not tied to one operation (a peer lost, the BTL failed).
+    Error(ErrorEvent),
+}
+
+/// The interface of one BTL module. `'m` is how long registered memory is
+/// lent to it.
+pub trait Btl<'m> {
+    /// The module's published attributes.
+    fn attributes(&self) -> &Attributes;
+
+    /// The fragment pools descriptors come from, to fill their headers and
+    /// payloads (`Descriptor::header_mut(btl.pools())`).
+    fn pools(&self) -> &FragmentPools<'_>;
+
+    /// Makes the processes known: `endpoints[i]` and bit `i` of `reachable`
+    /// are set for every `procs[i]` this module reaches. Connections are made
+    /// lazily, on first use. `endpoints` must be as long as `procs`.
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError>;
+
+    /// Forgets endpoints (reference-counted: a process added twice must be
+    /// deleted twice). Outstanding operations to a forgotten peer fail with
+    /// `PeerLost(Removed)`.
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError>;
+
+    /// A descriptor with `size` payload bytes for the caller to fill
+    /// (Open MPI's `btl_alloc`).
+    fn alloc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError>;
+
+    /// Returns a descriptor the caller owns.
+    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError>;
+
+    /// A descriptor sending `reserve` header bytes then `data` (copied).
+    fn prepare_src(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError>;
+
+    /// A descriptor sending `reserve` header bytes then registered memory,
+    /// referenced in place when the module offers `SEND_INPLACE` and the
+    /// data is large, copied otherwise.
+    fn prepare_src_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError>;
+
+    /// Sends a descriptor as an active message with `tag`.
+    fn send(
+        &mut self,
+        endpoint: EndpointId,
+        desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError>;
+
+    /// Sends `header` then `payload` at once without a descriptor, or fails
+    /// with `OutOfResource` when it cannot go now (no fragment, no credit):
+    /// the caller then falls back to `prepare_src` + `send`. A success is
+    /// complete; no event follows.
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<(), BtlError>;
+
+    /// Lends `region` to the module for put, get and in-place sends.
+    fn register_mem(&mut self, region: &'m mut [u8], access: Access)
+    -> Result<MemHandle, BtlError>;
+
+    /// Ends a registration and gives the region back.
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<&'m mut [u8], BtlError>;
+
+    /// A registered region, to read what puts and gets left there.
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError>;
+
+    /// A registered region, to write what will be put or sent.
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError>;
+
+    /// Writes `local` into the peer's `remote`; completes (event) once the
+    /// data is in the peer's memory.
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError>;
+
+    /// Reads the peer's `remote` into `local`; completes (event) once the
+    /// data is in local memory.
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError>;
+
+    /// Moves the protocol forward; returns how many events became ready.
+    fn progress(&mut self) -> usize;
+
+    /// The next event, if any; a received message's bytes are valid until
+    /// the next call.
+    fn poll_event(&mut self) -> Option<Event<'_>>;
+
+    /// Shuts the module down: every outstanding operation fails with
+    /// `Finalized` (its event is still delivered), later calls fail.
+    fn finalize(&mut self);
+}

@@ -11,6 +11,7 @@ pub mod addr;
 pub mod btl;
 pub mod desc;
 pub mod endpoint;
+pub mod loopback;
 pub mod mca;
 pub mod pool;
 mod sync;

@@ -1,13 +1,14 @@
 //! The `btl` command.
 #![forbid(unsafe_code)]
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params, register_framework_params};
-use btl_std::ParamRegistry;
+use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
 use btl_std::info::{Filter, Report};
 use btl_std::param_sources::{apply_environment, apply_file, default_param_file};
+use btl_std::{ParamRegistry, register_all};
 use clap::{Parser, Subcommand};
 
 /// btl, a byte transfer layer: inspect and exercise its components.
@@ -60,7 +61,7 @@ fn main() -> ExitCode {
 fn info(args: InfoArgs) -> Result<(), String> {
     let mut registry = Box::new(ParamRegistry::new());
     let params: &mut dyn Params = registry.as_mut();
-    register_framework_params(params).map_err(|e| e.to_string())?;
+    let components = register_all(params).map_err(|e| e.to_string())?;
 
     let env = |var: &str| std::env::var(var).ok();
     let param_file = args.param_file.or_else(|| default_param_file(env));
@@ -93,15 +94,25 @@ fn info(args: InfoArgs) -> Result<(), String> {
     let report = Report::gather(
         BTL_FRAMEWORK,
         BTL_FRAMEWORK_VERSION,
-        Vec::new(),
+        components,
         params,
         param_file,
         &filter,
     );
-    if args.json {
-        println!("{}", report.to_json());
+    let text = if args.json {
+        report.to_json() + "\n"
     } else {
-        print!("{report}");
+        report.to_string()
+    };
+    write_stdout(&text)
+}
+
+/// Writes to stdout; a reader that went away (`btl info | head`) is not an
+/// error.
+fn write_stdout(text: &str) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string()),
+        _ => Ok(()),
     }
-    Ok(())
 }

@@ -33,6 +33,14 @@ fn info_lists_the_framework_and_its_parameters() {
     assert!(text.contains("Framework: btl (interface v1.0.0)"), "{text}");
     assert!(text.contains("parameter \"btl\""), "{text}");
     assert!(text.contains("data source: default"), "{text}");
+    assert!(
+        text.contains("MCA btl: self (v0.1.0, interface v1.0.0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("parameter \"btl_self_eager_limit\""),
+        "{text}"
+    );
 }
 
 #[test]

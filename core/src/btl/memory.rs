@@ -72,6 +72,15 @@ pub struct RemoteSlice {
     pub len: u64,
 }
 
+/// One side of a copy within a table: named by its owner, or by a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Named by the local process: no access check beyond bounds.
+    Local(MemSlice),
+    /// Named by a peer: the registration must allow the access.
+    Remote(RemoteSlice),
+}
+
 /// Why a registration or an access was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemError {
@@ -216,50 +225,60 @@ impl<'m, const N: usize> Registrations<'m, N> {
         )
     }
 
-    /// Copies `src` (read access required) into `dst` (write access
-    /// required), both named by key: what a put or get between two regions
-    /// of this table does. The lengths must match; nothing is written when
-    /// any check fails.
-    pub fn copy(&mut self, src: RemoteSlice, dst: RemoteSlice) -> Result<(), MemError> {
-        if src.len != dst.len {
+    /// Copies `src` to `dst` within this table, what a put or get between
+    /// two regions of one process does. A [`Side::Remote`] source needs
+    /// read access and a remote destination write access; local sides are
+    /// their owner's and need none. The lengths must match; nothing is
+    /// written when any check fails.
+    pub fn copy(&mut self, src: Side, dst: Side) -> Result<(), MemError> {
+        let (si, src_range) = self.resolve(src, Access::REMOTE_READ)?;
+        let (di, dst_range) = self.resolve(dst, Access::REMOTE_WRITE)?;
+        if src_range.len() != dst_range.len() {
             return Err(MemError::OutOfBounds {
-                offset: dst.offset,
-                len: src.len,
-                size: dst.len,
+                offset: dst_range.start as u64,
+                len: src_range.len() as u64,
+                size: dst_range.len() as u64,
             });
         }
-        // Check both sides before touching anything.
-        self.remote_read(src)?;
-        self.remote_write(dst)?;
-        let (si, di) = (slot_index(src.key), slot_index(dst.key));
         if si == di {
             let region = self.slots[si]
                 .region
                 .as_deref_mut()
                 .ok_or(MemError::UnknownRegion)?;
-            // Checked above: both ranges lie inside this region.
-            let (from, to, len) = (src.offset as usize, dst.offset as usize, src.len as usize);
-            region.copy_within(from..from + len, to);
+            region.copy_within(src_range, dst_range.start);
             return Ok(());
         }
         let (low, high) = self.slots.split_at_mut(si.max(di));
         let (a, b) = (&mut low[si.min(di)], &mut high[0]);
         let (src_slot, dst_slot) = if si < di { (a, b) } else { (b, a) };
-        let from = within(
-            src_slot.region.as_deref().ok_or(MemError::UnknownRegion)?,
-            src.offset,
-            src.len,
-        )?;
-        let to = within_mut(
-            dst_slot
-                .region
-                .as_deref_mut()
-                .ok_or(MemError::UnknownRegion)?,
-            dst.offset,
-            dst.len,
-        )?;
-        to.copy_from_slice(from);
+        let from = src_slot.region.as_deref().ok_or(MemError::UnknownRegion)?;
+        let to = dst_slot
+            .region
+            .as_deref_mut()
+            .ok_or(MemError::UnknownRegion)?;
+        to[dst_range].copy_from_slice(&from[src_range]);
         Ok(())
+    }
+
+    /// The slot and byte range a side names, after every check.
+    fn resolve(
+        &self,
+        side: Side,
+        remote_access: Access,
+    ) -> Result<(usize, core::ops::Range<usize>), MemError> {
+        let (handle, offset, len, need) = match side {
+            Side::Local(s) => (s.handle, s.offset, s.len, Access::empty()),
+            Side::Remote(s) => (
+                s.key.handle().ok_or(MemError::UnknownRegion)?,
+                s.offset,
+                s.len,
+                remote_access,
+            ),
+        };
+        let slot = self.slot(handle)?;
+        check_access(slot, need)?;
+        let size = slot.region.as_deref().map_or(0, <[u8]>::len);
+        Ok((usize::from(handle.index), range(size, offset, len)?))
     }
 
     fn slot(&self, h: MemHandle) -> Result<&Slot<'m>, MemError> {
@@ -275,10 +294,6 @@ impl<'m, const N: usize> Registrations<'m, N> {
             .filter(|s| s.region.is_some() && s.generation == h.generation)
             .ok_or(MemError::UnknownRegion)
     }
-}
-
-fn slot_index(key: RemoteKey) -> usize {
-    (key.0 & 0xFFFF) as usize
 }
 
 fn check_access(slot: &Slot<'_>, need: Access) -> Result<(), MemError> {
@@ -366,20 +381,29 @@ mod tests {
         let mut regs = Registrations::<2>::new();
         let ra = regs.register(&mut a, Access::all()).expect("a");
         let rb = regs.register(&mut b, Access::REMOTE_WRITE).expect("b");
-        regs.copy(rs(ra, 2, 4), rs(rb, 0, 4)).expect("copy");
+        let r = |h, o, l| Side::Remote(rs(h, o, l));
+        regs.copy(r(ra, 2, 4), r(rb, 0, 4)).expect("copy");
         assert_eq!(&regs.region(rb).expect("b")[..4], b"cdef");
-        regs.copy(rs(ra, 0, 4), rs(ra, 4, 4)).expect("within");
+        regs.copy(r(ra, 0, 4), r(ra, 4, 4)).expect("within");
         assert_eq!(regs.region(ra).expect("a"), b"abcdabcd");
         // A refused copy writes nothing.
         assert_eq!(
-            regs.copy(rs(rb, 0, 4), rs(ra, 0, 4)),
+            regs.copy(r(rb, 0, 4), r(ra, 0, 4)),
             Err(MemError::AccessDenied)
         );
         assert!(matches!(
-            regs.copy(rs(ra, 0, 4), rs(rb, 6, 4)),
+            regs.copy(r(ra, 0, 4), r(rb, 6, 4)),
             Err(MemError::OutOfBounds { .. })
         ));
         assert_eq!(&regs.region(rb).expect("b")[4..], &[0; 4]);
+        // The owner's own side needs no access: b is write-only to peers.
+        let local = Side::Local(MemSlice {
+            handle: rb,
+            offset: 0,
+            len: 4,
+        });
+        regs.copy(local, r(ra, 0, 4)).expect("local source");
+        assert_eq!(&regs.region(ra).expect("a")[..4], b"cdef");
     }
 
     #[test]

@@ -30,7 +30,9 @@ mod tag;
 
 pub use attributes::{Attributes, BtlFlags};
 pub use error::{BtlError, LostReason, RejectCode};
-pub use memory::{Access, MemError, MemHandle, MemSlice, Registrations, RemoteKey, RemoteSlice};
+pub use memory::{
+    Access, MemError, MemHandle, MemSlice, Registrations, RemoteKey, RemoteSlice, Side,
+};
 pub use tag::{Handler, Incoming, Tag, TagError, TagRange, TagTable};
 
 use crate::desc::{DescFlags, Descriptor, Order};

@@ -1,0 +1,474 @@
+//! The `self` BTL: a process talking to itself, after Open MPI's `btl/self`.
+//!
+//! It reaches only its own process. A `send` hands the descriptor's bytes to
+//! the next [`Btl::poll_event`] in place, without a copy; `sendi` copies
+//! header and payload into one of its own fixed slots, taking no fragment;
+//! `put` and `get` are copies between two registered regions, checked like a
+//! peer's. Everything is bounded by the const parameters: `REGS`
+//! registrations and `QUEUE` undelivered events (and `QUEUE` sendi slots of
+//! [`SENDI_MAX`] bytes).
+
+mod component;
+
+pub use component::{LoopbackSetup, SELF_POOL_PARAMS, SelfComponent};
+
+use heapless::Deque;
+
+use crate::btl::{
+    Access, Attributes, Btl, BtlError, BtlFlags, Event, Incoming, MemHandle, MemSlice, OpId,
+    Registrations, RemoteSlice, SendError, SendStatus, Side, Tag,
+};
+use crate::desc::{DescFlags, Descriptor, Order};
+use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::mca::Exclusivity;
+use crate::pool::FragmentPools;
+
+/// Largest header + payload of one `sendi`.
+pub const SENDI_MAX: usize = 256;
+
+/// The loopback's only endpoint: the process itself.
+const ME: EndpointId = EndpointId(0);
+
+/// Where the bytes of a received message are.
+#[derive(Debug)]
+enum Payload {
+    /// In the sent descriptor's fragment.
+    Descriptor(Descriptor),
+    /// In sendi slot `slot`, `len` bytes.
+    Slot { slot: usize, len: usize },
+}
+
+#[derive(Debug)]
+enum Pending {
+    Received {
+        tag: Tag,
+        payload: Payload,
+    },
+    SendComplete {
+        tag: Tag,
+        desc: Option<Descriptor>,
+        result: Result<(), BtlError>,
+    },
+    PutComplete {
+        op: OpId,
+        ctx: u64,
+        result: Result<(), BtlError>,
+    },
+    GetComplete {
+        op: OpId,
+        ctx: u64,
+        result: Result<(), BtlError>,
+    },
+}
+
+/// The `self` BTL module. `'r` is the fragment pools' region, `'m` the
+/// lifetime of registered memory.
+pub struct Loopback<'r, 'm, const REGS: usize, const QUEUE: usize> {
+    me: ProcName,
+    attributes: Attributes,
+    pools: FragmentPools<'r>,
+    regs: Registrations<'m, REGS>,
+    queue: Deque<Pending, QUEUE>,
+    /// The message handed out by the last `poll_event`, released by the next.
+    delivered: Option<(Tag, Payload)>,
+    slots: [[u8; SENDI_MAX]; QUEUE],
+    free_slots: heapless::Vec<u16, QUEUE>,
+    endpoint_refs: u32,
+    next_op: u64,
+    finalized: bool,
+}
+
+impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE> {
+    /// The loopback of process `me`, with descriptors from `pools`.
+    pub fn new(me: ProcName, pools: FragmentPools<'r>) -> Self {
+        assert!(QUEUE <= u16::MAX as usize, "at most 65535 queued events");
+        let eager = pools.class_size(crate::pool::FragmentClass::Eager);
+        let max = pools.class_size(crate::pool::FragmentClass::Max);
+        Loopback {
+            me,
+            attributes: Attributes {
+                name: "self",
+                eager_limit: eager,
+                max_send_size: max,
+                rdma_pipeline_send_length: usize::MAX,
+                rdma_pipeline_frag_size: usize::MAX,
+                put_limit: u64::MAX,
+                put_alignment: 1,
+                get_limit: u64::MAX,
+                get_alignment: 1,
+                exclusivity: Exclusivity::HIGH,
+                latency_us: 0,
+                bandwidth_mbps: 100_000,
+                flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET,
+                registration_handle_size: 8,
+            },
+            pools,
+            regs: Registrations::new(),
+            queue: Deque::new(),
+            delivered: None,
+            slots: [[0; SENDI_MAX]; QUEUE],
+            free_slots: (0..QUEUE as u16).rev().collect(),
+            endpoint_refs: 0,
+            next_op: 0,
+            finalized: false,
+        }
+    }
+
+    fn check(&self, endpoint: EndpointId) -> Result<(), BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        if endpoint != ME || self.endpoint_refs == 0 {
+            return Err(BtlError::Unreachable);
+        }
+        Ok(())
+    }
+
+    /// Releases what the previous `poll_event` lent out: a sendi slot goes
+    /// back, a descriptor completes.
+    fn release_delivered(&mut self) {
+        let Some((tag, payload)) = self.delivered.take() else {
+            return;
+        };
+        match payload {
+            Payload::Slot { slot, .. } => {
+                // The slot came from this list, which has room for all of them.
+                let _ = self.free_slots.push(slot as u16);
+            }
+            Payload::Descriptor(desc) => self.complete_send(tag, desc, Ok(())),
+        }
+    }
+
+    /// Ends a send: frees an owned descriptor, queues the completion the
+    /// flags ask for. The queue has room: this send's own entry just left it.
+    fn complete_send(&mut self, tag: Tag, desc: Descriptor, result: Result<(), BtlError>) {
+        let flags = desc.flags();
+        let owned = flags.contains(DescFlags::BTL_OWNERSHIP);
+        let desc = if owned {
+            let _ = desc.free(&self.pools);
+            None
+        } else {
+            Some(desc)
+        };
+        if desc.is_some() || flags.contains(DescFlags::ALWAYS_CALLBACK) {
+            let _ = self
+                .queue
+                .push_back(Pending::SendComplete { tag, desc, result });
+        }
+    }
+
+    fn next_op(&mut self) -> OpId {
+        self.next_op += 1;
+        OpId(self.next_op)
+    }
+
+    /// A put or get: a checked copy within the registrations, completed
+    /// by an event like on any other BTL.
+    fn rdma(
+        &mut self,
+        endpoint: EndpointId,
+        src: Side,
+        dst: Side,
+        ctx: u64,
+        put: bool,
+    ) -> Result<OpId, BtlError> {
+        self.check(endpoint)?;
+        if self.queue.is_full() {
+            return Err(BtlError::OutOfResource);
+        }
+        let op = self.next_op();
+        let result = self
+            .regs
+            .copy(src, dst)
+            .map_err(|e| BtlError::Rejected(e.into()));
+        let pending = if put {
+            Pending::PutComplete { op, ctx, result }
+        } else {
+            Pending::GetComplete { op, ctx, result }
+        };
+        // Room checked above.
+        let _ = self.queue.push_back(pending);
+        Ok(op)
+    }
+}
+
+impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm, REGS, QUEUE> {
+    fn attributes(&self) -> &Attributes {
+        &self.attributes
+    }
+
+    fn pools(&self) -> &FragmentPools<'_> {
+        &self.pools
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
+            *ep = None;
+            if *proc == self.me && reachable.set(i) {
+                *ep = Some(ME);
+                self.endpoint_refs = self.endpoint_refs.saturating_add(1);
+            }
+        }
+        Ok(())
+    }
+
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        for &ep in endpoints {
+            if ep != ME || self.endpoint_refs == 0 {
+                return Err(BtlError::Unreachable);
+            }
+            self.endpoint_refs -= 1;
+        }
+        Ok(())
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check(endpoint)?;
+        Descriptor::alloc(&self.pools, 0, size, order, flags).map_err(desc_error)
+    }
+
+    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
+        desc.free(&self.pools)
+            .map_err(|_| BtlError::Memory(crate::btl::MemError::UnknownRegion))
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check(endpoint)?;
+        Descriptor::prepare_src(&self.pools, reserve, data, order, flags).map_err(desc_error)
+    }
+
+    fn prepare_src_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check(endpoint)?;
+        // No SEND_INPLACE: a received message is one contiguous slice, so
+        // registered data is copied like any other.
+        let bytes = self.regs.slice(data)?;
+        Descriptor::prepare_src(&self.pools, reserve, bytes, order, flags).map_err(desc_error)
+    }
+
+    fn send(
+        &mut self,
+        endpoint: EndpointId,
+        mut desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError> {
+        if let Err(error) = self.check(endpoint) {
+            return Err(SendError { error, desc });
+        }
+        desc.set_tag(tag);
+        let owned = desc.flags().contains(DescFlags::BTL_OWNERSHIP);
+        let quiet = !desc.flags().contains(DescFlags::ALWAYS_CALLBACK);
+        let pending = Pending::Received {
+            tag,
+            payload: Payload::Descriptor(desc),
+        };
+        match self.queue.push_back(pending) {
+            Ok(()) if owned && quiet => Ok(SendStatus::Completed(None)),
+            Ok(()) => Ok(SendStatus::Queued),
+            Err(Pending::Received {
+                payload: Payload::Descriptor(desc),
+                ..
+            }) => Err(SendError {
+                error: BtlError::OutOfResource,
+                desc,
+            }),
+            Err(_) => unreachable!("push_back returns the value it was given"),
+        }
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        _order: Order,
+        flags: DescFlags,
+    ) -> Result<(), BtlError> {
+        self.check(endpoint)?;
+        let len = header.len() + payload.len();
+        if len > SENDI_MAX {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max: SENDI_MAX as u64,
+            });
+        }
+        if self.queue.is_full() {
+            return Err(BtlError::OutOfResource);
+        }
+        let slot = usize::from(self.free_slots.pop().ok_or(BtlError::OutOfResource)?);
+        let bytes = &mut self.slots[slot];
+        bytes[..header.len()].copy_from_slice(header);
+        bytes[header.len()..len].copy_from_slice(payload);
+        // Room checked above.
+        let _ = self.queue.push_back(Pending::Received {
+            tag,
+            payload: Payload::Slot { slot, len },
+        });
+        // A sendi is complete on return: no event follows, whatever the flags.
+        let _ = flags;
+        Ok(())
+    }
+
+    fn register_mem(
+        &mut self,
+        region: &'m mut [u8],
+        access: Access,
+    ) -> Result<MemHandle, BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        Ok(self.regs.register(region, access)?)
+    }
+
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<&'m mut [u8], BtlError> {
+        Ok(self.regs.deregister(handle)?)
+    }
+
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
+        Ok(self.regs.region(handle)?)
+    }
+
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
+        Ok(self.regs.region_mut(handle)?)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.regs.slice(local)?;
+        self.rdma(
+            endpoint,
+            Side::Local(local),
+            Side::Remote(remote),
+            ctx,
+            true,
+        )
+    }
+
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.regs.slice(local)?;
+        self.rdma(
+            endpoint,
+            Side::Remote(remote),
+            Side::Local(local),
+            ctx,
+            false,
+        )
+    }
+
+    fn progress(&mut self) -> usize {
+        self.queue.len()
+    }
+
+    fn poll_event(&mut self) -> Option<Event<'_>> {
+        self.release_delivered();
+        match self.queue.pop_front()? {
+            Pending::Received { tag, payload } => {
+                self.delivered = Some((tag, payload));
+                let (_, payload) = self.delivered.as_ref()?;
+                let data = match payload {
+                    Payload::Slot { slot, len } => &self.slots[*slot][..*len],
+                    Payload::Descriptor(desc) => desc.fragment_bytes(&self.pools).ok()?,
+                };
+                Some(Event::Received(Incoming {
+                    from: ME,
+                    tag,
+                    data,
+                }))
+            }
+            Pending::SendComplete { tag, desc, result } => Some(Event::SendComplete {
+                endpoint: ME,
+                tag,
+                desc,
+                result,
+            }),
+            Pending::PutComplete { op, ctx, result } => {
+                Some(Event::PutComplete { op, ctx, result })
+            }
+            Pending::GetComplete { op, ctx, result } => {
+                Some(Event::GetComplete { op, ctx, result })
+            }
+        }
+    }
+
+    fn finalize(&mut self) {
+        if self.finalized {
+            return;
+        }
+        self.finalized = true;
+        self.release_delivered();
+        // Undelivered messages fail; every other event stays to be polled.
+        let n = self.queue.len();
+        for _ in 0..n {
+            match self.queue.pop_front() {
+                Some(Pending::Received {
+                    tag,
+                    payload: Payload::Descriptor(desc),
+                }) => {
+                    self.complete_send(tag, desc, Err(BtlError::Finalized));
+                }
+                Some(Pending::Received {
+                    payload: Payload::Slot { slot, .. },
+                    ..
+                }) => {
+                    let _ = self.free_slots.push(slot as u16);
+                }
+                Some(other) => {
+                    let _ = self.queue.push_back(other);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+fn desc_error(e: crate::desc::DescError) -> BtlError {
+    match e {
+        crate::desc::DescError::Pool(p) => p.into(),
+        crate::desc::DescError::LengthOverflow => BtlError::TooLarge {
+            len: u64::MAX,
+            max: u32::MAX as u64,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

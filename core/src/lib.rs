@@ -7,6 +7,11 @@
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// `arbitrary` and its derive need `std`; the feature is for fuzzing and
+// property tests on a host, never for a `no_std` target.
+#[cfg(any(test, feature = "arbitrary"))]
+extern crate std;
+
 pub mod addr;
 pub mod btl;
 pub mod desc;
@@ -15,3 +20,4 @@ pub mod loopback;
 pub mod mca;
 pub mod pool;
 mod sync;
+pub mod wire;

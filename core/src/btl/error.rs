@@ -6,22 +6,7 @@ use super::memory::MemError;
 use crate::endpoint::EndpointError;
 use crate::pool::PoolError;
 
-/// Why the peer refused a put or get (the REJECT packet's code).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RejectCode {
-    /// The key names no current registration.
-    BadHandle,
-    /// The range does not lie inside the registration.
-    OutOfBounds,
-    /// The registration does not allow the access.
-    AccessDenied,
-    /// Longer than the peer accepts.
-    TooLarge,
-    /// The third-party target of a get is unknown to the peer.
-    NoTarget,
-    /// A code this version does not know.
-    Other(u8),
-}
+pub use crate::wire::RejectCode;
 
 impl From<MemError> for RejectCode {
     fn from(e: MemError) -> Self {
@@ -98,19 +83,6 @@ impl From<PoolError> for BtlError {
                 max: max as u64,
             },
             _ => BtlError::OutOfResource,
-        }
-    }
-}
-
-impl fmt::Display for RejectCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RejectCode::BadHandle => f.write_str("no such registration"),
-            RejectCode::OutOfBounds => f.write_str("range outside the registration"),
-            RejectCode::AccessDenied => f.write_str("access not allowed by the registration"),
-            RejectCode::TooLarge => f.write_str("too large"),
-            RejectCode::NoTarget => f.write_str("unknown target process"),
-            RejectCode::Other(c) => write!(f, "unknown reason {c}"),
         }
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! A descriptor owns one pool fragment and describes at most two segments:
 //!
-//! 1. the fragment: a *header reserve* the upper layer fills with its own
-//!    header, followed by payload copied inline;
+//! 1. the fragment: *headroom* for the BTL's own packet header, then a
+//!    *header reserve* the upper layer fills with its own header, then
+//!    payload copied inline;
 //! 2. optionally, a range of registered memory referenced in place, so a
 //!    large send costs no copy (a stream BTL writes both segments with one
 //!    vectored write).
@@ -74,6 +75,7 @@ impl core::error::Error for DescError {}
 #[derive(Debug)]
 pub struct Descriptor {
     fragment: Fragment,
+    headroom: u16,
     reserve: u32,
     inline_len: u32,
     referenced: Option<MemSlice>,
@@ -83,21 +85,27 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
-    /// A descriptor with `reserve` header bytes and `len` payload bytes for the
-    /// caller to fill, from the smallest fragment class that holds both
-    /// (Open MPI's `btl_alloc`).
+    /// A descriptor with `headroom` bytes for the BTL's packet header,
+    /// `reserve` header bytes and `len` payload bytes for the caller to fill,
+    /// from the smallest fragment class that holds them all (Open MPI's
+    /// `btl_alloc`).
     pub fn alloc(
         pools: &FragmentPools<'_>,
+        headroom: u16,
         reserve: usize,
         len: usize,
         order: Order,
         flags: DescFlags,
     ) -> Result<Self, DescError> {
         let (reserve32, len32) = lengths(reserve, len)?;
-        let total = reserve.checked_add(len).ok_or(DescError::LengthOverflow)?;
+        let total = usize::from(headroom)
+            .checked_add(reserve)
+            .and_then(|t| t.checked_add(len))
+            .ok_or(DescError::LengthOverflow)?;
         let fragment = pools.alloc(total)?;
         Ok(Descriptor {
             fragment,
+            headroom,
             reserve: reserve32,
             inline_len: len32,
             referenced: None,
@@ -112,12 +120,13 @@ impl Descriptor {
     /// registered); `data` is free again at once.
     pub fn prepare_src(
         pools: &FragmentPools<'_>,
+        headroom: u16,
         reserve: usize,
         data: &[u8],
         order: Order,
         flags: DescFlags,
     ) -> Result<Self, DescError> {
-        let mut d = Self::alloc(pools, reserve, data.len(), order, flags)?;
+        let mut d = Self::alloc(pools, headroom, reserve, data.len(), order, flags)?;
         match d.payload_mut(pools) {
             Ok(payload) => payload.copy_from_slice(data),
             Err(e) => {
@@ -134,15 +143,25 @@ impl Descriptor {
     /// the registered memory `data` in place, without copying it.
     pub fn prepare_src_inplace(
         pools: &FragmentPools<'_>,
+        headroom: u16,
         reserve: usize,
         data: MemSlice,
         order: Order,
         flags: DescFlags,
     ) -> Result<Self, DescError> {
         u32::try_from(data.len).map_err(|_| DescError::LengthOverflow)?;
-        let mut d = Self::alloc(pools, reserve, 0, order, flags)?;
+        let mut d = Self::alloc(pools, headroom, reserve, 0, order, flags)?;
         d.referenced = Some(data);
         Ok(d)
+    }
+
+    /// The headroom, for the BTL to write its packet header into.
+    pub fn headroom_mut<'a>(
+        &'a mut self,
+        pools: &'a FragmentPools<'_>,
+    ) -> Result<&'a mut [u8], PoolError> {
+        let headroom = usize::from(self.headroom);
+        Ok(&mut pools.bytes_mut(&mut self.fragment)?[..headroom])
     }
 
     /// The header reserve, for the upper layer to write its header into.
@@ -150,8 +169,9 @@ impl Descriptor {
         &'a mut self,
         pools: &'a FragmentPools<'_>,
     ) -> Result<&'a mut [u8], PoolError> {
-        let reserve = self.reserve as usize;
-        Ok(&mut pools.bytes_mut(&mut self.fragment)?[..reserve])
+        let start = usize::from(self.headroom);
+        let end = start + self.reserve as usize;
+        Ok(&mut pools.bytes_mut(&mut self.fragment)?[start..end])
     }
 
     /// The inline payload after the reserve (what [`Descriptor::alloc`] asked
@@ -164,7 +184,7 @@ impl Descriptor {
         Ok(&mut pools.bytes_mut(&mut self.fragment)?[start..end])
     }
 
-    /// The first segment: header reserve and inline payload.
+    /// The first segment: headroom, header reserve and inline payload.
     pub fn fragment_bytes<'a>(
         &'a self,
         pools: &'a FragmentPools<'_>,
@@ -178,10 +198,16 @@ impl Descriptor {
         self.referenced
     }
 
-    /// Bytes the descriptor sends: reserve, inline payload and referenced payload.
+    /// Bytes the descriptor sends: headroom, reserve, inline payload and
+    /// referenced payload.
     pub fn len(&self) -> usize {
         let referenced = self.referenced.map_or(0, |r| r.len as usize);
-        self.reserve as usize + self.inline_len as usize + referenced
+        usize::from(self.headroom) + self.reserve as usize + self.inline_len as usize + referenced
+    }
+
+    /// Bytes of headroom kept for the BTL's packet header.
+    pub fn headroom(&self) -> usize {
+        usize::from(self.headroom)
     }
 
     /// True when the descriptor sends no byte at all.
@@ -225,7 +251,7 @@ impl Descriptor {
     }
 
     fn inline_range(&self) -> (usize, usize) {
-        let start = self.reserve as usize;
+        let start = usize::from(self.headroom) + self.reserve as usize;
         (start, start + self.inline_len as usize)
     }
 }
@@ -270,8 +296,9 @@ mod tests {
     fn data_is_copied_behind_the_reserve() {
         with_pools(|pools| {
             let data = [7u8; 40];
-            let mut d = Descriptor::prepare_src(pools, 16, &data, Order::ANY, DescFlags::empty())
-                .expect("descriptor");
+            let mut d =
+                Descriptor::prepare_src(pools, 0, 16, &data, Order::ANY, DescFlags::empty())
+                    .expect("descriptor");
             assert_eq!(d.referenced(), None);
             assert_eq!(d.len(), 56);
             d.header_mut(pools).expect("header").fill(0xAA);
@@ -295,8 +322,9 @@ mod tests {
                 offset: 0,
                 len: 4096,
             };
-            let d = Descriptor::prepare_src_inplace(pools, 24, slice, Order(1), DescFlags::empty())
-                .expect("descriptor");
+            let d =
+                Descriptor::prepare_src_inplace(pools, 0, 24, slice, Order(1), DescFlags::empty())
+                    .expect("descriptor");
             assert_eq!(d.referenced(), Some(slice));
             assert_eq!(d.len(), 24 + 4096);
             assert_eq!(d.fragment_bytes(pools).expect("bytes").len(), 24);
@@ -309,7 +337,7 @@ mod tests {
     fn copying_more_than_the_largest_class_is_refused() {
         with_pools(|pools| {
             let data = vec![0u8; 2000];
-            let err = Descriptor::prepare_src(pools, 8, &data, Order::ANY, DescFlags::empty())
+            let err = Descriptor::prepare_src(pools, 0, 8, &data, Order::ANY, DescFlags::empty())
                 .expect_err("too large");
             assert!(matches!(err, DescError::Pool(PoolError::TooLarge { .. })));
             for class in FragmentClass::ALL {
@@ -321,7 +349,7 @@ mod tests {
     #[test]
     fn alloc_picks_the_smallest_class_that_fits() {
         with_pools(|pools| {
-            let mut d = Descriptor::alloc(pools, 16, 200, Order::ANY, DescFlags::BTL_OWNERSHIP)
+            let mut d = Descriptor::alloc(pools, 0, 16, 200, Order::ANY, DescFlags::BTL_OWNERSHIP)
                 .expect("descriptor");
             assert_eq!(d.fragment.class(), FragmentClass::Eager);
             assert_eq!(d.payload_mut(pools).expect("payload").len(), 200);
@@ -335,7 +363,7 @@ mod tests {
     #[test]
     fn exhaustion_is_an_error_and_free_makes_room() {
         with_pools(|pools| {
-            let alloc = || Descriptor::alloc(pools, 0, 1000, Order::ANY, DescFlags::empty());
+            let alloc = || Descriptor::alloc(pools, 0, 0, 1000, Order::ANY, DescFlags::empty());
             let a = alloc().expect("a");
             let b = alloc().expect("b");
             let err = alloc().expect_err("c");
@@ -355,7 +383,7 @@ mod tests {
     #[test]
     fn tag_order_and_flags_are_kept() {
         with_pools(|pools| {
-            let mut d = Descriptor::alloc(pools, 4, 4, Order(3), DescFlags::empty()).expect("d");
+            let mut d = Descriptor::alloc(pools, 0, 4, 4, Order(3), DescFlags::empty()).expect("d");
             d.set_tag(Tag(200));
             d.set_flags(DescFlags::BTL_OWNERSHIP | DescFlags::ALWAYS_CALLBACK);
             assert_eq!(d.tag(), Tag(200));
@@ -368,8 +396,8 @@ mod tests {
     #[test]
     fn empty_descriptor_is_empty() {
         with_pools(|pools| {
-            let d =
-                Descriptor::prepare_src(pools, 0, &[], Order::ANY, DescFlags::empty()).expect("d");
+            let d = Descriptor::prepare_src(pools, 0, 0, &[], Order::ANY, DescFlags::empty())
+                .expect("d");
             assert!(d.is_empty());
             d.free(pools).expect("free");
         });

@@ -16,6 +16,7 @@ pub mod addr;
 pub mod btl;
 pub mod desc;
 pub mod endpoint;
+pub mod engine;
 pub mod loopback;
 pub mod mca;
 pub mod pool;

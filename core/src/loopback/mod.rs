@@ -238,7 +238,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check(endpoint)?;
-        Descriptor::alloc(&self.pools, 0, size, order, flags).map_err(desc_error)
+        Descriptor::alloc(&self.pools, 0, 0, size, order, flags).map_err(desc_error)
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
@@ -255,7 +255,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check(endpoint)?;
-        Descriptor::prepare_src(&self.pools, reserve, data, order, flags).map_err(desc_error)
+        Descriptor::prepare_src(&self.pools, 0, reserve, data, order, flags).map_err(desc_error)
     }
 
     fn prepare_src_registered(
@@ -270,7 +270,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         // No SEND_INPLACE: a received message is one contiguous slice, so
         // registered data is copied like any other.
         let bytes = self.regs.slice(data)?;
-        Descriptor::prepare_src(&self.pools, reserve, bytes, order, flags).map_err(desc_error)
+        Descriptor::prepare_src(&self.pools, 0, reserve, bytes, order, flags).map_err(desc_error)
     }
 
     fn send(

@@ -1,0 +1,10 @@
+//! The sans-I/O state machines that carry packets to a peer: connection,
+//! movers, bulk transfers, credits, and the reliability layer underneath.
+//!
+//! [`window`] numbers every reliable packet, acknowledges, retransmits,
+//! suppresses duplicates and restores order; [`rtt`] turns acknowledgement
+//! round trips into a retransmission timeout. Both take the time from the
+//! driver and hold everything in fixed storage.
+
+pub mod rtt;
+pub mod window;

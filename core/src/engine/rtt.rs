@@ -1,0 +1,314 @@
+//! Retransmission timeout from measured round trips, after RFC 6298.
+//!
+//! The first sample `R` sets `SRTT = R` and `RTTVAR = R / 2`; each later
+//! sample `R'` sets `RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R'|`, then
+//! `SRTT = 7/8 SRTT + 1/8 R'`. The timeout is `SRTT + 4 RTTVAR`, clamped to
+//! the configured bounds, and doubles (up to the maximum) on every expiry
+//! until the next sample recomputes it. Samples must obey Karn's rule (never
+//! from a retransmitted packet); [`SendWindow::on_ack`] only offers such
+//! samples.
+//!
+//! Times are `u64` nanoseconds and the arithmetic is integer only (no float
+//! unit needed on Cortex-M); the clock granularity term `G` of the RFC is
+//! left to `min_rto`.
+//!
+//! [`SendWindow::on_ack`]: super::window::SendWindow::on_ack
+
+use core::fmt;
+
+/// Nanoseconds in a second, to write configurations legibly.
+const SECOND: u64 = 1_000_000_000;
+
+/// The bounds of an [`RttEstimator`], in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RttConfig {
+    /// Timeout before any sample has been taken.
+    pub initial_rto: u64,
+    /// Floor of the timeout: guards against spurious retransmissions when
+    /// the measured variance is tiny.
+    pub min_rto: u64,
+    /// Ceiling of the timeout, also of its backoff.
+    pub max_rto: u64,
+}
+
+impl RttConfig {
+    /// The values RFC 6298 recommends for the Internet: 1 s initial and
+    /// minimum, 60 s maximum. Much too slow for a data-centre fabric, where
+    /// the parameters should be set from the link.
+    pub const RFC6298: RttConfig = RttConfig {
+        initial_rto: SECOND,
+        min_rto: SECOND,
+        max_rto: 60 * SECOND,
+    };
+}
+
+/// Why an [`RttConfig`] was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RttConfigError {
+    /// `min_rto` is above `max_rto`.
+    MinAboveMax {
+        /// The configured minimum.
+        min: u64,
+        /// The configured maximum.
+        max: u64,
+    },
+    /// `initial_rto` lies outside `[min_rto, max_rto]`.
+    InitialOutOfRange {
+        /// The configured initial timeout.
+        initial: u64,
+        /// The configured minimum.
+        min: u64,
+        /// The configured maximum.
+        max: u64,
+    },
+}
+
+impl fmt::Display for RttConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RttConfigError::MinAboveMax { min, max } => write!(
+                f,
+                "minimum retransmission timeout {min} ns is above the maximum {max} ns"
+            ),
+            RttConfigError::InitialOutOfRange { initial, min, max } => write!(
+                f,
+                "initial retransmission timeout {initial} ns is outside [{min}, {max}] ns"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for RttConfigError {}
+
+/// Smoothed round-trip time and the retransmission timeout derived from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RttEstimator {
+    config: RttConfig,
+    /// `None` until the first sample.
+    srtt: Option<u64>,
+    rttvar: u64,
+    rto: u64,
+    backoffs: u32,
+}
+
+impl RttEstimator {
+    /// An estimator with no samples yet, whose timeout is `initial_rto`.
+    pub fn new(config: RttConfig) -> Result<Self, RttConfigError> {
+        let RttConfig {
+            initial_rto: initial,
+            min_rto: min,
+            max_rto: max,
+        } = config;
+        if min > max {
+            return Err(RttConfigError::MinAboveMax { min, max });
+        }
+        if !(min..=max).contains(&initial) {
+            return Err(RttConfigError::InitialOutOfRange { initial, min, max });
+        }
+        Ok(RttEstimator {
+            config,
+            srtt: None,
+            rttvar: 0,
+            rto: initial,
+            backoffs: 0,
+        })
+    }
+
+    /// Feeds one round-trip measurement (RFC 6298 section 2.2 and 2.3) and
+    /// recomputes the timeout, which ends any backoff.
+    pub fn on_sample(&mut self, rtt: u64) {
+        let (srtt, rttvar) = match self.srtt {
+            None => (rtt, rtt / 2),
+            Some(srtt) => {
+                // RTTVAR uses the SRTT from before this sample. The blends
+                // are computed in u128 and are at most the larger input, so
+                // they fit back into u64.
+                let deviation = u128::from(srtt.abs_diff(rtt));
+                let rttvar = (3 * u128::from(self.rttvar) + deviation) / 4;
+                let srtt = (7 * u128::from(srtt) + u128::from(rtt)) / 8;
+                (narrow(srtt), narrow(rttvar))
+            }
+        };
+        self.srtt = Some(srtt);
+        self.rttvar = rttvar;
+        self.rto = self.clamp(srtt.saturating_add(rttvar.saturating_mul(4)));
+        self.backoffs = 0;
+    }
+
+    /// The retransmission timer expired: doubles the timeout, up to the
+    /// maximum (RFC 6298 section 5.5).
+    pub fn on_timeout(&mut self) {
+        self.rto = self.clamp(self.rto.saturating_mul(2));
+        self.backoffs = self.backoffs.saturating_add(1);
+    }
+
+    /// The current retransmission timeout.
+    pub fn rto(&self) -> u64 {
+        self.rto
+    }
+
+    /// The smoothed round-trip time, once there has been a sample.
+    pub fn srtt(&self) -> Option<u64> {
+        self.srtt
+    }
+
+    /// The round-trip time variation (0 before the first sample).
+    pub fn rttvar(&self) -> u64 {
+        self.rttvar
+    }
+
+    /// Timeouts since the last sample: how long the peer has been silent,
+    /// for an engine that gives up after so many.
+    pub fn backoffs(&self) -> u32 {
+        self.backoffs
+    }
+
+    /// The bounds this estimator was built with.
+    pub fn config(&self) -> RttConfig {
+        self.config
+    }
+
+    fn clamp(&self, rto: u64) -> u64 {
+        rto.clamp(self.config.min_rto, self.config.max_rto)
+    }
+}
+
+/// A blend of two u64 values back in u64 (it never exceeds the larger).
+fn narrow(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn estimator(initial: u64, min: u64, max: u64) -> RttEstimator {
+        RttEstimator::new(RttConfig {
+            initial_rto: initial,
+            min_rto: min,
+            max_rto: max,
+        })
+        .expect("valid config")
+    }
+
+    #[test]
+    fn initial_rto_until_the_first_sample() {
+        let e = RttEstimator::new(RttConfig::RFC6298).expect("rfc config");
+        assert_eq!(e.rto(), SECOND);
+        assert_eq!(e.srtt(), None);
+        assert_eq!(e.rttvar(), 0);
+    }
+
+    #[test]
+    fn samples_follow_rfc_6298() {
+        let mut e = estimator(SECOND, MS, 60 * SECOND);
+        // First: SRTT = 100, RTTVAR = 50, RTO = 100 + 4 * 50 = 300 (ms).
+        e.on_sample(100 * MS);
+        assert_eq!(e.srtt(), Some(100 * MS));
+        assert_eq!(e.rttvar(), 50 * MS);
+        assert_eq!(e.rto(), 300 * MS);
+        // Second, 200: RTTVAR = (3 * 50 + |100 - 200|) / 4 = 62.5,
+        // SRTT = (7 * 100 + 200) / 8 = 112.5, RTO = 112.5 + 250 = 362.5.
+        e.on_sample(200 * MS);
+        assert_eq!(e.rttvar(), 62_500_000);
+        assert_eq!(e.srtt(), Some(112_500_000));
+        assert_eq!(e.rto(), 362_500_000);
+        // Third, 112.5 (equal to SRTT): RTTVAR = 3/4 * 62.5 = 46.875,
+        // SRTT unchanged, RTO = 112.5 + 187.5 = 300.
+        e.on_sample(112_500_000);
+        assert_eq!(e.rttvar(), 46_875_000);
+        assert_eq!(e.srtt(), Some(112_500_000));
+        assert_eq!(e.rto(), 300 * MS);
+    }
+
+    #[test]
+    fn integer_division_truncates() {
+        let mut e = estimator(10, 0, 1_000);
+        e.on_sample(3); // SRTT 3, RTTVAR 1 (3 / 2), RTO 7.
+        assert_eq!((e.srtt(), e.rttvar(), e.rto()), (Some(3), 1, 7));
+        e.on_sample(4); // RTTVAR (3 + 1) / 4 = 1, SRTT (21 + 4) / 8 = 3.
+        assert_eq!((e.srtt(), e.rttvar(), e.rto()), (Some(3), 1, 7));
+    }
+
+    #[test]
+    fn rto_is_clamped() {
+        let mut e = estimator(SECOND, 200 * MS, 2 * SECOND);
+        e.on_sample(MS); // 1 + 4 * 0.5 = 3 ms, below the floor.
+        assert_eq!(e.rto(), 200 * MS);
+        e.on_sample(10 * SECOND);
+        assert_eq!(e.rto(), 2 * SECOND);
+    }
+
+    #[test]
+    fn timeouts_back_off_until_the_next_sample() {
+        let mut e = estimator(SECOND, 100 * MS, 5 * SECOND);
+        e.on_timeout();
+        assert_eq!((e.rto(), e.backoffs()), (2 * SECOND, 1));
+        e.on_timeout();
+        assert_eq!(e.rto(), 4 * SECOND);
+        e.on_timeout();
+        assert_eq!((e.rto(), e.backoffs()), (5 * SECOND, 3));
+        e.on_timeout();
+        assert_eq!(e.rto(), 5 * SECOND);
+        e.on_sample(100 * MS);
+        assert_eq!((e.rto(), e.backoffs()), (300 * MS, 0));
+    }
+
+    #[test]
+    fn extreme_values_do_not_overflow() {
+        let mut e = estimator(u64::MAX, 0, u64::MAX);
+        e.on_timeout();
+        assert_eq!(e.rto(), u64::MAX);
+        e.on_sample(u64::MAX);
+        assert_eq!(e.rto(), u64::MAX);
+        e.on_sample(0);
+        e.on_sample(u64::MAX);
+        assert!(e.srtt().is_some());
+        e.on_sample(0);
+        e.on_sample(0);
+        assert!(e.rto() > 0);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let cfg = |initial_rto, min_rto, max_rto| RttConfig {
+            initial_rto,
+            min_rto,
+            max_rto,
+        };
+        assert_eq!(
+            RttEstimator::new(cfg(5, 10, 1)),
+            Err(RttConfigError::MinAboveMax { min: 10, max: 1 })
+        );
+        assert_eq!(
+            RttEstimator::new(cfg(50, 1, 10)),
+            Err(RttConfigError::InitialOutOfRange {
+                initial: 50,
+                min: 1,
+                max: 10
+            })
+        );
+        assert!(RttEstimator::new(cfg(0, 0, 0)).is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rto_stays_within_bounds(
+            min in 0u64..1_000_000,
+            span in 0u64..1_000_000,
+            events in proptest::collection::vec(proptest::option::of(proptest::num::u64::ANY), 0..64),
+        ) {
+            let max = min + span;
+            let mut e = estimator(min, min, max);
+            for ev in events {
+                match ev {
+                    Some(rtt) => e.on_sample(rtt),
+                    None => e.on_timeout(),
+                }
+                proptest::prop_assert!((min..=max).contains(&e.rto()));
+            }
+        }
+    }
+}

@@ -6,5 +6,6 @@
 //! round trips into a retransmission timeout. Both take the time from the
 //! driver and hold everything in fixed storage.
 
+pub mod handshake;
 pub mod rtt;
 pub mod window;

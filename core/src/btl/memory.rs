@@ -168,6 +168,19 @@ impl<'m, const N: usize> Registrations<'m, N> {
         })
     }
 
+    /// The local range a peer's slice names, after every check (key
+    /// current, access `need` allowed, range inside): where a peer's put
+    /// lands or what its get reads.
+    pub fn check_remote(&self, s: RemoteSlice, need: Access) -> Result<MemSlice, MemError> {
+        let (_, r) = self.resolve(Side::Remote(s), need)?;
+        let handle = s.key.handle().ok_or(MemError::UnknownRegion)?;
+        Ok(MemSlice {
+            handle,
+            offset: r.start as u64,
+            len: r.len() as u64,
+        })
+    }
+
     /// Ends a registration and gives the region back.
     pub fn deregister(&mut self, handle: MemHandle) -> Result<&'m mut [u8], MemError> {
         let slot = self.slot_mut(handle)?;

@@ -6,6 +6,16 @@
 //! round trips into a retransmission timeout. Both take the time from the
 //! driver and hold everything in fixed storage.
 
+pub mod config;
 pub mod handshake;
+mod machine;
+pub mod mover;
 pub mod rtt;
 pub mod window;
+
+#[cfg(test)]
+mod tests;
+
+pub use machine::{
+    ConnectRequest, Engine, LinkError, LinkId, MAX_OPS, MAX_SEGMENTS, Transmit, WINDOW,
+};

@@ -574,6 +574,25 @@ impl<T, const W: usize> SendWindow<T, W> {
         Some((seq, sent))
     }
 
+    /// The retained packet numbered `seq`, if it is still retained.
+    pub fn get(&self, seq: u64) -> Option<&T> {
+        let offset = seq.checked_sub(self.base)?;
+        if offset >= W as u64 || self.present & (1 << offset) == 0 {
+            return None;
+        }
+        self.slots[slot_of::<W>(seq)].as_ref().map(|s| &s.item)
+    }
+
+    /// The retained packet numbered `seq`, writable (to refresh its header
+    /// before it goes out again).
+    pub fn get_mut(&mut self, seq: u64) -> Option<&mut T> {
+        let offset = seq.checked_sub(self.base)?;
+        if offset >= W as u64 || self.present & (1 << offset) == 0 {
+            return None;
+        }
+        self.slots[slot_of::<W>(seq)].as_mut().map(|s| &mut s.item)
+    }
+
     /// Every retained packet in sequence order, without marking anything.
     pub fn unacked_mut(&mut self) -> impl Iterator<Item = (u64, &mut T)> {
         self.entries_mut().map(|(seq, sent)| (seq, &mut sent.item))

@@ -1,0 +1,2262 @@
+//! The engine of one process over stream links: handshakes, framing,
+//! reliable numbered packets, credits, sends, puts and gets, and the `Btl`
+//! interface on top. It does no I/O: the driver reports connections,
+//! bytes and time, and carries out the writes and connects it asks for.
+
+use heapless::{Deque, Vec};
+
+use super::config::EngineConfig;
+use super::handshake::{Handshake, HandshakePacket, LocalHello};
+use super::mover::{PayloadTarget, ReadStep, StreamReader};
+use super::window::{Ack, RecvWindow, Refused, SendWindow};
+use crate::btl::{
+    Access, Attributes, Btl, BtlError, BtlFlags, ErrorEvent, Event, Incoming, LostReason,
+    MemHandle, MemSlice, OpId, Registrations, RejectCode, RemoteKey, RemoteSlice, SendError,
+    SendStatus, Tag,
+};
+use crate::desc::{DescFlags, Descriptor, Order};
+use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::mca::Exclusivity;
+use crate::pool::{Fragment, FragmentClass, FragmentPools};
+use crate::wire::{
+    AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, Crc32c, Flags, GetRepr, HEADER_LEN, HeaderRepr,
+    HelloAckRepr, HelloRepr, Limits, NONCE_LEN, PacketType, PutRepr, RejectRepr, SendRepr,
+};
+
+/// Reliable packets in flight per peer.
+pub const WINDOW: usize = 64;
+/// Puts and gets outstanding at once, this side's and peers' gets served.
+pub const MAX_OPS: usize = 64;
+/// Most slices one [`Transmit`] hands out (coalesced small packets).
+pub const MAX_SEGMENTS: usize = 16;
+const EVENTS: usize = 256;
+const PENDING: usize = 64;
+const TX_ITEMS: usize = 128;
+const SEND_PREFIX: usize = HEADER_LEN + SendRepr::LEN;
+const PUT_PREFIX: usize = HEADER_LEN + PutRepr::LEN;
+const CONTROL_MAX: usize = HEADER_LEN + HelloRepr::LEN + CHECKSUM_LEN;
+/// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
+const GET_REPLY: u64 = 1 << 63;
+
+/// A connection to one peer, as the driver and the engine name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinkId(pub u16);
+
+/// Slices the driver writes, in order, on one link (one vectored write).
+#[derive(Debug)]
+pub struct Transmit<'a> {
+    /// The link to write on.
+    pub link: LinkId,
+    /// The bytes, in order.
+    pub segments: Vec<&'a [u8], MAX_SEGMENTS>,
+}
+
+/// A connection the engine wants the driver to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectRequest {
+    /// The peer.
+    pub endpoint: EndpointId,
+    /// Its process name, for the driver's address lookup.
+    pub proc: ProcName,
+}
+
+/// Why the driver's report could not be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkError {
+    /// Every link slot is in use.
+    TooManyLinks,
+    /// No such link (closed, or never opened).
+    UnknownLink,
+    /// No such endpoint.
+    UnknownEndpoint,
+}
+
+impl core::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            LinkError::TooManyLinks => "every link slot is in use",
+            LinkError::UnknownLink => "no such link",
+            LinkError::UnknownEndpoint => "no such endpoint",
+        })
+    }
+}
+
+impl core::error::Error for LinkError {}
+
+/// A retained reliable packet, kept until the peer acknowledges it.
+#[derive(Debug)]
+enum Outgoing {
+    /// An active message: prefix in the descriptor's headroom.
+    Send {
+        desc: Descriptor,
+        trailer: [u8; CHECKSUM_LEN],
+    },
+    /// A piece of a put (or of the answer to a peer's get).
+    Put {
+        prefix: [u8; PUT_PREFIX],
+        data: MemSlice,
+        op: Option<u16>,
+        trailer: [u8; CHECKSUM_LEN],
+    },
+    /// A packet without payload (GET, REJECT, CLOSE).
+    Control { bytes: [u8; CONTROL_MAX], len: u8 },
+}
+
+/// A packet waiting for the link, credit or window room.
+#[derive(Debug)]
+enum Queued {
+    Send(Descriptor),
+    Control { packet: ControlPacket },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ControlPacket {
+    Get(GetRepr),
+    Reject(RejectRepr),
+}
+
+/// What a receive window holds until delivery in order.
+#[derive(Debug)]
+enum Held {
+    Send {
+        tag: Tag,
+        frag: Fragment,
+        len: usize,
+    },
+    Put {
+        xfer_id: u64,
+        len: u64,
+    },
+    /// A PUT whose target was refused: answered once per transfer.
+    Refused {
+        xfer_id: u64,
+        code: RejectCode,
+    },
+    Get(GetRepr),
+    Reject(RejectRepr),
+    Close(CloseReason),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerState {
+    /// Added; no link yet.
+    Idle,
+    /// A link is being opened or handshaken.
+    Connecting { since: u64 },
+    /// Data flows.
+    Open,
+    /// Given up: every operation failed.
+    Lost(LostReason),
+}
+
+#[derive(Debug)]
+struct Peer {
+    proc: ProcName,
+    refs: u32,
+    state: PeerState,
+    link: Option<LinkId>,
+    send: SendWindow<Outgoing, WINDOW>,
+    recv: RecvWindow<Held, WINDOW>,
+    queue: Deque<Queued, PENDING>,
+    /// Largest body the peer accepts; CRC trailers on this link.
+    peer_max_body: u64,
+    checksum: bool,
+    /// Credits: SENDs sent, the peer's initial grant and newest total.
+    sends_sent: u32,
+    peer_initial: u32,
+    peer_granted: u32,
+    /// Credits this side granted beyond the initial ones (freed fragments).
+    granted: u32,
+    /// Acknowledgement owed: received packets or grants not yet reported.
+    ack_owed_since: Option<u64>,
+    last_heard: u64,
+    /// The xfer ids of this peer's refused puts already answered.
+    last_rejected: Option<u64>,
+}
+
+impl Peer {
+    fn new(proc: ProcName) -> Self {
+        Peer {
+            proc,
+            refs: 0,
+            state: PeerState::Idle,
+            link: None,
+            send: SendWindow::new(),
+            recv: RecvWindow::new(),
+            queue: Deque::new(),
+            peer_max_body: crate::wire::MIN_MAX_BODY,
+            checksum: false,
+            sends_sent: 0,
+            peer_initial: 0,
+            peer_granted: 0,
+            granted: 0,
+            ack_owed_since: None,
+            last_heard: 0,
+            last_rejected: None,
+        }
+    }
+
+    fn has_credit(&self) -> bool {
+        let allowed = self.peer_initial.wrapping_add(self.peer_granted);
+        (allowed.wrapping_sub(self.sends_sent) as i32) > 0
+    }
+}
+
+#[derive(Debug)]
+enum TxItem {
+    /// A handshake packet, ACK or CLOSE, complete in place.
+    Control { bytes: [u8; CONTROL_MAX], len: u8 },
+    /// A retained packet of the link's peer.
+    Reliable { seq: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkState {
+    Handshaking,
+    Open,
+    /// Sending a CLOSE, then to be closed by the driver.
+    Closing,
+}
+
+/// What the reader is receiving into.
+#[derive(Debug)]
+enum Receiving {
+    None,
+    Send {
+        tag: Tag,
+        seq: u64,
+        frag: Fragment,
+        have: usize,
+        len: usize,
+    },
+    /// A SEND whose payload waits for a receive fragment.
+    WaitingFragment {
+        tag: Tag,
+        seq: u64,
+        len: usize,
+    },
+    Put {
+        put: PutRepr,
+        seq: u64,
+        dst: Result<MemSlice, RejectCode>,
+        have: u64,
+    },
+    Control(ControlIn),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ControlIn {
+    Hello(HelloRepr),
+    HelloAck(HelloAckRepr),
+    Get { seq: u64, get: GetRepr },
+    Ack(AckRepr),
+    Close { reason: CloseReason },
+    Reject { seq: u64, reject: RejectRepr },
+}
+
+#[derive(Debug)]
+struct Link {
+    peer: Option<usize>,
+    state: LinkState,
+    handshake: Handshake,
+    reader: StreamReader,
+    receiving: Receiving,
+    tx: Deque<TxItem, TX_ITEMS>,
+    /// Bytes of the front item already written.
+    written: usize,
+    opened_at: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Put,
+    Get,
+    /// Serving a peer's get: this side puts, nobody here is told.
+    Serve,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    kind: OpKind,
+    peer: usize,
+    ctx: u64,
+    id: u64,
+    /// Local data (put source, get destination).
+    local: MemSlice,
+    /// Put destination (key, offset) at the peer.
+    remote: RemoteSlice,
+    /// Bytes handed to packets so far / acknowledged or received so far.
+    queued: u64,
+    done: u64,
+    /// Packets of the transfer (for PUT headers).
+    count: u32,
+    next_index: u32,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Received {
+        from: EndpointId,
+        tag: Tag,
+        frag: Fragment,
+        len: usize,
+    },
+    SendComplete {
+        endpoint: EndpointId,
+        tag: Tag,
+        desc: Option<Descriptor>,
+        result: Result<(), BtlError>,
+    },
+    PutComplete {
+        op: OpId,
+        ctx: u64,
+        result: Result<(), BtlError>,
+    },
+    GetComplete {
+        op: OpId,
+        ctx: u64,
+        result: Result<(), BtlError>,
+    },
+    Error(ErrorEvent),
+}
+
+/// The engine of one process. `'r` is the fragment pools' region, `'m`
+/// the lifetime of registered memory; `PEERS`, `LINKS` and `REGS` bound the
+/// peers, connections and registrations.
+pub struct Engine<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> {
+    config: EngineConfig,
+    attributes: Attributes,
+    pools: FragmentPools<'r>,
+    regs: Registrations<'m, REGS>,
+    peers: [Option<Peer>; PEERS],
+    links: [Option<Link>; LINKS],
+    ops: [Option<Op>; MAX_OPS],
+    events: Deque<Pending, EVENTS>,
+    delivered: Option<(usize, Fragment)>,
+    connects: Deque<ConnectRequest, PEERS>,
+    closes: Deque<LinkId, LINKS>,
+    next_op: u64,
+    now: u64,
+    finalized: bool,
+}
+
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
+    Engine<'r, 'm, PEERS, LINKS, REGS>
+{
+    /// An engine with `config`, its descriptors and receive fragments from
+    /// `pools`.
+    pub fn new(config: EngineConfig, pools: FragmentPools<'r>) -> Self {
+        let eager = pools
+            .class_size(FragmentClass::Eager)
+            .saturating_sub(SEND_PREFIX);
+        let max = pools
+            .class_size(FragmentClass::Max)
+            .saturating_sub(SEND_PREFIX);
+        Engine {
+            attributes: Attributes {
+                name: "engine",
+                eager_limit: eager,
+                max_send_size: max,
+                rdma_pipeline_send_length: max,
+                rdma_pipeline_frag_size: config.put_chunk as usize,
+                put_limit: u64::MAX >> 1,
+                put_alignment: 1,
+                get_limit: u64::MAX >> 1,
+                get_alignment: 1,
+                exclusivity: Exclusivity::LOW.plus(100),
+                latency_us: 100,
+                bandwidth_mbps: 10_000,
+                flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET | BtlFlags::SEND_INPLACE,
+                registration_handle_size: 8,
+            },
+            config,
+            pools,
+            regs: Registrations::new(),
+            peers: core::array::from_fn(|_| None),
+            links: core::array::from_fn(|_| None),
+            ops: [None; MAX_OPS],
+            events: Deque::new(),
+            delivered: None,
+            connects: Deque::new(),
+            closes: Deque::new(),
+            next_op: 0,
+            now: 0,
+            finalized: false,
+        }
+    }
+
+    /// Sets the attributes' name (`tcp`, `udp`, ...), for the driver that
+    /// wraps the engine.
+    pub fn set_name(&mut self, name: &'static str) {
+        self.attributes.name = name;
+    }
+
+    // ----- driver interface ---------------------------------------------
+
+    /// A connection the engine wants opened, if any.
+    pub fn poll_connect(&mut self) -> Option<ConnectRequest> {
+        self.connects.pop_front()
+    }
+
+    /// A link the driver should close now that its last bytes are written.
+    pub fn poll_close(&mut self) -> Option<LinkId> {
+        self.closes.pop_front()
+    }
+
+    /// The driver opened the connection asked for `endpoint`; `nonce` is 16
+    /// fresh random bytes for its handshake.
+    pub fn handle_connected(
+        &mut self,
+        endpoint: EndpointId,
+        nonce: [u8; NONCE_LEN],
+        now: u64,
+    ) -> Result<LinkId, LinkError> {
+        self.now = now;
+        let index = usize::from(endpoint.0);
+        let proc = self
+            .peers
+            .get(index)
+            .and_then(Option::as_ref)
+            .map(|p| p.proc)
+            .ok_or(LinkError::UnknownEndpoint)?;
+        let id = self.new_link(Some(proc), nonce, now)?;
+        if let Some(link) = self.link_mut(id) {
+            link.peer = Some(index);
+        }
+        if let Some(peer) = self.peers[index].as_mut() {
+            peer.link = Some(id);
+        }
+        self.flush_handshake(id);
+        Ok(id)
+    }
+
+    /// The driver accepted a connection from an unknown peer; it learns who
+    /// from the HELLO.
+    pub fn handle_accepted(
+        &mut self,
+        nonce: [u8; NONCE_LEN],
+        now: u64,
+    ) -> Result<LinkId, LinkError> {
+        self.now = now;
+        let id = self.new_link(None, nonce, now)?;
+        self.flush_handshake(id);
+        Ok(id)
+    }
+
+    /// The connection asked for `endpoint` could not be opened.
+    pub fn handle_connect_failed(&mut self, endpoint: EndpointId, now: u64) {
+        self.now = now;
+        let index = usize::from(endpoint.0);
+        if let Some(Some(peer)) = self.peers.get(index)
+            && matches!(peer.state, PeerState::Connecting { .. })
+        {
+            self.lose_peer(index, LostReason::Closed);
+        }
+    }
+
+    /// Bytes read from `link`; returns how many were taken. Fewer than
+    /// given means the engine waits for receive fragments: hand the rest
+    /// again after the upper layer has polled its events.
+    pub fn handle_stream(
+        &mut self,
+        link: LinkId,
+        data: &[u8],
+        now: u64,
+    ) -> Result<usize, LinkError> {
+        self.now = now;
+        let slot = usize::from(link.0);
+        if self.links.get(slot).and_then(Option::as_ref).is_none() {
+            return Err(LinkError::UnknownLink);
+        }
+        let mut taken = 0;
+        loop {
+            match self.read_some(slot, &data[taken..]) {
+                // Nothing consumed and no state change: wait for more bytes
+                // (or for a receive fragment).
+                Ok((0, false)) => break,
+                Ok((n, _)) => taken += n,
+                Err(reason) => {
+                    self.fail_link(slot, reason);
+                    return Ok(data.len());
+                }
+            }
+            if self.links[slot]
+                .as_ref()
+                .is_none_or(|l| l.state == LinkState::Closing)
+            {
+                return Ok(data.len());
+            }
+        }
+        self.progress_queues();
+        Ok(taken)
+    }
+
+    /// The connection `link` broke or was closed by the peer.
+    pub fn handle_closed(&mut self, link: LinkId, now: u64) {
+        self.now = now;
+        let slot = usize::from(link.0);
+        let Some(l) = self.links.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        if let Receiving::Send { frag, .. } = l.receiving {
+            let _ = self.pools.free(frag);
+        }
+        if let Some(p) = l.peer
+            && let Some(peer) = self.peers[p].as_mut()
+            && peer.link == Some(link)
+        {
+            peer.link = None;
+            if peer.state == PeerState::Open || matches!(peer.state, PeerState::Connecting { .. }) {
+                // Reconnection across a broken link is the next step of this
+                // engine; until then a broken link loses the peer.
+                self.lose_peer(p, LostReason::Closed);
+            }
+        }
+    }
+
+    /// The next bytes to write on `link`, if any.
+    pub fn poll_transmit(&mut self, link: LinkId) -> Option<Transmit<'_>> {
+        let slot = usize::from(link.0);
+        self.queue_ack_if_owed(slot);
+        let l = self.links.get(slot)?.as_ref()?;
+        let peer = l.peer.and_then(|p| self.peers[p].as_ref());
+        let checksum = peer.is_some_and(|p| p.checksum);
+        let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
+        let mut skip = l.written;
+        for item in l.tx.iter() {
+            if segments.len() + 3 > MAX_SEGMENTS {
+                break;
+            }
+            match item {
+                TxItem::Control { bytes, len } => {
+                    push_skipping(&mut segments, &bytes[..usize::from(*len)], &mut skip);
+                }
+                TxItem::Reliable { seq } => {
+                    if let Some(out) = peer.and_then(|p| p.send.get(*seq)) {
+                        frame_segments(
+                            out,
+                            checksum,
+                            &self.pools,
+                            &self.regs,
+                            &mut segments,
+                            &mut skip,
+                        );
+                    }
+                }
+            }
+        }
+        if segments.is_empty() {
+            return None;
+        }
+        Some(Transmit { link, segments })
+    }
+
+    /// `n` bytes of what [`poll_transmit`](Self::poll_transmit) handed out
+    /// were written.
+    pub fn handle_written(&mut self, link: LinkId, n: usize) {
+        let slot = usize::from(link.0);
+        let mut left = n;
+        let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let peer = l.peer.and_then(|p| self.peers[p].as_ref());
+        let checksum = peer.is_some_and(|p| p.checksum);
+        while let Some(front) = l.tx.front() {
+            let len = match front {
+                TxItem::Control { len, .. } => usize::from(*len),
+                TxItem::Reliable { seq } => peer
+                    .and_then(|p| p.send.get(*seq))
+                    .map_or(0, |out| frame_len(out, checksum, &self.pools, &self.regs)),
+            };
+            let rest = len.saturating_sub(l.written);
+            if left < rest {
+                l.written += left;
+                return;
+            }
+            left -= rest;
+            l.written = 0;
+            l.tx.pop_front();
+        }
+        if l.state == LinkState::Closing {
+            let _ = self.closes.push_back(link);
+        }
+    }
+
+    /// Time passed: handshakes and silent peers time out, owed
+    /// acknowledgements go out.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.now = now;
+        for slot in 0..LINKS {
+            let expired = self.links[slot].as_ref().is_some_and(|l| {
+                l.state == LinkState::Handshaking
+                    && now.saturating_sub(l.opened_at) >= self.config.handshake_timeout
+            });
+            if expired {
+                self.fail_link(slot, CloseReason::Timeout);
+            }
+        }
+        for p in 0..PEERS {
+            let silent = self.peers[p].as_ref().is_some_and(|peer| {
+                let waiting = !peer.send.is_empty() || !peer.queue.is_empty();
+                let since = match peer.state {
+                    PeerState::Open => peer.last_heard,
+                    PeerState::Connecting { since } => since,
+                    _ => return false,
+                };
+                waiting && now.saturating_sub(since) >= self.config.peer_timeout
+            });
+            if silent {
+                self.lose_peer(p, LostReason::Timeout);
+            }
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due next.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let links = self
+            .links
+            .iter()
+            .flatten()
+            .filter(|l| l.state == LinkState::Handshaking);
+        let handshake = links.map(|l| l.opened_at.saturating_add(self.config.handshake_timeout));
+        let peers = self.peers.iter().flatten().filter_map(|p| {
+            let owed = p
+                .ack_owed_since
+                .map(|t| t.saturating_add(self.config.ack_delay));
+            let waiting = !p.send.is_empty() || !p.queue.is_empty();
+            let lost = match p.state {
+                PeerState::Open if waiting => {
+                    Some(p.last_heard.saturating_add(self.config.peer_timeout))
+                }
+                PeerState::Connecting { since } => {
+                    Some(since.saturating_add(self.config.peer_timeout))
+                }
+                _ => None,
+            };
+            match (owed, lost) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        });
+        handshake.chain(peers).min()
+    }
+
+    /// Whether `endpoint`'s link has finished its handshake.
+    pub fn is_connected(&self, endpoint: EndpointId) -> bool {
+        self.peer(endpoint)
+            .is_some_and(|p| p.state == PeerState::Open)
+    }
+
+    // ----- internals ---------------------------------------------------
+
+    fn peer(&self, endpoint: EndpointId) -> Option<&Peer> {
+        self.peers.get(usize::from(endpoint.0))?.as_ref()
+    }
+
+    fn link_mut(&mut self, id: LinkId) -> Option<&mut Link> {
+        self.links.get_mut(usize::from(id.0))?.as_mut()
+    }
+
+    fn new_link(
+        &mut self,
+        expected: Option<ProcName>,
+        nonce: [u8; NONCE_LEN],
+        now: u64,
+    ) -> Result<LinkId, LinkError> {
+        let slot = self
+            .links
+            .iter()
+            .position(Option::is_none)
+            .ok_or(LinkError::TooManyLinks)?;
+        let local = LocalHello {
+            me: self.config.me,
+            link_index: 0,
+            nonce,
+            checksum: self.config.checksum,
+            keyed: self.config.job_key.is_some(),
+            max_body: self.config.max_body,
+            initial_credits: self.config.initial_credits,
+        };
+        self.links[slot] = Some(Link {
+            peer: None,
+            state: LinkState::Handshaking,
+            handshake: Handshake::new(&local, expected),
+            reader: StreamReader::new(Limits::new(self.config.max_body)),
+            receiving: Receiving::None,
+            tx: Deque::new(),
+            written: 0,
+            opened_at: now,
+        });
+        Ok(LinkId(slot as u16))
+    }
+
+    /// Queues whatever handshake packets are due on a link.
+    fn flush_handshake(&mut self, id: LinkId) {
+        let slot = usize::from(id.0);
+        let key = self.config.job_key.clone();
+        while let Some(packet) = self.links[slot]
+            .as_mut()
+            .and_then(|l| l.handshake.poll_send(key.as_deref()))
+        {
+            let mut bytes = [0u8; CONTROL_MAX];
+            let len = match packet {
+                HandshakePacket::Hello(h) => {
+                    emit_control(&mut bytes, PacketType::Hello, 0, 0, 0, false, |b| {
+                        h.emit(chunk(b))
+                    })
+                }
+                HandshakePacket::HelloAck(a) => {
+                    emit_control(&mut bytes, PacketType::HelloAck, 0, 0, 0, false, |b| {
+                        a.emit(chunk(b))
+                    })
+                }
+            };
+            if let Some(l) = self.links[slot].as_mut() {
+                let _ = l.tx.push_back(TxItem::Control { bytes, len });
+            }
+        }
+        self.maybe_open(slot);
+    }
+
+    /// Opens the link's peer once its handshake completes.
+    fn maybe_open(&mut self, slot: usize) {
+        let Some(l) = self.links[slot].as_ref() else {
+            return;
+        };
+        if l.state != LinkState::Handshaking || !l.handshake.is_complete() {
+            return;
+        }
+        let Some(hello) = l.handshake.peer().copied() else {
+            return;
+        };
+        let checksum = l.handshake.checksum();
+        let proc = ProcName::new(hello.job, hello.rank);
+        let index = match l.peer {
+            Some(p) => p,
+            None => match self.find_or_add_peer(proc) {
+                Some(p) => p,
+                None => {
+                    self.fail_link(slot, CloseReason::ResourceExhausted);
+                    return;
+                }
+            },
+        };
+        let id = LinkId(slot as u16);
+        if let Some(peer) = self.peers[index].as_mut() {
+            if let Some(old) = peer.link
+                && old != id
+                && self.links[usize::from(old.0)].is_some()
+            {
+                // Both sides connected at once: the connection opened by the
+                // lower process name survives.
+                let ours_outbound = self.links[slot].as_ref().is_some_and(|l| l.peer.is_some());
+                let initiator = if ours_outbound { self.config.me } else { proc };
+                let other = if ours_outbound { proc } else { self.config.me };
+                if initiator > other {
+                    self.fail_link(slot, CloseReason::Normal);
+                    return;
+                }
+                self.fail_link(usize::from(old.0), CloseReason::Normal);
+            }
+            let Some(peer) = self.peers[index].as_mut() else {
+                return;
+            };
+            peer.link = Some(id);
+            peer.state = PeerState::Open;
+            peer.checksum = checksum;
+            peer.peer_max_body = hello.max_body;
+            peer.peer_initial = hello.initial_credits;
+            peer.last_heard = self.now;
+        }
+        if let Some(l) = self.links[slot].as_mut() {
+            l.peer = Some(index);
+            l.state = LinkState::Open;
+        }
+        self.progress_queues();
+    }
+
+    fn find_or_add_peer(&mut self, proc: ProcName) -> Option<usize> {
+        if let Some(i) = self
+            .peers
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| p.proc == proc))
+        {
+            return Some(i);
+        }
+        let i = self.peers.iter().position(Option::is_none)?;
+        self.peers[i] = Some(Peer::new(proc));
+        Some(i)
+    }
+
+    /// Reads from `input` into the link's current frame; returns the bytes
+    /// taken and whether anything happened (a frame may end without input).
+    fn read_some(&mut self, slot: usize, input: &[u8]) -> Result<(usize, bool), CloseReason> {
+        if let Some(l) = self.links[slot].as_mut()
+            && let Receiving::WaitingFragment { tag, seq, len } = l.receiving
+        {
+            let Ok(frag) = self.pools.alloc(len) else {
+                return Ok((0, false));
+            };
+            l.receiving = Receiving::Send {
+                tag,
+                seq,
+                frag,
+                have: 0,
+                len,
+            };
+            l.reader.set_target(PayloadTarget::Engine);
+        }
+        let Some(l) = self.links[slot].as_mut() else {
+            return Ok((input.len(), false));
+        };
+        let mut used = 0;
+        let step = l
+            .reader
+            .step(input, &mut used)
+            .map_err(|e| e.close_reason())?;
+        match step {
+            ReadStep::NeedMore => Ok((used, false)),
+            ReadStep::Prefix { header } => {
+                self.on_prefix(slot, header)?;
+                Ok((used, true))
+            }
+            ReadStep::Payload { len } => {
+                let bytes = &input[..len];
+                self.on_payload(slot, bytes);
+                if let Some(l) = self.links[slot].as_mut() {
+                    l.reader.consume_payload(bytes);
+                }
+                Ok((len, true))
+            }
+            ReadStep::Done { header } => {
+                self.on_frame(slot, header)?;
+                Ok((used, true))
+            }
+        }
+    }
+
+    /// Header and fixed fields are in: decode them and choose the target.
+    fn on_prefix(&mut self, slot: usize, header: HeaderRepr) -> Result<(), CloseReason> {
+        let Some(l) = self.links[slot].as_ref() else {
+            return Ok(());
+        };
+        let open = l.state == LinkState::Open;
+        let peer = l.peer;
+        let payload_left = l.reader.payload_left();
+        let mut fixed = [0u8; HelloRepr::LEN];
+        let n = l.reader.fixed().len().min(fixed.len());
+        fixed[..n].copy_from_slice(&l.reader.fixed()[..n]);
+        let fixed = &fixed[..n];
+        let bad = |e: crate::wire::WireError| e.close_reason();
+        let control = |c| (Receiving::Control(c), PayloadTarget::Discard);
+        let (receiving, target) = match header.packet_type {
+            PacketType::Hello => control(ControlIn::Hello(
+                HelloRepr::parse(chunk_ref(fixed)?).map_err(bad)?,
+            )),
+            PacketType::HelloAck => {
+                control(ControlIn::HelloAck(HelloAckRepr::parse(chunk_ref(fixed)?)))
+            }
+            PacketType::Close => control(ControlIn::Close {
+                reason: CloseRepr::parse(chunk_ref(fixed)?).map_err(bad)?.reason,
+            }),
+            _ if !open => return Err(CloseReason::ProtocolError),
+            PacketType::Ack => control(ControlIn::Ack(AckRepr::parse(chunk_ref(fixed)?))),
+            PacketType::Reject => control(ControlIn::Reject {
+                seq: header.seq,
+                reject: RejectRepr::parse(chunk_ref(fixed)?).map_err(bad)?,
+            }),
+            PacketType::Get => control(ControlIn::Get {
+                seq: header.seq,
+                get: GetRepr::parse(chunk_ref(fixed)?).map_err(bad)?,
+            }),
+            PacketType::Send => {
+                let tag = Tag(SendRepr::parse(chunk_ref(fixed)?).map_err(bad)?.tag);
+                let len = usize::try_from(payload_left).map_err(|_| CloseReason::ProtocolError)?;
+                match self.pools.alloc(len) {
+                    Ok(frag) => (
+                        Receiving::Send {
+                            tag,
+                            seq: header.seq,
+                            frag,
+                            have: 0,
+                            len,
+                        },
+                        PayloadTarget::Engine,
+                    ),
+                    // No fragment now: the payload waits in the stream.
+                    Err(crate::pool::PoolError::Exhausted { .. }) => {
+                        if let Some(l) = self.links[slot].as_mut() {
+                            l.receiving = Receiving::WaitingFragment {
+                                tag,
+                                seq: header.seq,
+                                len,
+                            };
+                        }
+                        return Ok(());
+                    }
+                    Err(_) => return Err(CloseReason::ProtocolError),
+                }
+            }
+            PacketType::Put => {
+                let put = PutRepr::parse(chunk_ref(fixed)?, payload_left).map_err(bad)?;
+                let dst = self.put_target(peer, &put, payload_left);
+                let target = if dst.is_ok() {
+                    PayloadTarget::Engine
+                } else {
+                    PayloadTarget::Discard
+                };
+                (
+                    Receiving::Put {
+                        put,
+                        seq: header.seq,
+                        dst,
+                        have: 0,
+                    },
+                    target,
+                )
+            }
+        };
+        if let Some(l) = self.links[slot].as_mut() {
+            l.receiving = receiving;
+            l.reader.set_target(target);
+        }
+        Ok(())
+    }
+
+    /// Where a PUT's data lands: an outstanding get's buffer for a reply, a
+    /// registration for a peer's put; the refusal code otherwise.
+    fn put_target(
+        &self,
+        peer: Option<usize>,
+        put: &PutRepr,
+        len: u64,
+    ) -> Result<MemSlice, RejectCode> {
+        if put.xfer_id & GET_REPLY != 0 {
+            let op = self
+                .ops
+                .iter()
+                .flatten()
+                .find(|o| {
+                    o.kind == OpKind::Get
+                        && Some(o.peer) == peer
+                        && o.id == put.xfer_id & !GET_REPLY
+                })
+                .ok_or(RejectCode::BadHandle)?;
+            let end = put.offset.checked_add(len).ok_or(RejectCode::OutOfBounds)?;
+            if end > op.local.len {
+                return Err(RejectCode::OutOfBounds);
+            }
+            return Ok(MemSlice {
+                handle: op.local.handle,
+                offset: op.local.offset + put.offset,
+                len,
+            });
+        }
+        let remote = RemoteSlice {
+            key: RemoteKey(put.handle),
+            offset: put.offset,
+            len,
+        };
+        self.regs
+            .check_remote(remote, Access::REMOTE_WRITE)
+            .map_err(RejectCode::from)
+    }
+
+    fn on_payload(&mut self, slot: usize, bytes: &[u8]) {
+        let Some(l) = self.links[slot].as_mut() else {
+            return;
+        };
+        match &mut l.receiving {
+            Receiving::Send { frag, have, .. } => {
+                if let Ok(buf) = self.pools.bytes_mut(frag)
+                    && let Some(dst) = buf.get_mut(*have..*have + bytes.len())
+                {
+                    dst.copy_from_slice(bytes);
+                }
+                *have += bytes.len();
+            }
+            Receiving::Put {
+                dst: Ok(dst), have, ..
+            } => {
+                let part = MemSlice {
+                    handle: dst.handle,
+                    offset: dst.offset + *have,
+                    len: bytes.len() as u64,
+                };
+                if let Ok(region) = self.regs.slice_mut(part) {
+                    region.copy_from_slice(bytes);
+                }
+                *have += bytes.len() as u64;
+            }
+            _ => {}
+        }
+    }
+
+    /// A whole frame arrived (trailer checked).
+    fn on_frame(&mut self, slot: usize, header: HeaderRepr) -> Result<(), CloseReason> {
+        let key = self.config.job_key.clone();
+        let Some(l) = self.links[slot].as_mut() else {
+            return Ok(());
+        };
+        let receiving = core::mem::replace(&mut l.receiving, Receiving::None);
+        let peer = l.peer;
+        match receiving {
+            Receiving::None => Ok(()),
+            Receiving::Control(ControlIn::Hello(hello)) => {
+                l.handshake.on_hello(hello).map_err(|e| e.close_reason())?;
+                self.flush_handshake(LinkId(slot as u16));
+                Ok(())
+            }
+            Receiving::Control(ControlIn::HelloAck(ack)) => {
+                l.handshake
+                    .on_hello_ack(&ack, key.as_deref())
+                    .map_err(|e| e.close_reason())?;
+                self.flush_handshake(LinkId(slot as u16));
+                Ok(())
+            }
+            Receiving::Control(ControlIn::Close { reason, .. }) => {
+                // The peer is closing this link: nothing more goes out on it.
+                l.state = LinkState::Closing;
+                l.tx.clear();
+                l.written = 0;
+                let _ = self.closes.push_back(LinkId(slot as u16));
+                if let Some(p) = peer {
+                    if let Some(peer) = self.peers[p].as_mut() {
+                        peer.link = None;
+                    }
+                    self.deliver(p, Held::Close(reason));
+                }
+                Ok(())
+            }
+            other => {
+                let p = peer.ok_or(CloseReason::ProtocolError)?;
+                self.on_peer_packet(p, header, other)
+            }
+        }
+    }
+
+    /// A packet of an open link's peer: acknowledgement and credits first,
+    /// then the packet itself through the receive window.
+    fn on_peer_packet(
+        &mut self,
+        p: usize,
+        header: HeaderRepr,
+        receiving: Receiving,
+    ) -> Result<(), CloseReason> {
+        let now = self.now;
+        let sack = match &receiving {
+            Receiving::Control(ControlIn::Ack(a)) => a.sack,
+            _ => 0,
+        };
+        if let Some(peer) = self.peers[p].as_mut() {
+            peer.last_heard = now;
+        }
+        let ack = Ack {
+            cumulative: header.ack,
+            sack,
+        };
+        let held = match receiving {
+            Receiving::Send {
+                tag,
+                seq,
+                frag,
+                len,
+                ..
+            } => Some((seq, Held::Send { tag, frag, len })),
+            Receiving::Put {
+                put,
+                seq,
+                dst,
+                have,
+            } => {
+                let held = match dst {
+                    Ok(_) => Held::Put {
+                        xfer_id: put.xfer_id,
+                        len: have,
+                    },
+                    Err(code) => Held::Refused {
+                        xfer_id: put.xfer_id,
+                        code,
+                    },
+                };
+                Some((seq, held))
+            }
+            Receiving::Control(ControlIn::Get { seq, get }) => Some((seq, Held::Get(get))),
+            Receiving::Control(ControlIn::Reject { seq, reject }) => {
+                Some((seq, Held::Reject(reject)))
+            }
+            _ => None,
+        };
+        let Some((seq, item)) = held else {
+            return self.on_ack(p, ack, header.credits);
+        };
+        let Some(peer) = self.peers[p].as_mut() else {
+            return Ok(());
+        };
+        match peer.recv.receive(seq, item) {
+            Ok(_) => {}
+            Err(Refused::Duplicate(item)) | Err(Refused::OutsideWindow(item)) => {
+                if let Held::Send { frag, .. } = item {
+                    let _ = self.pools.free(frag);
+                }
+            }
+        }
+        if let Some(peer) = self.peers[p].as_mut() {
+            peer.ack_owed_since.get_or_insert(now);
+        }
+        while let Some((_, item)) = self.peers[p].as_mut().and_then(|peer| peer.recv.pop()) {
+            self.deliver(p, item);
+        }
+        // The body before the acknowledgement: a REJECT must fail its put
+        // before the ack of the refused packets could complete it.
+        self.on_ack(p, ack, header.credits)
+    }
+
+    fn deliver(&mut self, p: usize, item: Held) {
+        let from = EndpointId(p as u16);
+        match item {
+            Held::Send { tag, frag, len } => {
+                if let Err(Pending::Received { frag, .. }) =
+                    self.events.push_back(Pending::Received {
+                        from,
+                        tag,
+                        frag,
+                        len,
+                    })
+                {
+                    let _ = self.pools.free(frag);
+                }
+            }
+            Held::Put { xfer_id, len } if xfer_id & GET_REPLY != 0 => {
+                let id = xfer_id & !GET_REPLY;
+                if let Some(i) = self.find_op(OpKind::Get, p, id)
+                    && let Some(op) = self.ops[i].as_mut()
+                {
+                    op.done = op.done.saturating_add(len);
+                    if op.done >= op.local.len {
+                        self.finish_op(i, Ok(()));
+                    }
+                }
+            }
+            Held::Put { .. } => {}
+            Held::Refused { xfer_id, code } => {
+                let peer = self.peers[p].as_mut();
+                if let Some(peer) = peer
+                    && peer.last_rejected != Some(xfer_id)
+                {
+                    peer.last_rejected = Some(xfer_id);
+                    self.queue_reject(p, xfer_id, code);
+                }
+            }
+            Held::Get(get) => self.serve_get(p, get),
+            Held::Reject(reject) => {
+                let id = reject.xfer_id;
+                let code = reject.code;
+                let found = self
+                    .find_op(OpKind::Put, p, id)
+                    .or_else(|| self.find_op(OpKind::Get, p, id));
+                if let Some(i) = found {
+                    self.finish_op(i, Err(BtlError::Rejected(code)));
+                }
+            }
+            Held::Close(reason) => {
+                let lost = match reason {
+                    CloseReason::VersionMismatch => LostReason::VersionMismatch,
+                    CloseReason::AuthFailed => LostReason::AuthFailed,
+                    CloseReason::Timeout => LostReason::Timeout,
+                    CloseReason::ProtocolError => LostReason::ProtocolViolation,
+                    _ => LostReason::Closed,
+                };
+                self.lose_peer(p, lost);
+            }
+        }
+    }
+
+    fn find_op(&self, kind: OpKind, peer: usize, id: u64) -> Option<usize> {
+        self.ops
+            .iter()
+            .position(|o| o.is_some_and(|o| o.kind == kind && o.peer == peer && o.id == id))
+    }
+
+    fn finish_op(&mut self, i: usize, result: Result<(), BtlError>) {
+        let Some(op) = self.ops[i].take() else {
+            return;
+        };
+        let pending = match op.kind {
+            OpKind::Put => Pending::PutComplete {
+                op: OpId(op.id),
+                ctx: op.ctx,
+                result,
+            },
+            OpKind::Get => Pending::GetComplete {
+                op: OpId(op.id),
+                ctx: op.ctx,
+                result,
+            },
+            OpKind::Serve => return,
+        };
+        let _ = self.events.push_back(pending);
+    }
+
+    /// A peer's get: check the source, then put it back as a reply.
+    fn serve_get(&mut self, p: usize, get: GetRepr) {
+        let peer_proc = self.peers[p].as_ref().map(|peer| peer.proc);
+        let target = ProcName::new(get.target_job, get.target_rank);
+        if Some(target) != peer_proc {
+            // Third-party targets need a link to that process; not yet.
+            self.queue_reject(p, get.xfer_id, RejectCode::NoTarget);
+            return;
+        }
+        let src = RemoteSlice {
+            key: RemoteKey(get.src_handle),
+            offset: get.src_offset,
+            len: get.len,
+        };
+        let local = match self.regs.check_remote(src, Access::REMOTE_READ) {
+            Ok(local) => local,
+            Err(e) => {
+                self.queue_reject(p, get.xfer_id, e.into());
+                return;
+            }
+        };
+        let Some(i) = self.ops.iter().position(Option::is_none) else {
+            self.queue_reject(p, get.xfer_id, RejectCode::TooLarge);
+            return;
+        };
+        let chunk = self.put_chunk(p);
+        self.ops[i] = Some(Op {
+            kind: OpKind::Serve,
+            peer: p,
+            ctx: 0,
+            id: get.xfer_id | GET_REPLY,
+            local,
+            remote: RemoteSlice {
+                key: RemoteKey(get.dst_handle),
+                offset: get.dst_offset,
+                len: get.len,
+            },
+            queued: 0,
+            done: 0,
+            count: packet_count(get.len, chunk),
+            next_index: 0,
+        });
+        self.progress_queues();
+    }
+
+    /// Queues a REJECT ahead of everything else the peer is owed. Until it
+    /// is numbered no bare ACK goes out, so the refused packets are never
+    /// acknowledged before their refusal.
+    fn queue_reject(&mut self, p: usize, xfer_id: u64, code: RejectCode) {
+        if let Some(peer) = self.peers[p].as_mut() {
+            let _ = peer.queue.push_front(Queued::Control {
+                packet: ControlPacket::Reject(RejectRepr { xfer_id, code }),
+            });
+        }
+        self.progress_queues();
+    }
+
+    fn put_chunk(&self, p: usize) -> u64 {
+        let peer_max = self.peers[p]
+            .as_ref()
+            .map_or(crate::wire::MIN_MAX_BODY, |peer| peer.peer_max_body);
+        self.config
+            .put_chunk
+            .min(peer_max.saturating_sub(PutRepr::LEN as u64))
+            .max(1)
+    }
+
+    /// Takes an acknowledgement and a credit total from the peer.
+    fn on_ack(&mut self, p: usize, ack: Ack, credits: u32) -> Result<(), CloseReason> {
+        let now = self.now;
+        let Some(peer) = self.peers[p].as_mut() else {
+            return Ok(());
+        };
+        if (credits.wrapping_sub(peer.peer_granted) as i32) > 0 {
+            peer.peer_granted = credits;
+        }
+        if ack.cumulative == 0 {
+            return Ok(());
+        }
+        let mut released: Vec<(u64, Outgoing), WINDOW> = Vec::new();
+        peer.send
+            .on_ack(ack, now, |seq, out| {
+                let _ = released.push((seq, out));
+            })
+            .map_err(|_| CloseReason::ProtocolError)?;
+        for (_, out) in released {
+            self.release(p, out, Ok(()));
+        }
+        self.progress_queues();
+        Ok(())
+    }
+
+    /// A retained packet is done with: its operation may complete.
+    fn release(&mut self, p: usize, out: Outgoing, result: Result<(), BtlError>) {
+        match out {
+            Outgoing::Send { desc, .. } => self.complete_send(p, desc, result),
+            Outgoing::Put {
+                op: Some(i), data, ..
+            } => {
+                let i = usize::from(i);
+                if let Some(op) = self.ops[i].as_mut() {
+                    op.done = op.done.saturating_add(data.len);
+                    let all = op.done >= op.local.len;
+                    if result.is_err() || all {
+                        self.finish_op(i, result);
+                    }
+                }
+            }
+            Outgoing::Put { .. } | Outgoing::Control { .. } => {}
+        }
+    }
+
+    fn complete_send(&mut self, p: usize, desc: Descriptor, result: Result<(), BtlError>) {
+        let endpoint = EndpointId(p as u16);
+        let tag = desc.tag();
+        let flags = desc.flags();
+        let desc = if flags.contains(DescFlags::BTL_OWNERSHIP) {
+            let _ = desc.free(&self.pools);
+            None
+        } else {
+            Some(desc)
+        };
+        if desc.is_some() || flags.contains(DescFlags::ALWAYS_CALLBACK) || result.is_err() {
+            if let Err(Pending::SendComplete { desc: Some(d), .. }) =
+                self.events.push_back(Pending::SendComplete {
+                    endpoint,
+                    tag,
+                    desc,
+                    result,
+                })
+            {
+                let _ = d.free(&self.pools);
+            }
+        }
+    }
+
+    /// Moves queued packets and bulk transfers into the send windows and
+    /// onto the links, as credits, windows and links allow.
+    fn progress_queues(&mut self) {
+        for p in 0..PEERS {
+            let Some(peer) = self.peers[p].as_ref() else {
+                continue;
+            };
+            if peer.state != PeerState::Open {
+                continue;
+            }
+            // Queued sends and control packets, in order.
+            while let Some(peer) = self.peers[p].as_mut() {
+                let ready = match peer.queue.front() {
+                    Some(Queued::Send(_)) => peer.has_credit() && !peer.send.is_full(),
+                    Some(Queued::Control { .. }) => !peer.send.is_full(),
+                    None => false,
+                };
+                if !ready {
+                    break;
+                }
+                match peer.queue.pop_front() {
+                    Some(Queued::Send(desc)) => self.transmit_send(p, desc),
+                    Some(Queued::Control { packet }) => self.transmit_control(p, packet),
+                    None => break,
+                }
+            }
+            // Bulk packets.
+            for i in 0..MAX_OPS {
+                while let Some(op) = self.ops[i] {
+                    let window_full = self.peers[p]
+                        .as_ref()
+                        .is_none_or(|peer| peer.send.is_full());
+                    if op.peer != p
+                        || op.kind == OpKind::Get
+                        || op.queued >= op.local.len
+                        || window_full
+                    {
+                        break;
+                    }
+                    self.transmit_put(i);
+                }
+            }
+        }
+    }
+
+    fn transmit_send(&mut self, p: usize, desc: Descriptor) {
+        let now = self.now;
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        peer.sends_sent = peer.sends_sent.wrapping_add(1);
+        let out = Outgoing::Send {
+            desc,
+            trailer: [0; CHECKSUM_LEN],
+        };
+        match peer.send.push(out, now) {
+            Ok(seq) => self.enqueue_reliable(p, seq),
+            Err(e) => {
+                if let Outgoing::Send { desc, .. } = e.into_item() {
+                    self.complete_send(p, desc, Err(BtlError::OutOfResource));
+                }
+            }
+        }
+    }
+
+    fn transmit_control(&mut self, p: usize, packet: ControlPacket) {
+        let now = self.now;
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        let out = Outgoing::Control {
+            bytes: [0; CONTROL_MAX],
+            len: 0,
+        };
+        if let Ok(seq) = peer.send.push(out, now) {
+            if let Some(Outgoing::Control { bytes, len }) = peer.send.get_mut(seq) {
+                *len = match packet {
+                    ControlPacket::Get(g) => {
+                        emit_control(bytes, PacketType::Get, 0, seq, 0, false, |b| {
+                            g.emit(chunk(b))
+                        })
+                    }
+                    ControlPacket::Reject(r) => {
+                        emit_control(bytes, PacketType::Reject, 0, seq, 0, false, |b| {
+                            r.emit(chunk(b))
+                        })
+                    }
+                };
+            }
+            self.enqueue_reliable(p, seq);
+        }
+    }
+
+    fn transmit_put(&mut self, i: usize) {
+        let now = self.now;
+        let Some(op) = self.ops[i] else {
+            return;
+        };
+        let chunk = self.put_chunk(op.peer);
+        let len = chunk.min(op.local.len - op.queued);
+        let put = PutRepr {
+            xfer_id: op.id,
+            handle: op.remote.key.0,
+            offset: op.remote.offset + op.queued,
+            total_len: op.local.len,
+            index: op.next_index,
+            count: op.count,
+        };
+        let data = MemSlice {
+            handle: op.local.handle,
+            offset: op.local.offset + op.queued,
+            len,
+        };
+        let mut prefix = [0u8; PUT_PREFIX];
+        let (_, fixed) = prefix.split_at_mut(HEADER_LEN);
+        put.emit(chunk_mut(fixed));
+        let out = Outgoing::Put {
+            prefix,
+            data,
+            op: Some(i as u16),
+            trailer: [0; CHECKSUM_LEN],
+        };
+        let Some(peer) = self.peers[op.peer].as_mut() else {
+            return;
+        };
+        if let Ok(seq) = peer.send.push(out, now) {
+            if let Some(o) = self.ops[i].as_mut() {
+                o.queued += len;
+                o.next_index += 1;
+            }
+            self.enqueue_reliable(op.peer, seq);
+        }
+    }
+
+    /// Puts a retained packet on its peer's link.
+    fn enqueue_reliable(&mut self, p: usize, seq: u64) {
+        let Some(link) = self.peers[p].as_ref().and_then(|peer| peer.link) else {
+            return;
+        };
+        let slot = usize::from(link.0);
+        // The header is written once, now, with the current ack and
+        // credits: bytes handed to the driver never change afterwards.
+        self.refresh(p, seq);
+        if let Some(l) = self.links[slot].as_mut() {
+            let _ = l.tx.push_back(TxItem::Reliable { seq });
+        }
+    }
+
+    /// Writes a retained packet's header with the current ack and credits.
+    fn refresh(&mut self, p: usize, seq: u64) {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        let checksum = peer.checksum;
+        let (ack, credits) = (peer.recv.ack().cumulative, peer.granted);
+        let flags = if checksum {
+            Flags::CHECKSUM
+        } else {
+            Flags::empty()
+        };
+        let Some(out) = peer.send.get_mut(seq) else {
+            return;
+        };
+        match out {
+            Outgoing::Send { desc, trailer } => {
+                let body = (desc.len() - SEND_PREFIX) as u64 + SendRepr::LEN as u64;
+                let header = HeaderRepr {
+                    packet_type: PacketType::Send,
+                    flags,
+                    credits,
+                    seq,
+                    ack,
+                    body_len: body,
+                };
+                let tag = desc.tag();
+                if let Ok(room) = desc.headroom_mut(&self.pools) {
+                    let (head, fixed) = room.split_at_mut(HEADER_LEN);
+                    header.emit(chunk_mut(head));
+                    SendRepr { tag: tag.0 }.emit(chunk_mut(fixed));
+                }
+                if checksum {
+                    let mut crc = Crc32c::new();
+                    if let Ok(bytes) = desc.fragment_bytes(&self.pools) {
+                        crc.update(bytes);
+                    }
+                    if let Some(r) = desc.referenced()
+                        && let Ok(bytes) = self.regs.slice(r)
+                    {
+                        crc.update(bytes);
+                    }
+                    *trailer = crc.trailer();
+                }
+            }
+            Outgoing::Put {
+                prefix,
+                data,
+                trailer,
+                ..
+            } => {
+                let body = PutRepr::LEN as u64 + data.len;
+                let header = HeaderRepr {
+                    packet_type: PacketType::Put,
+                    flags,
+                    credits,
+                    seq,
+                    ack,
+                    body_len: body,
+                };
+                let (head, _) = prefix.split_at_mut(HEADER_LEN);
+                header.emit(chunk_mut(head));
+                if checksum {
+                    let mut crc = Crc32c::new();
+                    crc.update(prefix);
+                    if let Ok(bytes) = self.regs.slice(*data) {
+                        crc.update(bytes);
+                    }
+                    *trailer = crc.trailer();
+                }
+            }
+            Outgoing::Control { bytes, len } => {
+                let Ok(packet_type) = PacketType::try_from(bytes[0]) else {
+                    return;
+                };
+                let fixed = packet_type.fixed_body_len();
+                let header = HeaderRepr {
+                    packet_type,
+                    flags,
+                    credits,
+                    seq,
+                    ack,
+                    body_len: fixed as u64,
+                };
+                header.emit(chunk_mut(&mut bytes[..HEADER_LEN]));
+                let mut n = HEADER_LEN + fixed;
+                if checksum {
+                    let t = crate::wire::crc32c(&bytes[..n]).to_be_bytes();
+                    bytes[n..n + CHECKSUM_LEN].copy_from_slice(&t);
+                    n += CHECKSUM_LEN;
+                }
+                *len = n as u8;
+            }
+        }
+    }
+
+    /// Queues an ACK on the peer's link when one is owed and nothing else
+    /// would carry it soon.
+    fn queue_ack_if_owed(&mut self, slot: usize) {
+        let now = self.now;
+        let Some(l) = self.links[slot].as_ref() else {
+            return;
+        };
+        if l.state != LinkState::Open || !l.tx.is_empty() {
+            return;
+        }
+        let Some(p) = l.peer else {
+            return;
+        };
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        let Some(since) = peer.ack_owed_since else {
+            return;
+        };
+        let reject_waiting = peer.queue.iter().any(|q| {
+            matches!(
+                q,
+                Queued::Control {
+                    packet: ControlPacket::Reject(_)
+                }
+            )
+        });
+        if reject_waiting {
+            return;
+        }
+        // The link is idle, so no packet would carry the acknowledgement:
+        // send it now rather than stall the peer's window or credits.
+        let _ = (since, now);
+        peer.ack_owed_since = None;
+        let ack = peer.recv.ack();
+        let (checksum, credits) = (peer.checksum, peer.granted);
+        let mut bytes = [0u8; CONTROL_MAX];
+        let len = emit_control(
+            &mut bytes,
+            PacketType::Ack,
+            credits,
+            0,
+            ack.cumulative,
+            checksum,
+            |b| AckRepr { sack: ack.sack }.emit(chunk(b)),
+        );
+        if let Some(l) = self.links[slot].as_mut() {
+            let _ = l.tx.push_back(TxItem::Control { bytes, len });
+        }
+    }
+
+    /// Ends a link after a protocol failure: a CLOSE goes out first.
+    fn fail_link(&mut self, slot: usize, reason: CloseReason) {
+        let Some(l) = self.links[slot].as_mut() else {
+            return;
+        };
+        if l.state == LinkState::Closing {
+            return;
+        }
+        l.state = LinkState::Closing;
+        l.tx.clear();
+        l.written = 0;
+        let mut bytes = [0u8; CONTROL_MAX];
+        let len = emit_control(&mut bytes, PacketType::Close, 0, 0, 0, false, |b| {
+            CloseRepr { reason }.emit(chunk(b))
+        });
+        let _ = l.tx.push_back(TxItem::Control { bytes, len });
+        if let Receiving::Send { frag, .. } = core::mem::replace(&mut l.receiving, Receiving::None)
+        {
+            let _ = self.pools.free(frag);
+        }
+        let peer = l.peer;
+        if let Some(p) = peer
+            && self.peers[p]
+                .as_ref()
+                .is_some_and(|peer| peer.link == Some(LinkId(slot as u16)))
+        {
+            if let Some(peer) = self.peers[p].as_mut() {
+                peer.link = None;
+            }
+            let lost = match reason {
+                CloseReason::VersionMismatch => LostReason::VersionMismatch,
+                CloseReason::AuthFailed => LostReason::AuthFailed,
+                CloseReason::Timeout => LostReason::Timeout,
+                CloseReason::Normal => return,
+                _ => LostReason::ProtocolViolation,
+            };
+            self.lose_peer(p, lost);
+        }
+    }
+
+    /// Gives a peer up: every operation to it fails exactly once.
+    fn lose_peer(&mut self, p: usize, reason: LostReason) {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        if matches!(peer.state, PeerState::Lost(_)) {
+            return;
+        }
+        peer.state = PeerState::Lost(reason);
+        let error = BtlError::PeerLost(reason);
+        let mut released: Vec<Outgoing, WINDOW> = Vec::new();
+        peer.send.drain(|_, out| {
+            let _ = released.push(out);
+        });
+        let mut queued: Vec<Queued, PENDING> = Vec::new();
+        while let Some(q) = peer.queue.pop_front() {
+            let _ = queued.push(q);
+        }
+        let mut held: Vec<Held, WINDOW> = Vec::new();
+        peer.recv.drain_held(|_, h| {
+            let _ = held.push(h);
+        });
+        if let Some(link) = peer.link.take() {
+            let slot = usize::from(link.0);
+            if let Some(l) = self.links[slot].as_mut() {
+                l.peer = None;
+            }
+            self.fail_link(slot, CloseReason::Normal);
+        }
+        for out in released {
+            self.release(p, out, Err(error));
+        }
+        for q in queued {
+            if let Queued::Send(desc) = q {
+                self.complete_send(p, desc, Err(error));
+            }
+        }
+        for h in held {
+            if let Held::Send { frag, .. } = h {
+                let _ = self.pools.free(frag);
+            }
+        }
+        for i in 0..MAX_OPS {
+            if self.ops[i].is_some_and(|o| o.peer == p) {
+                self.finish_op(i, Err(error));
+            }
+        }
+        let _ = self.events.push_back(Pending::Error(ErrorEvent {
+            fatal: false,
+            endpoint: Some(EndpointId(p as u16)),
+            error,
+        }));
+    }
+
+    fn check_endpoint(&mut self, endpoint: EndpointId) -> Result<usize, BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        let p = usize::from(endpoint.0);
+        let peer = self
+            .peers
+            .get(p)
+            .and_then(Option::as_ref)
+            .ok_or(BtlError::Unreachable)?;
+        match peer.state {
+            PeerState::Lost(reason) => Err(BtlError::PeerLost(reason)),
+            PeerState::Idle => {
+                let proc = peer.proc;
+                if self
+                    .connects
+                    .push_back(ConnectRequest { endpoint, proc })
+                    .is_err()
+                {
+                    return Err(BtlError::OutOfResource);
+                }
+                if let Some(peer) = self.peers[p].as_mut() {
+                    peer.state = PeerState::Connecting { since: self.now };
+                }
+                Ok(p)
+            }
+            _ => Ok(p),
+        }
+    }
+
+    fn release_delivered(&mut self) {
+        if let Some((p, frag)) = self.delivered.take() {
+            let _ = self.pools.free(frag);
+            if let Some(peer) = self.peers[p].as_mut() {
+                peer.granted = peer.granted.wrapping_add(1);
+                peer.ack_owed_since.get_or_insert(self.now);
+            }
+        }
+    }
+}
+
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
+    for Engine<'r, 'm, PEERS, LINKS, REGS>
+{
+    fn attributes(&self) -> &Attributes {
+        &self.attributes
+    }
+
+    fn pools(&self) -> &FragmentPools<'_> {
+        &self.pools
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
+            *ep = None;
+            if *proc == self.config.me {
+                continue;
+            }
+            let Some(p) = self.find_or_add_peer(*proc) else {
+                return Err(BtlError::OutOfResource);
+            };
+            if let Some(peer) = self.peers[p].as_mut() {
+                peer.refs = peer.refs.saturating_add(1);
+            }
+            if reachable.set(i) {
+                *ep = Some(EndpointId(p as u16));
+            }
+        }
+        Ok(())
+    }
+
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        for ep in endpoints {
+            let p = usize::from(ep.0);
+            let peer = self
+                .peers
+                .get_mut(p)
+                .and_then(Option::as_mut)
+                .ok_or(BtlError::Unreachable)?;
+            peer.refs = peer.refs.saturating_sub(1);
+            if peer.refs == 0 {
+                self.lose_peer(p, LostReason::Removed);
+                self.peers[p] = None;
+            }
+        }
+        Ok(())
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check_endpoint(endpoint)?;
+        Descriptor::alloc(&self.pools, SEND_PREFIX as u16, 0, size, order, flags)
+            .map_err(desc_error)
+    }
+
+    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
+        desc.free(&self.pools)
+            .map_err(|_| BtlError::Memory(crate::btl::MemError::UnknownRegion))
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check_endpoint(endpoint)?;
+        Descriptor::prepare_src(&self.pools, SEND_PREFIX as u16, reserve, data, order, flags)
+            .map_err(desc_error)
+    }
+
+    fn prepare_src_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check_endpoint(endpoint)?;
+        self.regs.slice(data)?;
+        if data.len as usize + reserve <= self.attributes.eager_limit {
+            let bytes = self.regs.slice(data)?;
+            return Descriptor::prepare_src(
+                &self.pools,
+                SEND_PREFIX as u16,
+                reserve,
+                bytes,
+                order,
+                flags,
+            )
+            .map_err(desc_error);
+        }
+        if data.len as usize + reserve > self.attributes.max_send_size {
+            return Err(BtlError::TooLarge {
+                len: data.len,
+                max: self.attributes.max_send_size as u64,
+            });
+        }
+        Descriptor::prepare_src_inplace(
+            &self.pools,
+            SEND_PREFIX as u16,
+            reserve,
+            data,
+            order,
+            flags,
+        )
+        .map_err(desc_error)
+    }
+
+    fn send(
+        &mut self,
+        endpoint: EndpointId,
+        mut desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError> {
+        let p = match self.check_endpoint(endpoint) {
+            Ok(p) => p,
+            Err(error) => return Err(SendError { error, desc }),
+        };
+        if desc.headroom() != SEND_PREFIX {
+            return Err(SendError {
+                error: BtlError::NotSupported,
+                desc,
+            });
+        }
+        desc.set_tag(tag);
+        let Some(peer) = self.peers[p].as_mut() else {
+            return Err(SendError {
+                error: BtlError::Unreachable,
+                desc,
+            });
+        };
+        if let Err(Queued::Send(desc)) = peer.queue.push_back(Queued::Send(desc)) {
+            return Err(SendError {
+                error: BtlError::OutOfResource,
+                desc,
+            });
+        }
+        self.progress_queues();
+        Ok(SendStatus::Queued)
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<(), BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        let ready = self.peers[p].as_ref().is_some_and(|peer| {
+            peer.state == PeerState::Open
+                && peer.queue.is_empty()
+                && peer.has_credit()
+                && !peer.send.is_full()
+        });
+        if !ready {
+            return Err(BtlError::OutOfResource);
+        }
+        let len = header.len() + payload.len();
+        let mut desc = Descriptor::alloc(
+            &self.pools,
+            SEND_PREFIX as u16,
+            0,
+            len,
+            order,
+            flags | DescFlags::BTL_OWNERSHIP,
+        )
+        .map_err(desc_error)?;
+        if let Ok(bytes) = desc.payload_mut(&self.pools) {
+            bytes[..header.len()].copy_from_slice(header);
+            bytes[header.len()..].copy_from_slice(payload);
+        }
+        desc.set_tag(tag);
+        let desc_flags = desc.flags() - DescFlags::ALWAYS_CALLBACK;
+        desc.set_flags(desc_flags);
+        self.transmit_send(p, desc);
+        Ok(())
+    }
+
+    fn register_mem(
+        &mut self,
+        region: &'m mut [u8],
+        access: Access,
+    ) -> Result<MemHandle, BtlError> {
+        Ok(self.regs.register(region, access)?)
+    }
+
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<&'m mut [u8], BtlError> {
+        Ok(self.regs.deregister(handle)?)
+    }
+
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
+        Ok(self.regs.region(handle)?)
+    }
+
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
+        Ok(self.regs.region_mut(handle)?)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        self.regs.slice(local)?;
+        if local.len != remote.len {
+            return Err(BtlError::Memory(crate::btl::MemError::OutOfBounds {
+                offset: remote.offset,
+                len: local.len,
+                size: remote.len,
+            }));
+        }
+        self.start_op(OpKind::Put, p, local, remote, ctx)
+    }
+
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        self.regs.slice(local)?;
+        if local.len != remote.len {
+            return Err(BtlError::Memory(crate::btl::MemError::OutOfBounds {
+                offset: remote.offset,
+                len: local.len,
+                size: remote.len,
+            }));
+        }
+        let op = self.start_op(OpKind::Get, p, local, remote, ctx)?;
+        let me = self.config.me;
+        let get = GetRepr {
+            xfer_id: op.0,
+            src_handle: remote.key.0,
+            src_offset: remote.offset,
+            len: remote.len,
+            target_job: me.job,
+            target_rank: me.rank,
+            dst_handle: 0,
+            dst_offset: 0,
+        };
+        if let Some(peer) = self.peers[p].as_mut()
+            && peer
+                .queue
+                .push_back(Queued::Control {
+                    packet: ControlPacket::Get(get),
+                })
+                .is_err()
+        {
+            if let Some(i) = self.find_op(OpKind::Get, p, op.0) {
+                self.ops[i] = None;
+            }
+            return Err(BtlError::OutOfResource);
+        }
+        self.progress_queues();
+        Ok(op)
+    }
+
+    fn progress(&mut self) -> usize {
+        self.progress_queues();
+        self.events.len()
+    }
+
+    fn poll_event(&mut self) -> Option<Event<'_>> {
+        self.release_delivered();
+        match self.events.pop_front()? {
+            Pending::Received {
+                from,
+                tag,
+                frag,
+                len,
+            } => {
+                self.delivered = Some((usize::from(from.0), frag));
+                let (_, frag) = self.delivered.as_ref()?;
+                let data = self.pools.bytes(frag).ok()?.get(..len)?;
+                Some(Event::Received(Incoming { from, tag, data }))
+            }
+            Pending::SendComplete {
+                endpoint,
+                tag,
+                desc,
+                result,
+            } => Some(Event::SendComplete {
+                endpoint,
+                tag,
+                desc,
+                result,
+            }),
+            Pending::PutComplete { op, ctx, result } => {
+                Some(Event::PutComplete { op, ctx, result })
+            }
+            Pending::GetComplete { op, ctx, result } => {
+                Some(Event::GetComplete { op, ctx, result })
+            }
+            Pending::Error(e) => Some(Event::Error(e)),
+        }
+    }
+
+    fn finalize(&mut self) {
+        if self.finalized {
+            return;
+        }
+        for p in 0..PEERS {
+            if self.peers[p].is_some() {
+                self.lose_peer(p, LostReason::Removed);
+            }
+        }
+        self.finalized = true;
+    }
+}
+
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
+    Engine<'r, 'm, PEERS, LINKS, REGS>
+{
+    fn start_op(
+        &mut self,
+        kind: OpKind,
+        p: usize,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let i = self
+            .ops
+            .iter()
+            .position(Option::is_none)
+            .ok_or(BtlError::OutOfResource)?;
+        self.next_op += 1;
+        let id = self.next_op & !GET_REPLY;
+        let chunk = self.put_chunk(p);
+        self.ops[i] = Some(Op {
+            kind,
+            peer: p,
+            ctx,
+            id,
+            local,
+            remote,
+            queued: 0,
+            done: 0,
+            count: packet_count(local.len, chunk),
+            next_index: 0,
+        });
+        if local.len == 0 {
+            self.finish_op(i, Ok(()));
+        } else {
+            self.progress_queues();
+        }
+        Ok(OpId(id))
+    }
+}
+
+fn packet_count(len: u64, chunk: u64) -> u32 {
+    u32::try_from(len.div_ceil(chunk).max(1)).unwrap_or(u32::MAX)
+}
+
+fn desc_error(e: crate::desc::DescError) -> BtlError {
+    match e {
+        crate::desc::DescError::Pool(p) => p.into(),
+        crate::desc::DescError::LengthOverflow => BtlError::TooLarge {
+            len: u64::MAX,
+            max: u64::from(u32::MAX),
+        },
+    }
+}
+
+/// The bytes of a retained packet as the writer sends them, after dropping
+/// the first `skip` bytes (already written).
+fn frame_segments<'a, const REGS: usize>(
+    out: &'a Outgoing,
+    checksum: bool,
+    pools: &'a FragmentPools<'_>,
+    regs: &'a Registrations<'_, REGS>,
+    segments: &mut Vec<&'a [u8], MAX_SEGMENTS>,
+    skip: &mut usize,
+) {
+    let (first, second, trailer): (&[u8], &[u8], &[u8]) = match out {
+        Outgoing::Send { desc, trailer } => (
+            desc.fragment_bytes(pools).unwrap_or(&[]),
+            desc.referenced()
+                .and_then(|r| regs.slice(r).ok())
+                .unwrap_or(&[]),
+            trailer,
+        ),
+        Outgoing::Put {
+            prefix,
+            data,
+            trailer,
+            ..
+        } => (prefix, regs.slice(*data).unwrap_or(&[]), trailer),
+        Outgoing::Control { bytes, len } => (&bytes[..usize::from(*len)], &[], &[]),
+    };
+    push_skipping(segments, first, skip);
+    push_skipping(segments, second, skip);
+    if checksum && !matches!(out, Outgoing::Control { .. }) {
+        push_skipping(segments, trailer, skip);
+    }
+}
+
+/// Bytes a retained packet takes on the wire.
+fn frame_len<const REGS: usize>(
+    out: &Outgoing,
+    checksum: bool,
+    pools: &FragmentPools<'_>,
+    regs: &Registrations<'_, REGS>,
+) -> usize {
+    let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
+    let mut skip = 0;
+    frame_segments(out, checksum, pools, regs, &mut segments, &mut skip);
+    segments.iter().map(|s| s.len()).sum()
+}
+
+/// Pushes `bytes` after dropping the first `skip` of the stream.
+fn push_skipping<'a>(
+    segments: &mut Vec<&'a [u8], MAX_SEGMENTS>,
+    bytes: &'a [u8],
+    skip: &mut usize,
+) {
+    if *skip >= bytes.len() {
+        *skip -= bytes.len();
+        return;
+    }
+    if !bytes[*skip..].is_empty() {
+        let _ = segments.push(&bytes[*skip..]);
+    }
+    *skip = 0;
+}
+
+fn emit_control(
+    bytes: &mut [u8; CONTROL_MAX],
+    packet_type: PacketType,
+    credits: u32,
+    seq: u64,
+    ack: u64,
+    checksum: bool,
+    body: impl FnOnce(&mut [u8]),
+) -> u8 {
+    let fixed = packet_type.fixed_body_len();
+    let header = HeaderRepr {
+        packet_type,
+        flags: if checksum {
+            Flags::CHECKSUM
+        } else {
+            Flags::empty()
+        },
+        credits,
+        seq,
+        ack,
+        body_len: fixed as u64,
+    };
+    let (head, rest) = bytes.split_at_mut(HEADER_LEN);
+    header.emit(chunk_mut(head));
+    body(&mut rest[..fixed]);
+    let mut n = HEADER_LEN + fixed;
+    if checksum {
+        let t = crate::wire::crc32c(&bytes[..n]).to_be_bytes();
+        bytes[n..n + CHECKSUM_LEN].copy_from_slice(&t);
+        n += CHECKSUM_LEN;
+    }
+    n as u8
+}
+
+fn chunk<const N: usize>(b: &mut [u8]) -> &mut [u8; N] {
+    chunk_mut(b)
+}
+
+fn chunk_mut<const N: usize>(b: &mut [u8]) -> &mut [u8; N] {
+    b.first_chunk_mut()
+        .expect("callers size the buffer for the packet")
+}
+
+fn chunk_ref<const N: usize>(b: &[u8]) -> Result<&[u8; N], CloseReason> {
+    b.first_chunk().ok_or(CloseReason::ProtocolError)
+}

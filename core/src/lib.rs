@@ -22,3 +22,4 @@ pub mod mca;
 pub mod pool;
 mod sync;
 pub mod wire;
+pub mod xfer;

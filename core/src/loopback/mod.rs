@@ -124,6 +124,15 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE
         Ok(())
     }
 
+    /// Whether one more entry may be queued. A descriptor lent out by the
+    /// last `poll_event` keeps a place for the completion its release
+    /// queues, so a send made between two polls cannot take that place and
+    /// make the completion (and the descriptor) vanish.
+    fn has_room(&self) -> bool {
+        let reserved = matches!(self.delivered, Some((_, Payload::Descriptor(_))));
+        self.queue.len() + usize::from(reserved) < QUEUE
+    }
+
     /// Releases what the previous `poll_event` lent out: a sendi slot goes
     /// back, a descriptor completes.
     fn release_delivered(&mut self) {
@@ -140,7 +149,8 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE
     }
 
     /// Ends a send: frees an owned descriptor, queues the completion the
-    /// flags ask for. The queue has room: this send's own entry just left it.
+    /// flags ask for. The queue has room: this send's own entry just left
+    /// it, and while it was lent out `has_room` kept its place.
     fn complete_send(&mut self, tag: Tag, desc: Descriptor, result: Result<(), BtlError>) {
         let flags = desc.flags();
         let owned = flags.contains(DescFlags::BTL_OWNERSHIP);
@@ -173,7 +183,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE
         put: bool,
     ) -> Result<OpId, BtlError> {
         self.check(endpoint)?;
-        if self.queue.is_full() {
+        if !self.has_room() {
             return Err(BtlError::OutOfResource);
         }
         let op = self.next_op();
@@ -282,6 +292,12 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         if let Err(error) = self.check(endpoint) {
             return Err(SendError { error, desc });
         }
+        if !self.has_room() {
+            return Err(SendError {
+                error: BtlError::OutOfResource,
+                desc,
+            });
+        }
         desc.set_tag(tag);
         let owned = desc.flags().contains(DescFlags::BTL_OWNERSHIP);
         let quiet = !desc.flags().contains(DescFlags::ALWAYS_CALLBACK);
@@ -320,7 +336,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
                 max: SENDI_MAX as u64,
             });
         }
-        if self.queue.is_full() {
+        if !self.has_room() {
             return Err(BtlError::OutOfResource);
         }
         let slot = usize::from(self.free_slots.pop().ok_or(BtlError::OutOfResource)?);

@@ -1,0 +1,6 @@
+//! Harnesses: one [`World`](crate::world::World) per backend.
+//!
+//! A harness builds two processes' BTLs (or, for the loopback, one),
+//! connects them, and carries their bytes when the suite calls `progress`.
+
+pub mod loopback;

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use btl_core::btl::{
     BtlError, ErrorEvent, Event, MemSlice, OpId, RemoteSlice, SendError, SendStatus, Tag,
 };
-use btl_core::desc::{DescFlags, Order};
+use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::EndpointId;
-use btl_core::pool::FragmentClass;
+use btl_core::pool::{FragmentClass, FragmentPools};
 
 use crate::world::{Capabilities, Side, World};
 
@@ -43,8 +43,8 @@ pub enum Seen {
         endpoint: EndpointId,
         /// Its tag.
         tag: Tag,
-        /// The returned descriptor's first segment, or `None` when the BTL
-        /// owned and freed it.
+        /// What the caller wrote in the returned descriptor (see
+        /// [`written_bytes`]), or `None` when the BTL owned and freed it.
         desc: Option<Vec<u8>>,
         /// How it ended.
         result: Result<(), BtlError>,
@@ -125,8 +125,9 @@ pub struct Tracker {
     live: Vec<Side>,
     /// Events in the order they were polled.
     pub seen: Vec<Seen>,
-    /// First segments of the descriptors handed back, by send at once or in
-    /// a completion, with their tag: each non-owned send's exactly once.
+    /// What the caller wrote in each descriptor handed back (see
+    /// [`written_bytes`]), by send at once or in a completion, with its
+    /// tag: each non-owned send's exactly once.
     pub returned: Vec<(Tag, Vec<u8>)>,
     /// SendComplete events owed, by (side polled, tag, with descriptor).
     owed_sends: HashMap<(Side, Tag, bool), u32>,
@@ -187,10 +188,7 @@ impl Tracker {
             SendStatus::Completed(Some(desc)) => {
                 assert!(!owned, "a BTL_OWNERSHIP descriptor came back from send");
                 let btl = world.btl(from);
-                let bytes = desc
-                    .fragment_bytes(btl.pools())
-                    .expect("a returned descriptor's bytes")
-                    .to_vec();
+                let bytes = written_bytes(&desc, btl.pools());
                 btl.free(desc)
                     .expect("freeing a descriptor send handed back");
                 self.returned.push((tag, bytes));
@@ -262,10 +260,7 @@ impl Tracker {
             Ok(seen) => seen,
             Err((endpoint, tag, desc, result)) => {
                 let desc = desc.map(|d| {
-                    let bytes = d
-                        .fragment_bytes(btl.pools())
-                        .expect("a returned descriptor's bytes")
-                        .to_vec();
+                    let bytes = written_bytes(&d, btl.pools());
                     btl.free(d).expect("freeing a returned descriptor");
                     bytes
                 });
@@ -367,6 +362,16 @@ impl Tracker {
             _ => None,
         })
     }
+}
+
+/// The bytes a caller wrote in a descriptor: its first segment (header
+/// reserve and inline payload) without the headroom in front, which is the
+/// BTL's own (its packet header, for an engine).
+pub fn written_bytes(desc: &Descriptor, pools: &FragmentPools<'_>) -> Vec<u8> {
+    let bytes = desc
+        .fragment_bytes(pools)
+        .expect("a returned descriptor's bytes");
+    bytes[desc.headroom()..].to_vec()
 }
 
 /// Drains, then runs progress rounds (draining after each) until `done`

@@ -395,7 +395,16 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
 
     /// A connection the engine wants opened, if any.
     pub fn poll_connect(&mut self) -> Option<ConnectRequest> {
-        self.connects.pop_front()
+        // A peer lost (or finalized) since it asked wants no connection.
+        while let Some(req) = self.connects.pop_front() {
+            if self
+                .peer(req.endpoint)
+                .is_some_and(|p| matches!(p.state, PeerState::Connecting { .. }))
+            {
+                return Some(req);
+            }
+        }
+        None
     }
 
     /// A link the driver should close now that its last bytes are written.
@@ -731,6 +740,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         };
         let checksum = l.handshake.checksum();
         let proc = ProcName::new(hello.job, hello.rank);
+        // A finalized engine opens nothing more.
+        if self.finalized {
+            self.fail_link(slot, CloseReason::Shutdown);
+            return;
+        }
         let index = match l.peer {
             Some(p) => p,
             None => match self.find_or_add_peer(proc) {
@@ -741,6 +755,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 }
             },
         };
+        // A lost peer stays lost: reconnection is not built yet.
+        if self.peers[index]
+            .as_ref()
+            .is_some_and(|p| matches!(p.state, PeerState::Lost(_)))
+        {
+            self.fail_link(slot, CloseReason::Normal);
+            return;
+        }
         let id = LinkId(slot as u16);
         if let Some(peer) = self.peers[index].as_mut() {
             if let Some(old) = peer.link
@@ -771,6 +793,18 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if let Some(l) = self.links[slot].as_mut() {
             l.peer = Some(index);
             l.state = LinkState::Open;
+        }
+        // What the peer has not acknowledged goes out again on this link:
+        // after a switch from another one (both sides connected at once),
+        // what was written there is lost. The peer drops duplicates.
+        let mut retained: Vec<u64, WINDOW> = Vec::new();
+        if let Some(peer) = self.peers[index].as_mut() {
+            for resend in peer.send.resend_all(self.now) {
+                let _ = retained.push(resend.seq);
+            }
+        }
+        for seq in retained {
+            self.enqueue_reliable(index, seq);
         }
         self.progress_queues();
     }
@@ -891,6 +925,19 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                                 seq: header.seq,
                                 len,
                             };
+                        }
+                        // Take the header's acknowledgement and credits now:
+                        // the fragments may all be held by this side's own
+                        // sends, which only an acknowledgement gives back,
+                        // and every later one waits behind this payload.
+                        // (Taken again with the whole frame: a repeated
+                        // acknowledgement releases nothing.)
+                        if let Some(p) = peer {
+                            let ack = Ack {
+                                cumulative: header.ack,
+                                sack: 0,
+                            };
+                            self.on_ack(p, ack, header.credits)?;
                         }
                         return Ok(());
                     }
@@ -1020,10 +1067,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 l.tx.clear();
                 l.written = 0;
                 let _ = self.closes.push_back(LinkId(slot as u16));
-                if let Some(p) = peer {
-                    if let Some(peer) = self.peers[p].as_mut() {
-                        peer.link = None;
-                    }
+                // Only the peer's current link takes the peer with it; the
+                // other is a duplicate the peer drops (both connected at once).
+                let current = LinkId(slot as u16);
+                if let Some(p) = peer
+                    && let Some(peer) = self.peers[p].as_mut()
+                    && peer.link == Some(current)
+                {
+                    peer.link = None;
                     self.deliver(p, Held::Close(reason));
                 }
                 Ok(())
@@ -1310,6 +1361,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
     }
 
+    /// Ends a send: frees an owned descriptor and queues the completion
+    /// its caller is owed. A send that owes none (`BTL_OWNERSHIP` without
+    /// `ALWAYS_CALLBACK`, and `sendi`) was reported complete when it was
+    /// made, so it ends silently whatever its result; a lost peer is
+    /// reported by its error event.
     fn complete_send(&mut self, p: usize, desc: Descriptor, result: Result<(), BtlError>) {
         let endpoint = EndpointId(p as u16);
         let tag = desc.tag();
@@ -1320,7 +1376,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         } else {
             Some(desc)
         };
-        if desc.is_some() || flags.contains(DescFlags::ALWAYS_CALLBACK) || result.is_err() {
+        if desc.is_some() || flags.contains(DescFlags::ALWAYS_CALLBACK) {
             if let Err(Pending::SendComplete { desc: Some(d), .. }) =
                 self.events.push_back(Pending::SendComplete {
                     endpoint,
@@ -1671,6 +1727,13 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
 
     /// Gives a peer up: every operation to it fails exactly once.
     fn lose_peer(&mut self, p: usize, reason: LostReason) {
+        self.fail_peer(p, reason, BtlError::PeerLost(reason));
+    }
+
+    /// Gives a peer up for `reason`, failing every operation to it exactly
+    /// once with `error` (`PeerLost`, or `Finalized` when the BTL shuts
+    /// down, which reports no lost peer).
+    fn fail_peer(&mut self, p: usize, reason: LostReason, error: BtlError) {
         let Some(peer) = self.peers[p].as_mut() else {
             return;
         };
@@ -1678,7 +1741,6 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return;
         }
         peer.state = PeerState::Lost(reason);
-        let error = BtlError::PeerLost(reason);
         let mut released: Vec<Outgoing, WINDOW> = Vec::new();
         peer.send.drain(|_, out| {
             let _ = released.push(out);
@@ -1715,6 +1777,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             if self.ops[i].is_some_and(|o| o.peer == p) {
                 self.finish_op(i, Err(error));
             }
+        }
+        if error == BtlError::Finalized {
+            return;
         }
         let _ = self.events.push_back(Pending::Error(ErrorEvent {
             fatal: false,
@@ -1905,6 +1970,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             });
         }
         desc.set_tag(tag);
+        // An owned descriptor without ALWAYS_CALLBACK owes its caller
+        // nothing: the send counts as complete now (SendStatus::Completed
+        // promises no event), and complete_send ends it silently.
+        let quiet = desc.flags().contains(DescFlags::BTL_OWNERSHIP)
+            && !desc.flags().contains(DescFlags::ALWAYS_CALLBACK);
         let Some(peer) = self.peers[p].as_mut() else {
             return Err(SendError {
                 error: BtlError::Unreachable,
@@ -1918,7 +1988,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             });
         }
         self.progress_queues();
-        Ok(SendStatus::Queued)
+        Ok(if quiet {
+            SendStatus::Completed(None)
+        } else {
+            SendStatus::Queued
+        })
     }
 
     fn sendi(
@@ -1931,6 +2005,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         flags: DescFlags,
     ) -> Result<(), BtlError> {
         let p = self.check_endpoint(endpoint)?;
+        let len = header.len() + payload.len();
+        // sendi is the path of small messages: what one eager fragment holds.
+        if len > self.attributes.eager_limit {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max: self.attributes.eager_limit as u64,
+            });
+        }
         let ready = self.peers[p].as_ref().is_some_and(|peer| {
             peer.state == PeerState::Open
                 && peer.queue.is_empty()
@@ -1940,7 +2022,6 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         if !ready {
             return Err(BtlError::OutOfResource);
         }
-        let len = header.len() + payload.len();
         let mut desc = Descriptor::alloc(
             &self.pools,
             SEND_PREFIX as u16,
@@ -1966,6 +2047,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         region: &'m mut [u8],
         access: Access,
     ) -> Result<MemHandle, BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
         Ok(self.regs.register(region, access)?)
     }
 
@@ -2017,6 +2101,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             }));
         }
         let op = self.start_op(OpKind::Get, p, local, remote, ctx)?;
+        if self.find_op(OpKind::Get, p, op.0).is_none() {
+            // Ended at once (empty, or refused): nothing to ask the peer.
+            return Ok(op);
+        }
         let me = self.config.me;
         let get = GetRepr {
             xfer_id: op.0,
@@ -2091,7 +2179,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         }
         for p in 0..PEERS {
             if self.peers[p].is_some() {
-                self.lose_peer(p, LostReason::Removed);
+                self.fail_peer(p, LostReason::Removed, BtlError::Finalized);
             }
         }
         self.finalized = true;
@@ -2131,6 +2219,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         });
         if local.len == 0 {
             self.finish_op(i, Ok(()));
+        } else if remote.offset.checked_add(remote.len).is_none() {
+            // A range that wraps around u64 is outside any region; no packet
+            // may carry it (the peer would take it for a protocol error).
+            self.finish_op(i, Err(BtlError::Rejected(RejectCode::OutOfBounds)));
         } else {
             self.progress_queues();
         }

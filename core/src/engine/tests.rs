@@ -10,7 +10,7 @@ use std::vec::Vec;
 use super::config::EngineConfig;
 use super::{Engine, LinkId};
 use crate::btl::{
-    Access, Btl, BtlError, Event, LostReason, MemSlice, RejectCode, RemoteSlice, Tag,
+    Access, Btl, BtlError, Event, LostReason, MemSlice, RejectCode, RemoteSlice, SendStatus, Tag,
 };
 use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
@@ -370,11 +370,15 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
 #[test]
 fn a_wrong_job_key_is_refused_and_the_send_fails_once() {
     let (mut pair, ep_b, _) = Pair::new(engine(A, Some(b"one"), 16), engine(B, Some(b"two"), 16));
+    // ALWAYS_CALLBACK: an owned send without it owes no event (it counts as
+    // complete when made), so its failure shows only in the error event.
+    let flags = DescFlags::BTL_OWNERSHIP | DescFlags::ALWAYS_CALLBACK;
     let d = pair
         .a
-        .prepare_src(ep_b, b"x", 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
+        .prepare_src(ep_b, b"x", 0, Order::ANY, flags)
         .expect("desc");
-    let _ = pair.a.send(ep_b, d, Tag(0x80)).expect("queued");
+    let status = pair.a.send(ep_b, d, Tag(0x80)).expect("queued");
+    assert!(matches!(status, SendStatus::Queued), "{status:?}");
     for _ in 0..5 {
         pair.pump();
     }
@@ -384,6 +388,10 @@ fn a_wrong_job_key_is_refused_and_the_send_fails_once() {
         Err::<(), _>(BtlError::PeerLost(LostReason::AuthFailed))
     );
     assert!(events.contains(&format!("send {lost}")), "{events:?}");
+    assert!(events.contains(&format!(
+        "error {:?}",
+        BtlError::PeerLost(LostReason::AuthFailed)
+    )));
     assert_eq!(events.iter().filter(|e| e.starts_with("send")).count(), 1);
     assert_eq!(in_use(&pair.a), 0);
     assert!(drain(&mut pair.b).iter().all(|e| !e.starts_with("recv")));
@@ -410,4 +418,124 @@ fn garbage_on_an_accepted_link_closes_only_that_link() {
         Err(super::LinkError::UnknownLink)
     );
     assert_eq!(in_use(&b), 0);
+}
+
+#[test]
+fn simultaneous_connects_keep_the_lower_names_link_and_lose_nothing() {
+    // A is the lower name: A's connection survives. B's own opens first at
+    // B, which writes its sends there; A drops that connection, and once
+    // A's opens at B, B sends them again on it.
+    let mut a = engine(A, Some(b"key"), 16);
+    let mut b = engine(B, Some(b"key"), 16);
+    let ep_b = add(&mut a, B);
+    let ep_a = add(&mut b, A);
+    for i in 0..3u8 {
+        for (e, ep) in [(&mut a, ep_b), (&mut b, ep_a)] {
+            let d = e
+                .prepare_src(ep, &[i; 10], 0, Order(0), DescFlags::empty())
+                .expect("desc");
+            let status = e.send(ep, d, Tag(0x80 + i)).expect("send");
+            assert!(matches!(status, SendStatus::Queued), "{status:?}");
+        }
+    }
+    let now = 10;
+    let ra = a.poll_connect().expect("A connects");
+    let rb = b.poll_connect().expect("B connects");
+    // B's connection (bh at B, ah at A) and A's (al at A, bl at B).
+    let bh = b.handle_connected(rb.endpoint, [1; 16], now).expect("link");
+    let ah = a.handle_accepted([2; 16], now).expect("link");
+    let al = a.handle_connected(ra.endpoint, [3; 16], now).expect("link");
+    let bl = b.handle_accepted([4; 16], now).expect("link");
+    let mut pipes: [Vec<u8>; 4] = Default::default();
+    let [ah_in, bh_in, al_in, bl_in] = &mut pipes;
+    // B's connection: HELLOs, A's HELLO_ACK; B opens it and writes its
+    // sends, which A (whose own connection is pending) drops with it.
+    shuttle(&mut b, bh, &mut a, ah, ah_in, now);
+    shuttle(&mut a, ah, &mut b, bh, bh_in, now);
+    assert!(b.is_connected(ep_a), "B's own connection opened first");
+    shuttle(&mut b, bh, &mut a, ah, ah_in, now);
+    assert!(!a.is_connected(ep_b), "A dropped B's connection");
+    // A's connection opens on both sides; B switches to it.
+    for _ in 0..4 {
+        shuttle(&mut a, al, &mut b, bl, bl_in, now);
+        shuttle(&mut b, bl, &mut a, al, al_in, now);
+    }
+    // The dropped connection closes; the other carries on.
+    for _ in 0..4 {
+        shuttle(&mut a, ah, &mut b, bh, bh_in, now);
+        shuttle(&mut b, bh, &mut a, ah, ah_in, now);
+    }
+    let mut closed = Vec::new();
+    while let Some(l) = a.poll_close() {
+        closed.push(("a", l));
+    }
+    while let Some(l) = b.poll_close() {
+        closed.push(("b", l));
+    }
+    closed.sort_by_key(|&(side, l)| (side, l.0));
+    closed.dedup();
+    assert_eq!(closed, [("a", ah), ("b", bh)], "B's connection is dropped");
+    a.handle_closed(ah, now);
+    b.handle_closed(bh, now);
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        shuttle(&mut a, al, &mut b, bl, bl_in, now);
+        shuttle(&mut b, bl, &mut a, al, al_in, now);
+        got_a.extend(drain(&mut a));
+        got_b.extend(drain(&mut b));
+    }
+    for got in [&got_a, &got_b] {
+        let recv: Vec<_> = got.iter().filter(|e| e.starts_with("recv")).collect();
+        assert_eq!(
+            recv,
+            ["recv 128 10", "recv 129 10", "recv 130 10"],
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|e| e.starts_with("error")), "{got:?}");
+        assert_eq!(got.iter().filter(|e| *e == "send Ok(())").count(), 3);
+    }
+    assert!(a.is_connected(ep_b) && b.is_connected(ep_a));
+}
+
+#[test]
+fn owned_sends_complete_at_once_and_sendi_takes_eager_sizes() {
+    let (mut pair, ep_b, _) = Pair::new(engine(A, None, 16), engine(B, None, 16));
+    let d = pair
+        .a
+        .prepare_src(ep_b, b"x", 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
+        .expect("desc");
+    let status = pair.a.send(ep_b, d, Tag(0x80)).expect("send");
+    assert!(matches!(status, SendStatus::Completed(None)), "{status:?}");
+    pair.pump();
+    let eager = pair.a.attributes().eager_limit;
+    assert_eq!(
+        pair.a.sendi(
+            ep_b,
+            &[1],
+            &vec![2; eager],
+            Tag(0x81),
+            Order::ANY,
+            DescFlags::empty()
+        ),
+        Err(BtlError::TooLarge {
+            len: eager as u64 + 1,
+            max: eager as u64
+        })
+    );
+    pair.a
+        .sendi(
+            ep_b,
+            &[1],
+            &vec![2; eager - 1],
+            Tag(0x81),
+            Order::ANY,
+            DescFlags::empty(),
+        )
+        .expect("sendi of eager_limit bytes");
+    pair.pump();
+    assert_eq!(
+        drain(&mut pair.b),
+        ["recv 128 1", format!("recv 129 {eager}").as_str()]
+    );
+    assert_eq!(drain(&mut pair.a), Vec::<String>::new());
 }

@@ -4,3 +4,4 @@
 //! connects them, and carries their bytes when the suite calls `progress`.
 
 pub mod loopback;
+pub mod stream_pair;

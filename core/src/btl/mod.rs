@@ -113,6 +113,64 @@ pub enum Event<'a> {
     Error(ErrorEvent),
 }
 
+/// An event a BTL keeps until it is polled: every [`Event`] but a received
+/// message, whose bytes stay wherever the BTL holds them.
+#[derive(Debug)]
+pub enum Completion {
+    /// See [`Event::SendComplete`].
+    Send {
+        /// The peer.
+        endpoint: EndpointId,
+        /// The tag it was sent with.
+        tag: Tag,
+        /// The descriptor back, or `None` when the BTL owned and freed it.
+        desc: Option<Descriptor>,
+        /// Success, or why it failed.
+        result: Result<(), BtlError>,
+    },
+    /// See [`Event::PutComplete`].
+    Put {
+        /// The operation.
+        op: OpId,
+        /// The caller's value given to `put`.
+        ctx: u64,
+        /// Success, or why it failed.
+        result: Result<(), BtlError>,
+    },
+    /// See [`Event::GetComplete`].
+    Get {
+        /// The operation.
+        op: OpId,
+        /// The caller's value given to `get`.
+        ctx: u64,
+        /// Success, or why it failed.
+        result: Result<(), BtlError>,
+    },
+    /// See [`Event::Error`].
+    Error(ErrorEvent),
+}
+
+impl From<Completion> for Event<'_> {
+    fn from(c: Completion) -> Self {
+        match c {
+            Completion::Send {
+                endpoint,
+                tag,
+                desc,
+                result,
+            } => Event::SendComplete {
+                endpoint,
+                tag,
+                desc,
+                result,
+            },
+            Completion::Put { op, ctx, result } => Event::PutComplete { op, ctx, result },
+            Completion::Get { op, ctx, result } => Event::GetComplete { op, ctx, result },
+            Completion::Error(e) => Event::Error(e),
+        }
+    }
+}
+
 /// The interface of one BTL module. `'m` is how long registered memory is
 /// lent to it.
 pub trait Btl<'m> {

@@ -10,9 +10,9 @@ use super::handshake::{Handshake, HandshakePacket, LocalHello};
 use super::mover::{PayloadTarget, ReadStep, StreamReader};
 use super::window::{Ack, RecvWindow, Refused, SendWindow};
 use crate::btl::{
-    Access, Attributes, Btl, BtlError, BtlFlags, ErrorEvent, Event, Incoming, LostReason,
-    MemHandle, MemSlice, OpId, Registrations, RejectCode, RemoteKey, RemoteSlice, SendError,
-    SendStatus, Tag,
+    Access, Attributes, Btl, BtlError, BtlFlags, Completion, ErrorEvent, Event, Incoming,
+    LostReason, MemHandle, MemSlice, OpId, Registrations, RejectCode, RemoteKey, RemoteSlice,
+    SendError, SendStatus, Tag,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
@@ -301,23 +301,7 @@ enum Pending {
         frag: Fragment,
         len: usize,
     },
-    SendComplete {
-        endpoint: EndpointId,
-        tag: Tag,
-        desc: Option<Descriptor>,
-        result: Result<(), BtlError>,
-    },
-    PutComplete {
-        op: OpId,
-        ctx: u64,
-        result: Result<(), BtlError>,
-    },
-    GetComplete {
-        op: OpId,
-        ctx: u64,
-        result: Result<(), BtlError>,
-    },
-    Error(ErrorEvent),
+    Done(Completion),
 }
 
 /// The engine of one process. `'r` is the fragment pools' region, `'m`
@@ -1233,20 +1217,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let Some(op) = self.ops[i].take() else {
             return;
         };
-        let pending = match op.kind {
-            OpKind::Put => Pending::PutComplete {
-                op: OpId(op.id),
-                ctx: op.ctx,
+        let (op_id, ctx) = (OpId(op.id), op.ctx);
+        let done = match op.kind {
+            OpKind::Put => Completion::Put {
+                op: op_id,
+                ctx,
                 result,
             },
-            OpKind::Get => Pending::GetComplete {
-                op: OpId(op.id),
-                ctx: op.ctx,
+            OpKind::Get => Completion::Get {
+                op: op_id,
+                ctx,
                 result,
             },
             OpKind::Serve => return,
         };
-        let _ = self.events.push_back(pending);
+        let _ = self.events.push_back(Pending::Done(done));
     }
 
     /// A peer's get: check the source, then put it back as a reply.
@@ -1377,13 +1362,13 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             Some(desc)
         };
         if desc.is_some() || flags.contains(DescFlags::ALWAYS_CALLBACK) {
-            if let Err(Pending::SendComplete { desc: Some(d), .. }) =
-                self.events.push_back(Pending::SendComplete {
+            if let Err(Pending::Done(Completion::Send { desc: Some(d), .. })) =
+                self.events.push_back(Pending::Done(Completion::Send {
                     endpoint,
                     tag,
                     desc,
                     result,
-                })
+                }))
             {
                 let _ = d.free(&self.pools);
             }
@@ -1781,11 +1766,13 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if error == BtlError::Finalized {
             return;
         }
-        let _ = self.events.push_back(Pending::Error(ErrorEvent {
-            fatal: false,
-            endpoint: Some(EndpointId(p as u16)),
-            error,
-        }));
+        let _ = self
+            .events
+            .push_back(Pending::Done(Completion::Error(ErrorEvent {
+                fatal: false,
+                endpoint: Some(EndpointId(p as u16)),
+                error,
+            })));
     }
 
     fn check_endpoint(&mut self, endpoint: EndpointId) -> Result<usize, BtlError> {
@@ -2152,24 +2139,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
                 let data = self.pools.bytes(frag).ok()?.get(..len)?;
                 Some(Event::Received(Incoming { from, tag, data }))
             }
-            Pending::SendComplete {
-                endpoint,
-                tag,
-                desc,
-                result,
-            } => Some(Event::SendComplete {
-                endpoint,
-                tag,
-                desc,
-                result,
-            }),
-            Pending::PutComplete { op, ctx, result } => {
-                Some(Event::PutComplete { op, ctx, result })
-            }
-            Pending::GetComplete { op, ctx, result } => {
-                Some(Event::GetComplete { op, ctx, result })
-            }
-            Pending::Error(e) => Some(Event::Error(e)),
+            Pending::Done(c) => Some(c.into()),
         }
     }
 

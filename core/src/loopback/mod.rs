@@ -15,8 +15,8 @@ pub use component::{LoopbackSetup, SELF_POOL_PARAMS, SelfComponent};
 use heapless::Deque;
 
 use crate::btl::{
-    Access, Attributes, Btl, BtlError, BtlFlags, Event, Incoming, MemHandle, MemSlice, OpId,
-    Registrations, RemoteSlice, SendError, SendStatus, Side, Tag,
+    Access, Attributes, Btl, BtlError, BtlFlags, Completion, Event, Incoming, MemHandle, MemSlice,
+    OpId, Registrations, RemoteSlice, SendError, SendStatus, Side, Tag,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
@@ -40,25 +40,8 @@ enum Payload {
 
 #[derive(Debug)]
 enum Pending {
-    Received {
-        tag: Tag,
-        payload: Payload,
-    },
-    SendComplete {
-        tag: Tag,
-        desc: Option<Descriptor>,
-        result: Result<(), BtlError>,
-    },
-    PutComplete {
-        op: OpId,
-        ctx: u64,
-        result: Result<(), BtlError>,
-    },
-    GetComplete {
-        op: OpId,
-        ctx: u64,
-        result: Result<(), BtlError>,
-    },
+    Received { tag: Tag, payload: Payload },
+    Done(Completion),
 }
 
 /// The `self` BTL module. `'r` is the fragment pools' region, `'m` the
@@ -161,9 +144,12 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE
             Some(desc)
         };
         if desc.is_some() || flags.contains(DescFlags::ALWAYS_CALLBACK) {
-            let _ = self
-                .queue
-                .push_back(Pending::SendComplete { tag, desc, result });
+            let _ = self.queue.push_back(Pending::Done(Completion::Send {
+                endpoint: ME,
+                tag,
+                desc,
+                result,
+            }));
         }
     }
 
@@ -191,11 +177,11 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE
             .regs
             .copy(src, dst)
             .map_err(|e| BtlError::Rejected(e.into()));
-        let pending = if put {
-            Pending::PutComplete { op, ctx, result }
+        let pending = Pending::Done(if put {
+            Completion::Put { op, ctx, result }
         } else {
-            Pending::GetComplete { op, ctx, result }
-        };
+            Completion::Get { op, ctx, result }
+        });
         // Room checked above.
         let _ = self.queue.push_back(pending);
         Ok(op)
@@ -430,18 +416,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
                     data,
                 }))
             }
-            Pending::SendComplete { tag, desc, result } => Some(Event::SendComplete {
-                endpoint: ME,
-                tag,
-                desc,
-                result,
-            }),
-            Pending::PutComplete { op, ctx, result } => {
-                Some(Event::PutComplete { op, ctx, result })
-            }
-            Pending::GetComplete { op, ctx, result } => {
-                Some(Event::GetComplete { op, ctx, result })
-            }
+            Pending::Done(c) => Some(c.into()),
         }
     }
 

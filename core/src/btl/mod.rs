@@ -286,7 +286,7 @@ pub trait Btl<'m> {
         ctx: u64,
     ) -> Result<OpId, BtlError>;
 
-    /// Moves the protocol forward; returns how many events became ready.
+    /// Moves the protocol forward; returns how many events are ready to poll.
     fn progress(&mut self) -> usize;
 
     /// The next event, if any; a received message's bytes are valid until

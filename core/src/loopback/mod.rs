@@ -15,8 +15,8 @@ pub use component::{LoopbackSetup, SELF_POOL_PARAMS, SelfComponent};
 use heapless::Deque;
 
 use crate::btl::{
-    Access, Attributes, Btl, BtlError, BtlFlags, Completion, Event, Incoming, MemHandle, MemSlice,
-    OpId, Registrations, RemoteSlice, SendError, SendStatus, Side, Tag,
+    Access, Attributes, Btl, BtlError, BtlFlags, Completion, Event, Incoming, LostReason,
+    MemHandle, MemSlice, OpId, Registrations, RemoteSlice, SendError, SendStatus, Side, Tag,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
@@ -222,6 +222,11 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
                 return Err(BtlError::Unreachable);
             }
             self.endpoint_refs -= 1;
+            if self.endpoint_refs == 0 {
+                // The process forgot itself: what it had not yet received
+                // fails, as to any removed peer.
+                self.fail_undelivered(BtlError::PeerLost(LostReason::Removed));
+            }
         }
         Ok(())
     }
@@ -369,6 +374,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
+        self.check(endpoint)?;
         self.regs.slice(local)?;
         self.rdma(
             endpoint,
@@ -386,6 +392,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
+        self.check(endpoint)?;
         self.regs.slice(local)?;
         self.rdma(
             endpoint,
@@ -425,8 +432,15 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
             return;
         }
         self.finalized = true;
+        self.fail_undelivered(BtlError::Finalized);
+    }
+}
+
+impl<const REGS: usize, const QUEUE: usize> Loopback<'_, '_, REGS, QUEUE> {
+    /// Fails every undelivered message's send with `error`; every other
+    /// event stays to be polled.
+    fn fail_undelivered(&mut self, error: BtlError) {
         self.release_delivered();
-        // Undelivered messages fail; every other event stays to be polled.
         let n = self.queue.len();
         for _ in 0..n {
             match self.queue.pop_front() {
@@ -434,7 +448,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
                     tag,
                     payload: Payload::Descriptor(desc),
                 }) => {
-                    self.complete_send(tag, desc, Err(BtlError::Finalized));
+                    self.complete_send(tag, desc, Err(error));
                 }
                 Some(Pending::Received {
                     payload: Payload::Slot { slot, .. },

@@ -4,7 +4,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::*;
-use crate::btl::{MemError, RejectCode, RemoteKey, TagRange, TagTable};
+use crate::btl::{LostReason, MemError, RejectCode, RemoteKey, TagRange, TagTable};
 use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
 
 const ME_PROC: ProcName = ProcName::new(9, 3);
@@ -422,5 +422,34 @@ fn the_tag_table_dispatches_polled_messages() {
             }
         }
         assert_eq!((log, unhandled), (vec![3], 1));
+    });
+}
+
+#[test]
+fn deleting_the_last_reference_fails_undelivered_sends_once() {
+    with_loopback(|btl, ep| {
+        let d = btl
+            .prepare_src(ep, b"orphan", 0, Order::ANY, DescFlags::empty())
+            .expect("d");
+        assert!(matches!(btl.send(ep, d, Tag(0x90)), Ok(SendStatus::Queued)));
+        btl.sendi(ep, &[], b"x", Tag(0x90), Order::ANY, DescFlags::empty())
+            .expect("sendi");
+        btl.del_procs(&[ep]).expect("del");
+        let mut failed = 0;
+        while let Some(ev) = btl.poll_event() {
+            match ev {
+                Event::SendComplete {
+                    desc: Some(desc),
+                    result: Err(BtlError::PeerLost(LostReason::Removed)),
+                    ..
+                } => {
+                    failed += 1;
+                    btl.free(desc).expect("free");
+                }
+                other => panic!("nothing else may be delivered: {other:?}"),
+            }
+        }
+        assert_eq!(failed, 1);
+        assert_eq!(in_use(btl), 0);
     });
 }

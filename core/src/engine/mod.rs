@@ -5,11 +5,15 @@
 //! suppresses duplicates and restores order; [`rtt`] turns acknowledgement
 //! round trips into a retransmission timeout. Both take the time from the
 //! driver and hold everything in fixed storage.
+//!
+//! [`pipe`] is a driver of its own: two engines over in-memory byte pipes,
+//! for tests (on a host or a board) and benchmarks.
 
 pub mod config;
 pub mod handshake;
 mod machine;
 pub mod mover;
+pub mod pipe;
 pub mod rtt;
 pub mod window;
 

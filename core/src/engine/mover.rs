@@ -134,8 +134,12 @@ impl StreamReader {
                     }
                 }
                 let header = self.header.ok_or(WireError::HeaderMismatch)?;
+                // The checksum runs only over frames that carry a trailer:
+                // without one it would cost every payload byte for nothing.
                 self.crc = Crc32c::new();
-                self.crc.update(&self.scratch[..self.have]);
+                if header.trailer_len() > 0 {
+                    self.crc.update(&self.scratch[..self.have]);
+                }
                 let fixed = header.packet_type.fixed_body_len() as u64;
                 self.payload_left = header.body_len.saturating_sub(fixed);
                 if has_payload(header.packet_type) {
@@ -185,7 +189,9 @@ impl StreamReader {
     /// Accounts for `bytes`, the next payload bytes, which the engine has
     /// copied to the target (or dropped).
     pub fn consume_payload(&mut self, bytes: &[u8]) {
-        self.crc.update(bytes);
+        if self.header.is_some_and(|h| h.trailer_len() > 0) {
+            self.crc.update(bytes);
+        }
         self.payload_left = self.payload_left.saturating_sub(bytes.len() as u64);
     }
 

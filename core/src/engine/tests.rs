@@ -1,5 +1,5 @@
-//! The engine over an in-memory stream pair: two engines, a byte pipe each
-//! way, and a pump that plays the driver.
+//! The engine over an in-memory stream pair: two engines driven by
+//! [`StreamPair`](super::pipe::StreamPair), pumped until nothing moves.
 
 extern crate std;
 
@@ -7,13 +7,14 @@ use std::boxed::Box;
 use std::vec;
 use std::vec::Vec;
 
+use super::Engine;
 use super::config::EngineConfig;
-use super::{Engine, LinkId};
+use super::pipe::{Closure, Role, Side, StreamPair};
 use crate::btl::{
     Access, Btl, BtlError, Event, LostReason, MemSlice, RejectCode, RemoteSlice, SendStatus, Tag,
 };
 use crate::desc::{DescFlags, Order};
-use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 
 type E = Engine<'static, 'static, 4, 4, 4>;
@@ -43,107 +44,22 @@ fn engine(me: ProcName, key: Option<&[u8]>, credits: u32) -> E {
     Engine::new(config, pools)
 }
 
-struct Pair {
-    a: E,
-    b: E,
-    la: Option<LinkId>,
-    lb: Option<LinkId>,
-    a_to_b: Vec<u8>,
-    b_to_a: Vec<u8>,
-    now: u64,
-    nonce: u8,
+/// The pair the tests drive: boxed engines, 4 KiB pipes (smaller than an
+/// eager frame, so partial writes and reads happen all the time).
+type Pair = StreamPair<E, 4096, 4, Box<E>>;
+
+/// Engines `a` (process A) and `b` (process B), each knowing the other;
+/// returns the endpoint of B at A and of A at B.
+fn new_pair(a: E, b: E) -> (Pair, EndpointId, EndpointId) {
+    let mut pair = Pair::new(Box::new(a), Box::new(b), [A, B], 0x5eed);
+    let [ep_b, ep_a] = pair.introduce().expect("each reaches the other");
+    (pair, ep_b, ep_a)
 }
 
-impl Pair {
-    fn new(a: E, b: E) -> (Self, EndpointId, EndpointId) {
-        let mut pair = Pair {
-            a,
-            b,
-            la: None,
-            lb: None,
-            a_to_b: Vec::new(),
-            b_to_a: Vec::new(),
-            now: 1,
-            nonce: 0,
-        };
-        let ep_b = add(&mut pair.a, B);
-        let ep_a = add(&mut pair.b, A);
-        (pair, ep_b, ep_a)
-    }
-
-    fn nonce(&mut self) -> [u8; 16] {
-        self.nonce += 1;
-        [self.nonce; 16]
-    }
-
-    /// Plays the driver until nothing moves (bounded).
-    fn pump(&mut self) {
-        for _ in 0..10_000 {
-            self.now += 1000;
-            if let Some(req) = self.a.poll_connect() {
-                let n = self.nonce();
-                self.la = Some(
-                    self.a
-                        .handle_connected(req.endpoint, n, self.now)
-                        .expect("link"),
-                );
-                let n = self.nonce();
-                self.lb = Some(self.b.handle_accepted(n, self.now).expect("link"));
-            }
-            if let Some(req) = self.b.poll_connect() {
-                let n = self.nonce();
-                self.lb = Some(
-                    self.b
-                        .handle_connected(req.endpoint, n, self.now)
-                        .expect("link"),
-                );
-                let n = self.nonce();
-                self.la = Some(self.a.handle_accepted(n, self.now).expect("link"));
-            }
-            let (Some(la), Some(lb)) = (self.la, self.lb) else {
-                return;
-            };
-            let moved_ab = shuttle(&mut self.a, la, &mut self.b, lb, &mut self.a_to_b, self.now);
-            let moved_ba = shuttle(&mut self.b, lb, &mut self.a, la, &mut self.b_to_a, self.now);
-            self.a.progress();
-            self.b.progress();
-            if !moved_ab && !moved_ba {
-                return;
-            }
-        }
-        panic!("the pair never went quiet");
-    }
-}
-
-fn add(e: &mut E, peer: ProcName) -> EndpointId {
-    let mut eps = [None];
-    let mut words = [0u64];
-    e.add_procs(&[peer], &mut eps, &mut Reachability::new(&mut words))
-        .expect("add");
-    eps[0].expect("reachable")
-}
-
-/// Moves what `from` wants to write on `fl` into `to`'s link `tl`.
-fn shuttle(from: &mut E, fl: LinkId, to: &mut E, tl: LinkId, pipe: &mut Vec<u8>, now: u64) -> bool {
-    let mut moved = false;
-    loop {
-        let bytes: Vec<u8> = match from.poll_transmit(fl) {
-            Some(t) => t.segments.iter().flat_map(|s| s.iter().copied()).collect(),
-            None => break,
-        };
-        from.handle_written(fl, bytes.len());
-        pipe.extend_from_slice(&bytes);
-        moved = true;
-    }
-    if !pipe.is_empty() {
-        if let Ok(n) = to.handle_stream(tl, pipe, now) {
-            if n > 0 {
-                moved = true;
-            }
-            pipe.drain(..n);
-        }
-    }
-    moved
+/// Plays the driver until nothing moves (bounded).
+fn pump(pair: &mut Pair) {
+    pair.run_until_idle(10_000)
+        .expect("the pair never went quiet");
 }
 
 fn drain(e: &mut E) -> Vec<String> {
@@ -179,7 +95,7 @@ fn in_use(e: &E) -> u32 {
 
 #[test]
 fn handshake_then_messages_in_order_with_content() {
-    let (mut pair, ep_b, _) = Pair::new(engine(A, Some(b"key"), 16), engine(B, Some(b"key"), 16));
+    let (mut pair, ep_b, _) = new_pair(engine(A, Some(b"key"), 16), engine(B, Some(b"key"), 16));
     let mut got = Vec::new();
     let take = |b: &mut E, got: &mut Vec<usize>| {
         while let Some(ev) = b.poll_event() {
@@ -197,63 +113,67 @@ fn handshake_then_messages_in_order_with_content() {
     for i in 0..40u32 {
         let data: Vec<u8> = (0..i * 97).map(|x| x as u8).collect();
         let d = pair
-            .a
+            .a()
             .prepare_src(ep_b, &data, 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
             .expect("desc");
         let _ = pair
-            .a
+            .a()
             .send(ep_b, d, Tag(0x80 + (i % 4) as u8))
             .expect("send");
-        pair.pump();
-        take(&mut pair.b, &mut got);
+        pump(&mut pair);
+        take(pair.b(), &mut got);
     }
     for _ in 0..5 {
-        pair.pump();
-        take(&mut pair.b, &mut got);
+        pump(&mut pair);
+        take(pair.b(), &mut got);
     }
     assert_eq!(
         got,
         (0..40u32).map(|i| (i * 97) as usize).collect::<Vec<_>>()
     );
-    pair.pump();
-    assert!(pair.a.is_connected(ep_b));
+    pump(&mut pair);
+    assert!(pair.a().is_connected(ep_b));
     assert_eq!(
-        drain(&mut pair.a),
+        drain(pair.a()),
         Vec::<String>::new(),
         "owned sends complete silently"
     );
-    pair.pump();
-    assert_eq!(in_use(&pair.a), 0, "every acknowledged send was freed");
-    assert_eq!(in_use(&pair.b), 0);
+    pump(&mut pair);
+    assert_eq!(
+        in_use(pair.engine(Side::A)),
+        0,
+        "every acknowledged send was freed"
+    );
+    assert_eq!(in_use(pair.engine(Side::B)), 0);
 }
 
 #[test]
 fn credits_hold_a_sender_back_until_the_receiver_polls() {
-    let (mut pair, ep_b, _) = Pair::new(engine(A, None, 4), engine(B, None, 4));
+    let (mut pair, ep_b, _) = new_pair(engine(A, None, 4), engine(B, None, 4));
     for _ in 0..20 {
         let d = pair
-            .a
+            .a()
             .prepare_src(ep_b, &[1; 100], 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
             .expect("desc");
-        let _ = pair.a.send(ep_b, d, Tag(0x81)).expect("send");
+        let _ = pair.a().send(ep_b, d, Tag(0x81)).expect("send");
     }
-    pair.pump();
-    assert_eq!(pair.b.progress(), 4, "no more than the credits arrived");
+    pump(&mut pair);
+    assert_eq!(pair.b().progress(), 4, "no more than the credits arrived");
     let mut received = 0;
     for _ in 0..20 {
-        while let Some(ev) = pair.b.poll_event() {
+        while let Some(ev) = pair.b().poll_event() {
             if matches!(ev, Event::Received(_)) {
                 received += 1;
             }
         }
-        pair.pump();
+        pump(&mut pair);
     }
     assert_eq!(received, 20);
 }
 
 #[test]
 fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
-    let (mut pair, ep_b, _) = Pair::new(engine(A, None, 16), engine(B, None, 16));
+    let (mut pair, ep_b, _) = new_pair(engine(A, None, 16), engine(B, None, 16));
     let src: &'static mut [u8] = Box::leak(
         (0..300_000u32)
             .map(|x| (x % 251) as u8)
@@ -262,12 +182,12 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
     );
     let dst: &'static mut [u8] = Box::leak(vec![0u8; 300_000].into_boxed_slice());
     let ro: &'static mut [u8] = Box::leak(vec![9u8; 1000].into_boxed_slice());
-    let hs = pair.a.register_mem(src, Access::empty()).expect("src");
+    let hs = pair.a().register_mem(src, Access::empty()).expect("src");
     let hd = pair
-        .b
+        .b()
         .register_mem(dst, Access::REMOTE_WRITE | Access::REMOTE_READ)
         .expect("dst");
-    let hr = pair.b.register_mem(ro, Access::REMOTE_READ).expect("ro");
+    let hr = pair.b().register_mem(ro, Access::REMOTE_READ).expect("ro");
     let local = MemSlice {
         handle: hs,
         offset: 0,
@@ -279,14 +199,14 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
         len: 300_000,
     };
     // The first operation also opens the connection.
-    let _ = pair.a.put(ep_b, local, remote, 7).expect("put");
+    let _ = pair.a().put(ep_b, local, remote, 7).expect("put");
     for _ in 0..50 {
-        pair.pump();
+        pump(&mut pair);
     }
-    assert_eq!(drain(&mut pair.a), ["put 7 Ok(())"]);
+    assert_eq!(drain(pair.a()), ["put 7 Ok(())"]);
     assert_eq!(
-        pair.b.region(hd).expect("dst"),
-        pair.a.region(hs).expect("src")
+        pair.engine(Side::B).region(hd).expect("dst"),
+        pair.engine(Side::A).region(hs).expect("src")
     );
 
     // Refused: beyond the region, and into read-only memory.
@@ -296,7 +216,7 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
         len: 100,
     };
     let _ = pair
-        .a
+        .a()
         .put(
             ep_b,
             small,
@@ -309,7 +229,7 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
         )
         .expect("put");
     let _ = pair
-        .a
+        .a()
         .put(
             ep_b,
             small,
@@ -322,9 +242,9 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
         )
         .expect("put");
     for _ in 0..10 {
-        pair.pump();
+        pump(&mut pair);
     }
-    let events = drain(&mut pair.a);
+    let events = drain(pair.a());
     assert_eq!(
         events,
         [
@@ -338,13 +258,13 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
             ),
         ]
     );
-    assert_eq!(pair.b.region(hr).expect("ro"), &[9u8; 1000][..]);
+    assert_eq!(pair.b().region(hr).expect("ro"), &[9u8; 1000][..]);
 
     // Get back from the peer into a fresh local region.
     let back: &'static mut [u8] = Box::leak(vec![0u8; 1000].into_boxed_slice());
-    let hb = pair.a.register_mem(back, Access::empty()).expect("back");
+    let hb = pair.a().register_mem(back, Access::empty()).expect("back");
     let _ = pair
-        .a
+        .a()
         .get(
             ep_b,
             MemSlice {
@@ -361,28 +281,28 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
         )
         .expect("get");
     for _ in 0..10 {
-        pair.pump();
+        pump(&mut pair);
     }
-    assert_eq!(drain(&mut pair.a), ["get 10 Ok(())"]);
-    assert_eq!(pair.a.region(hb).expect("back"), &[9u8; 1000][..]);
+    assert_eq!(drain(pair.a()), ["get 10 Ok(())"]);
+    assert_eq!(pair.a().region(hb).expect("back"), &[9u8; 1000][..]);
 }
 
 #[test]
 fn a_wrong_job_key_is_refused_and_the_send_fails_once() {
-    let (mut pair, ep_b, _) = Pair::new(engine(A, Some(b"one"), 16), engine(B, Some(b"two"), 16));
+    let (mut pair, ep_b, _) = new_pair(engine(A, Some(b"one"), 16), engine(B, Some(b"two"), 16));
     // ALWAYS_CALLBACK: an owned send without it owes no event (it counts as
     // complete when made), so its failure shows only in the error event.
     let flags = DescFlags::BTL_OWNERSHIP | DescFlags::ALWAYS_CALLBACK;
     let d = pair
-        .a
+        .a()
         .prepare_src(ep_b, b"x", 0, Order::ANY, flags)
         .expect("desc");
-    let status = pair.a.send(ep_b, d, Tag(0x80)).expect("queued");
+    let status = pair.a().send(ep_b, d, Tag(0x80)).expect("queued");
     assert!(matches!(status, SendStatus::Queued), "{status:?}");
     for _ in 0..5 {
-        pair.pump();
+        pump(&mut pair);
     }
-    let events = drain(&mut pair.a);
+    let events = drain(pair.a());
     let lost = format!(
         "{:?}",
         Err::<(), _>(BtlError::PeerLost(LostReason::AuthFailed))
@@ -393,8 +313,8 @@ fn a_wrong_job_key_is_refused_and_the_send_fails_once() {
         BtlError::PeerLost(LostReason::AuthFailed)
     )));
     assert_eq!(events.iter().filter(|e| e.starts_with("send")).count(), 1);
-    assert_eq!(in_use(&pair.a), 0);
-    assert!(drain(&mut pair.b).iter().all(|e| !e.starts_with("recv")));
+    assert_eq!(in_use(pair.engine(Side::A)), 0);
+    assert!(drain(pair.b()).iter().all(|e| !e.starts_with("recv")));
 }
 
 #[test]
@@ -425,12 +345,10 @@ fn simultaneous_connects_keep_the_lower_names_link_and_lose_nothing() {
     // A is the lower name: A's connection survives. B's own opens first at
     // B, which writes its sends there; A drops that connection, and once
     // A's opens at B, B sends them again on it.
-    let mut a = engine(A, Some(b"key"), 16);
-    let mut b = engine(B, Some(b"key"), 16);
-    let ep_b = add(&mut a, B);
-    let ep_a = add(&mut b, A);
+    let (mut pair, ep_b, ep_a) = new_pair(engine(A, Some(b"key"), 16), engine(B, Some(b"key"), 16));
     for i in 0..3u8 {
-        for (e, ep) in [(&mut a, ep_b), (&mut b, ep_a)] {
+        for (side, ep) in [(Side::A, ep_b), (Side::B, ep_a)] {
+            let e = pair.engine_mut(side);
             let d = e
                 .prepare_src(ep, &[i; 10], 0, Order(0), DescFlags::empty())
                 .expect("desc");
@@ -438,51 +356,58 @@ fn simultaneous_connects_keep_the_lower_names_link_and_lose_nothing() {
             assert!(matches!(status, SendStatus::Queued), "{status:?}");
         }
     }
-    let now = 10;
-    let ra = a.poll_connect().expect("A connects");
-    let rb = b.poll_connect().expect("B connects");
-    // B's connection (bh at B, ah at A) and A's (al at A, bl at B).
-    let bh = b.handle_connected(rb.endpoint, [1; 16], now).expect("link");
-    let ah = a.handle_accepted([2; 16], now).expect("link");
-    let al = a.handle_connected(ra.endpoint, [3; 16], now).expect("link");
-    let bl = b.handle_accepted([4; 16], now).expect("link");
-    let mut pipes: [Vec<u8>; 4] = Default::default();
-    let [ah_in, bh_in, al_in, bl_in] = &mut pipes;
+    pair.advance(10);
+    // Both ask at once: A's connection (A opens, B accepts) and B's.
+    let opened = pair.serve_connects();
+    assert_eq!(opened.opened, 4, "two connections, each end opened");
+    let by = |side| {
+        pair.connections()
+            .find(|c| c.end(Role::Opener).side() == Some(side))
+            .expect("a connection")
+            .id
+    };
+    let (ca, cb) = (by(Side::A), by(Side::B));
+    let shuttle = |pair: &mut Pair, conn, to| {
+        pair.shuttle(conn, to).expect("a connection of the pair");
+    };
     // B's connection: HELLOs, A's HELLO_ACK; B opens it and writes its
     // sends, which A (whose own connection is pending) drops with it.
-    shuttle(&mut b, bh, &mut a, ah, ah_in, now);
-    shuttle(&mut a, ah, &mut b, bh, bh_in, now);
-    assert!(b.is_connected(ep_a), "B's own connection opened first");
-    shuttle(&mut b, bh, &mut a, ah, ah_in, now);
-    assert!(!a.is_connected(ep_b), "A dropped B's connection");
+    shuttle(&mut pair, cb, Role::Acceptor);
+    shuttle(&mut pair, cb, Role::Opener);
+    assert!(
+        pair.engine(Side::B).is_connected(ep_a),
+        "B's own connection opened first"
+    );
+    shuttle(&mut pair, cb, Role::Acceptor);
+    assert!(
+        !pair.engine(Side::A).is_connected(ep_b),
+        "A dropped B's connection"
+    );
     // A's connection opens on both sides; B switches to it.
     for _ in 0..4 {
-        shuttle(&mut a, al, &mut b, bl, bl_in, now);
-        shuttle(&mut b, bl, &mut a, al, al_in, now);
+        shuttle(&mut pair, ca, Role::Acceptor);
+        shuttle(&mut pair, ca, Role::Opener);
     }
     // The dropped connection closes; the other carries on.
     for _ in 0..4 {
-        shuttle(&mut a, ah, &mut b, bh, bh_in, now);
-        shuttle(&mut b, bh, &mut a, ah, ah_in, now);
+        shuttle(&mut pair, cb, Role::Opener);
+        shuttle(&mut pair, cb, Role::Acceptor);
     }
-    let mut closed = Vec::new();
-    while let Some(l) = a.poll_close() {
-        closed.push(("a", l));
-    }
-    while let Some(l) = b.poll_close() {
-        closed.push(("b", l));
-    }
-    closed.sort_by_key(|&(side, l)| (side, l.0));
-    closed.dedup();
-    assert_eq!(closed, [("a", ah), ("b", bh)], "B's connection is dropped");
-    a.handle_closed(ah, now);
-    b.handle_closed(bh, now);
+    let closes = pair.serve_closes();
+    assert_eq!(closes.closed, 2, "one close at each end");
+    let dropped = pair.connection(cb).expect("B's connection");
+    assert_eq!(
+        dropped.closed,
+        [Some(Closure::Closed); 2],
+        "B's connection is dropped, by both ends"
+    );
+    assert!(pair.connection(ca).expect("A's connection").is_open());
     let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
     for _ in 0..10 {
-        shuttle(&mut a, al, &mut b, bl, bl_in, now);
-        shuttle(&mut b, bl, &mut a, al, al_in, now);
-        got_a.extend(drain(&mut a));
-        got_b.extend(drain(&mut b));
+        shuttle(&mut pair, ca, Role::Acceptor);
+        shuttle(&mut pair, ca, Role::Opener);
+        got_a.extend(drain(pair.a()));
+        got_b.extend(drain(pair.b()));
     }
     for got in [&got_a, &got_b] {
         let recv: Vec<_> = got.iter().filter(|e| e.starts_with("recv")).collect();
@@ -494,22 +419,22 @@ fn simultaneous_connects_keep_the_lower_names_link_and_lose_nothing() {
         assert!(!got.iter().any(|e| e.starts_with("error")), "{got:?}");
         assert_eq!(got.iter().filter(|e| *e == "send Ok(())").count(), 3);
     }
-    assert!(a.is_connected(ep_b) && b.is_connected(ep_a));
+    assert!(pair.engine(Side::A).is_connected(ep_b) && pair.engine(Side::B).is_connected(ep_a));
 }
 
 #[test]
 fn owned_sends_complete_at_once_and_sendi_takes_eager_sizes() {
-    let (mut pair, ep_b, _) = Pair::new(engine(A, None, 16), engine(B, None, 16));
+    let (mut pair, ep_b, _) = new_pair(engine(A, None, 16), engine(B, None, 16));
     let d = pair
-        .a
+        .a()
         .prepare_src(ep_b, b"x", 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
         .expect("desc");
-    let status = pair.a.send(ep_b, d, Tag(0x80)).expect("send");
+    let status = pair.a().send(ep_b, d, Tag(0x80)).expect("send");
     assert!(matches!(status, SendStatus::Completed(None)), "{status:?}");
-    pair.pump();
-    let eager = pair.a.attributes().eager_limit;
+    pump(&mut pair);
+    let eager = pair.a().attributes().eager_limit;
     assert_eq!(
-        pair.a.sendi(
+        pair.a().sendi(
             ep_b,
             &[1],
             &vec![2; eager],
@@ -522,7 +447,7 @@ fn owned_sends_complete_at_once_and_sendi_takes_eager_sizes() {
             max: eager as u64
         })
     );
-    pair.a
+    pair.a()
         .sendi(
             ep_b,
             &[1],
@@ -532,10 +457,83 @@ fn owned_sends_complete_at_once_and_sendi_takes_eager_sizes() {
             DescFlags::empty(),
         )
         .expect("sendi of eager_limit bytes");
-    pair.pump();
+    pump(&mut pair);
     assert_eq!(
-        drain(&mut pair.b),
+        drain(pair.b()),
         ["recv 128 1", format!("recv 129 {eager}").as_str()]
     );
-    assert_eq!(drain(&mut pair.a), Vec::<String>::new());
+    assert_eq!(drain(pair.a()), Vec::<String>::new());
+}
+
+#[test]
+fn pipes_smaller_than_a_header_carry_everything_intact() {
+    // 61-byte pipes: every frame, header included, is written and read in
+    // pieces that end anywhere, and the ring wraps all the time.
+    type Tiny = StreamPair<E, 61, 2, Box<E>>;
+    let mut pair = Tiny::new(
+        Box::new(engine(A, Some(b"key"), 4)),
+        Box::new(engine(B, Some(b"key"), 4)),
+        [A, B],
+        61,
+    );
+    let [ep_b, _] = pair.introduce().expect("each reaches the other");
+    let dst: &'static mut [u8] = Box::leak(vec![0u8; 70_000].into_boxed_slice());
+    let src: &'static mut [u8] = Box::leak(
+        (0..70_000u32)
+            .map(|x| (x % 253) as u8)
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let hs = pair.a().register_mem(src, Access::empty()).expect("src");
+    let hd = pair
+        .b()
+        .register_mem(dst, Access::REMOTE_WRITE)
+        .expect("dst");
+    let sizes = [0usize, 1, 57, 61, 4000, 20_000, 65_000];
+    for (i, &n) in sizes.iter().enumerate() {
+        let data: Vec<u8> = (0..n).map(|x| (x * 7 + i) as u8).collect();
+        let d = pair
+            .a()
+            .prepare_src(ep_b, &data, 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
+            .expect("desc");
+        let _ = pair.a().send(ep_b, d, Tag(0x80 + i as u8)).expect("send");
+    }
+    let len = 70_000;
+    let local = MemSlice {
+        handle: hs,
+        offset: 0,
+        len,
+    };
+    let remote = RemoteSlice {
+        key: hd.remote_key(),
+        offset: 0,
+        len,
+    };
+    let _ = pair.a().put(ep_b, local, remote, 3).expect("put");
+    let mut got = Vec::new();
+    for _ in 0..20_000 {
+        let idle = pair.round().is_idle();
+        while let Some(ev) = pair.b().poll_event() {
+            if let Event::Received(m) = ev {
+                let i = usize::from(m.tag.0 - 0x80);
+                assert!(
+                    m.data
+                        .iter()
+                        .enumerate()
+                        .all(|(x, &b)| b == (x * 7 + i) as u8),
+                    "message {i} intact"
+                );
+                got.push(m.data.len());
+            }
+        }
+        if idle && got.len() == sizes.len() {
+            break;
+        }
+    }
+    assert_eq!(got, sizes);
+    assert_eq!(drain(pair.a()), ["put 3 Ok(())"]);
+    assert_eq!(
+        pair.engine(Side::B).region(hd).expect("dst"),
+        pair.engine(Side::A).region(hs).expect("src")
+    );
 }

@@ -1,0 +1,1231 @@
+//! An in-memory stream driver: two [`Engine`]s joined by fixed byte pipes,
+//! with a driver that plays every part a socket loop would.
+//!
+//! The engine does no I/O, so something has to open its connections, carry
+//! its bytes, close its links and tell it the time. [`StreamPair`] does
+//! that for two engines, A and B, over [`Pipe`]s (one per direction and
+//! connection), one bounded [`round`](StreamPair::round) at a time. It is
+//! `no_std` without `alloc` and deterministic (the nonces come from a
+//! generator the caller seeds; the clock is a counter), so the same test
+//! runs on a host and on a bare-metal board, and a failure replays exactly.
+//!
+//! Pipes have a fixed capacity `N`: a writer that finds its pipe full keeps
+//! the rest of its bytes (a partial write, as on a socket), and a reader
+//! that takes fewer bytes than it was handed (waiting for receive
+//! fragments) leaves them in the pipe. Both happen in ordinary tests, so
+//! the engine's partial-write and partial-read paths run all the time.
+//!
+//! Faults, for conformance harnesses: a side can be [paused](StreamPair::pause)
+//! (not driven at all) or [killed](StreamPair::kill) (its connections reset);
+//! a connection can be opened from an [external](StreamPair::connect_external)
+//! end that the caller plays (a rogue process), and bytes can be
+//! [injected](StreamPair::inject) into any pipe. The steps of a round are
+//! public too, for tests that need one particular interleaving.
+//!
+//! ```
+//! use btl_core::btl::{Btl, Event, Tag};
+//! use btl_core::desc::{DescFlags, Order};
+//! use btl_core::endpoint::ProcName;
+//! use btl_core::engine::config::EngineConfig;
+//! use btl_core::engine::pipe::StreamPair;
+//! use btl_core::engine::Engine;
+//! use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+//!
+//! let pool = |fragment_size| FragmentPoolConfig { fragment_size, num: 8, max: 8, inc: 8 };
+//! let cfg = FragmentPoolsConfig { small: pool(256), eager: pool(1024), max: pool(4096) };
+//! let (mut ra, mut rb) = ([0u8; 65536], [0u8; 65536]);
+//! assert!(FragmentPools::required_bytes(&cfg) <= ra.len());
+//! let names = [ProcName::new(7, 0), ProcName::new(7, 1)];
+//! let a = Engine::<'_, '_, 2, 2, 2>::new(
+//!     EngineConfig::new(names[0]),
+//!     FragmentPools::new(&mut ra, cfg).expect("pools"),
+//! );
+//! let b = Engine::new(
+//!     EngineConfig::new(names[1]),
+//!     FragmentPools::new(&mut rb, cfg).expect("pools"),
+//! );
+//! // Engines held by value, 4 KiB pipes, two connection slots.
+//! let mut pair: StreamPair<_, 4096, 2> = StreamPair::new(a, b, names, 42);
+//! let [b_at_a, _] = pair.introduce().expect("each reaches the other");
+//! let d = pair.a()
+//!     .prepare_src(b_at_a, b"hello", 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
+//!     .expect("descriptor");
+//! let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("queued");
+//! pair.run_until_idle(100).expect("the pair goes quiet");
+//! match pair.b().poll_event() {
+//!     Some(Event::Received(m)) => assert_eq!(m.data, b"hello"),
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
+
+use core::borrow::BorrowMut;
+use core::marker::PhantomData;
+use core::ops::AddAssign;
+
+use super::{Engine, LinkError, LinkId};
+use crate::btl::{Btl, BtlError};
+use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::wire::NONCE_LEN;
+
+/// Transmits one [`write_link`] takes at most (an engine hands out far
+/// fewer before its link is drained): the bound of a loop that must end.
+const MAX_TRANSMITS: usize = 1 << 12;
+/// Requests (`poll_connect`, `poll_close`) served per side and step, for
+/// the same reason.
+const MAX_POLLS: usize = 1 << 12;
+/// Passes of a round unless [`StreamPair::set_passes`] says otherwise.
+const DEFAULT_PASSES: u32 = 64;
+/// Fake nanoseconds per round unless [`StreamPair::set_tick`] says
+/// otherwise: short, so that many rounds stay far within the engine's
+/// timeouts.
+const DEFAULT_TICK: u64 = 1_000;
+
+// ----- the byte ring -----------------------------------------------------
+
+/// A fixed-capacity byte ring: one direction of an in-memory stream.
+///
+/// [`write`](Self::write) takes what fits and says how much, the way a
+/// non-blocking socket write does; the reader looks at
+/// [`readable`](Self::readable) bytes (at most two slices, oldest first)
+/// and [`consume`](Self::consume)s what it used.
+#[derive(Clone)]
+pub struct Pipe<const N: usize> {
+    buf: [u8; N],
+    head: usize,
+    len: usize,
+}
+
+impl<const N: usize> Pipe<N> {
+    /// An empty pipe.
+    pub const fn new() -> Self {
+        Pipe {
+            buf: [0; N],
+            head: 0,
+            len: 0,
+        }
+    }
+
+    /// Bytes the pipe holds at most (`N`).
+    pub const fn capacity(&self) -> usize {
+        N
+    }
+
+    /// Bytes waiting to be read.
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing waits to be read.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether a write would take nothing.
+    pub const fn is_full(&self) -> bool {
+        self.len == N
+    }
+
+    /// Bytes a write takes at most now.
+    pub const fn room(&self) -> usize {
+        N - self.len
+    }
+
+    /// Appends as much of `bytes` as fits; returns how much that was.
+    pub fn write(&mut self, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(self.room());
+        if n == 0 {
+            return 0;
+        }
+        // n > 0 means N > 0, so the modulo is defined.
+        let tail = (self.head + self.len) % N;
+        let first = n.min(N - tail);
+        self.buf[tail..tail + first].copy_from_slice(&bytes[..first]);
+        self.buf[..n - first].copy_from_slice(&bytes[first..n]);
+        self.len += n;
+        n
+    }
+
+    /// The bytes waiting, oldest first: the second slice is non-empty only
+    /// when they wrap around the end of the ring.
+    pub fn readable(&self) -> (&[u8], &[u8]) {
+        let first = self.len.min(N - self.head);
+        (
+            &self.buf[self.head..self.head + first],
+            &self.buf[..self.len - first],
+        )
+    }
+
+    /// Drops the `n` oldest bytes (all of them if fewer wait); returns how
+    /// many were dropped.
+    pub fn consume(&mut self, n: usize) -> usize {
+        let n = n.min(self.len);
+        if n == 0 {
+            return 0;
+        }
+        self.head = (self.head + n) % N;
+        self.len -= n;
+        n
+    }
+
+    /// Copies the oldest bytes into `out` and consumes them; returns how
+    /// many.
+    pub fn read(&mut self, out: &mut [u8]) -> usize {
+        let (first, second) = self.readable();
+        let a = first.len().min(out.len());
+        out[..a].copy_from_slice(&first[..a]);
+        let b = second.len().min(out.len() - a);
+        out[a..a + b].copy_from_slice(&second[..b]);
+        self.consume(a + b)
+    }
+
+    /// Moves the waiting bytes to the front of the ring (in place) and
+    /// returns them as one slice, for a reader that parses whole frames.
+    pub fn make_contiguous(&mut self) -> &[u8] {
+        if self.head + self.len > N {
+            self.buf.rotate_left(self.head);
+            self.head = 0;
+        }
+        &self.buf[self.head..self.head + self.len]
+    }
+
+    /// Drops every waiting byte.
+    pub fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+}
+
+impl<const N: usize> Default for Pipe<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> core::fmt::Debug for Pipe<N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Pipe")
+            .field("len", &self.len)
+            .field("capacity", &N)
+            .finish()
+    }
+}
+
+// ----- one link's I/O ----------------------------------------------------
+
+/// What [`write_link`] moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes the engine handed over and counted as written (into the pipe,
+    /// or dropped when there was none).
+    pub bytes: usize,
+    /// Whether the last transmit was written whole, so that the stream ends
+    /// between two frames. Meaningful when `bytes > 0`.
+    pub whole: bool,
+}
+
+/// Writes what `engine` has for `link` into `pipe` until the engine has
+/// nothing more or the pipe is full (a partial write, which the engine
+/// resumes later). With no pipe the bytes are dropped, as on a connection
+/// whose other end has gone.
+pub fn write_link<const PEERS: usize, const LINKS: usize, const REGS: usize, const N: usize>(
+    engine: &mut Engine<'_, '_, PEERS, LINKS, REGS>,
+    link: LinkId,
+    mut pipe: Option<&mut Pipe<N>>,
+) -> Written {
+    let mut out = Written {
+        bytes: 0,
+        whole: true,
+    };
+    for _ in 0..MAX_TRANSMITS {
+        let (n, total) = {
+            let Some(t) = engine.poll_transmit(link) else {
+                break;
+            };
+            let (mut n, mut total, mut full) = (0, 0, false);
+            for segment in &t.segments {
+                total += segment.len();
+                // Stream order: nothing after a segment that did not fit.
+                if full {
+                    continue;
+                }
+                let w = match pipe.as_deref_mut() {
+                    Some(p) => p.write(segment),
+                    None => segment.len(),
+                };
+                n += w;
+                full = w < segment.len();
+            }
+            (n, total)
+        };
+        if n > 0 {
+            engine.handle_written(link, n);
+        }
+        out.bytes += n;
+        if n < total {
+            out.whole = false;
+            break;
+        }
+    }
+    out
+}
+
+/// Hands `engine` what `pipe` holds for `link` and consumes what it takes
+/// (less than all while it waits for receive fragments); returns how many
+/// bytes that was. An engine that no longer knows the link gets nothing
+/// more: the pipe is emptied and the error returned.
+pub fn read_link<const PEERS: usize, const LINKS: usize, const REGS: usize, const N: usize>(
+    engine: &mut Engine<'_, '_, PEERS, LINKS, REGS>,
+    link: LinkId,
+    pipe: &mut Pipe<N>,
+    now: u64,
+) -> Result<usize, LinkError> {
+    let mut taken = 0;
+    // At most two slices: the second is the part that wrapped around.
+    for _ in 0..2 {
+        let (first, _) = pipe.readable();
+        if first.is_empty() {
+            break;
+        }
+        let len = first.len();
+        match engine.handle_stream(link, first, now) {
+            Ok(n) => {
+                let n = pipe.consume(n.min(len));
+                taken += n;
+                if n < len {
+                    break;
+                }
+            }
+            Err(e) => {
+                pipe.clear();
+                return Err(e);
+            }
+        }
+    }
+    Ok(taken)
+}
+
+// ----- the pair ----------------------------------------------------------
+
+/// One of the two engines of a [`StreamPair`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Side {
+    /// The first engine.
+    A,
+    /// The second engine.
+    B,
+}
+
+impl Side {
+    /// Both sides, A first.
+    pub const BOTH: [Side; 2] = [Side::A, Side::B];
+
+    /// The side at the other end.
+    pub const fn other(self) -> Side {
+        match self {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// An end of a connection: the one that opened it or the one that
+/// accepted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The end that connected.
+    Opener,
+    /// The end that accepted.
+    Acceptor,
+}
+
+impl Role {
+    /// Both ends, the opener first (the order of [`Connection::ends`]).
+    pub const BOTH: [Role; 2] = [Role::Opener, Role::Acceptor];
+
+    /// The end at the other side of the connection.
+    pub const fn other(self) -> Role {
+        match self {
+            Role::Opener => Role::Acceptor,
+            Role::Acceptor => Role::Opener,
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A connection of a [`StreamPair`], named for its whole life (slots are
+/// reused, identifiers are not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+/// What sits at one end of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum End {
+    /// A link of the engine of that side.
+    Link(Side, LinkId),
+    /// Opened towards a side that has not accepted it yet (it is paused).
+    Accepting(Side),
+    /// An end the caller plays ([`StreamPair::connect_external`]): it
+    /// writes with [`StreamPair::inject`] and reads the pipe towards it
+    /// with [`StreamPair::pipe_mut`].
+    External,
+}
+
+impl End {
+    /// The side whose engine holds (or will hold) this end.
+    pub const fn side(&self) -> Option<Side> {
+        match self {
+            End::Link(side, _) | End::Accepting(side) => Some(*side),
+            End::External => None,
+        }
+    }
+
+    /// The engine's link, once accepted.
+    pub const fn link(&self) -> Option<LinkId> {
+        match self {
+            End::Link(_, link) => Some(*link),
+            _ => None,
+        }
+    }
+}
+
+/// How an end of a connection came to be closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Closure {
+    /// Its own side closed it: the engine asked (`poll_close`), or the
+    /// caller closed an external end.
+    Closed,
+    /// The other end closed and this one has read everything before that.
+    EndOfStream,
+    /// A side was killed: nothing in flight arrives either way.
+    Reset,
+    /// The side it was opened towards had no link slot for it.
+    Refused,
+}
+
+/// The state of one connection, as [`StreamPair::connections`] reports it.
+/// A closed connection stays visible until its slot is reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connection {
+    /// Its name.
+    pub id: ConnId,
+    /// The opener's end and the acceptor's, in [`Role`] order.
+    pub ends: [End; 2],
+    /// How each end was closed, if it was.
+    pub closed: [Option<Closure>; 2],
+    /// Bytes waiting in the pipe towards each end.
+    pub in_flight: [usize; 2],
+    /// Whether the writer towards each end last wrote a transmit whole,
+    /// so that the pipe ends between two frames (true until anything is
+    /// written): where [`StreamPair::inject`] may put a frame of its own.
+    pub whole: [bool; 2],
+}
+
+impl Connection {
+    /// The end of `role`.
+    pub const fn end(&self, role: Role) -> End {
+        self.ends[role.index()]
+    }
+
+    /// How the end of `role` was closed, if it was.
+    pub const fn closure(&self, role: Role) -> Option<Closure> {
+        self.closed[role.index()]
+    }
+
+    /// The role of `side`'s end, if it has one.
+    pub fn role_of(&self, side: Side) -> Option<Role> {
+        Role::BOTH
+            .into_iter()
+            .find(|r| self.ends[r.index()].side() == Some(side))
+    }
+
+    /// Whether the pipe towards the end of `role` ends between two frames
+    /// (see [`whole`](Self::whole)).
+    pub const fn between_frames(&self, role: Role) -> bool {
+        self.whole[role.index()]
+    }
+
+    /// Whether neither end is closed.
+    pub const fn is_open(&self) -> bool {
+        self.closed[0].is_none() && self.closed[1].is_none()
+    }
+
+    /// Whether both ends are closed (its slot may be reused).
+    pub const fn is_finished(&self) -> bool {
+        self.closed[0].is_some() && self.closed[1].is_some()
+    }
+
+    /// Whether both ends are engine links (a connection between A and B).
+    pub const fn is_between_engines(&self) -> bool {
+        matches!(self.ends, [End::Link(..), End::Link(..)])
+    }
+}
+
+/// What a step of the driver did; all zero means nothing moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// Bytes the engines wrote (into pipes, or dropped towards a closed end).
+    pub written: usize,
+    /// Bytes the engines took from pipes.
+    pub read: usize,
+    /// Connection ends opened (connects and accepts).
+    pub opened: u32,
+    /// Connection ends closed, and connect requests failed.
+    pub closed: u32,
+}
+
+impl Activity {
+    /// Whether nothing happened.
+    pub const fn is_idle(&self) -> bool {
+        self.written == 0 && self.read == 0 && self.opened == 0 && self.closed == 0
+    }
+}
+
+impl AddAssign for Activity {
+    fn add_assign(&mut self, rhs: Self) {
+        self.written += rhs.written;
+        self.read += rhs.read;
+        self.opened += rhs.opened;
+        self.closed += rhs.closed;
+    }
+}
+
+/// Why a [`StreamPair`] call could not be done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairError {
+    /// Every connection slot holds a connection not yet finished.
+    NoConnectionSlot,
+    /// No such connection (never opened, or its slot was reused).
+    UnknownConnection,
+    /// That end of the connection is not the kind the call needs, or is
+    /// closed.
+    WrongEnd,
+    /// The side was killed.
+    Dead(Side),
+    /// The engine refused the link.
+    Link(LinkError),
+}
+
+impl core::fmt::Display for PairError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PairError::NoConnectionSlot => f.write_str("every connection slot is in use"),
+            PairError::UnknownConnection => f.write_str("no such connection"),
+            PairError::WrongEnd => f.write_str("that end cannot do this"),
+            PairError::Dead(side) => write!(f, "side {side:?} was killed"),
+            PairError::Link(e) => write!(f, "the engine refused the link: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for PairError {}
+
+/// A connection's bookkeeping, without its pipes.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    id: ConnId,
+    ends: [End; 2],
+    closed: [Option<Closure>; 2],
+    whole: [bool; 2],
+}
+
+/// A connection slot: the pipes stay in place when the slot is reused.
+struct Slot<const N: usize> {
+    meta: Option<Meta>,
+    /// Bytes towards each end, in [`Role`] order.
+    to: [Pipe<N>; 2],
+}
+
+impl<const N: usize> Slot<N> {
+    const EMPTY: Self = Slot {
+        meta: None,
+        to: [Pipe::new(), Pipe::new()],
+    };
+}
+
+/// SplitMix64: a bijection of a counter, so that its outputs never repeat
+/// within 2^64 draws, and deterministic from its seed.
+#[derive(Debug, Clone, Copy)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Two engines, A and B, joined by in-memory stream connections, and the
+/// driver that carries their bytes.
+///
+/// `E` is the engine type, `S` how the pair holds each engine (`E` itself,
+/// `&mut E`, `Box<E>`: anything that borrows as `E`). `N` is each pipe's
+/// capacity and `CONNS` the number of connection slots (each has two pipes
+/// inline, so the pair takes about `2 * N * CONNS` bytes plus the engines
+/// it holds by value).
+///
+/// One [`round`](Self::round): the clock advances by the tick; engines
+/// whose timer is due get `handle_timeout`; engines are `progress`ed; new
+/// connections are opened (`poll_connect`, then `handle_connected` on the
+/// asking side and `handle_accepted` on the other, each with a fresh
+/// nonce); then, in passes until nothing moves (at most
+/// [`set_passes`](Self::set_passes) of them), each end's bytes are written
+/// into the pipe towards the other end as far as it has room, each end
+/// reads what its pipe holds, an end whose peer has closed learns so
+/// (`handle_closed`) once it has read everything before that, and the
+/// links the engines are done with are closed (`poll_close`). A paused or
+/// killed side takes no part in any of it.
+pub struct StreamPair<E, const N: usize, const CONNS: usize, S = E> {
+    engines: [S; 2],
+    names: [ProcName; 2],
+    peers: [Option<EndpointId>; 2],
+    paused: [bool; 2],
+    dead: [bool; 2],
+    slots: [Slot<N>; CONNS],
+    next_conn: u64,
+    now: u64,
+    tick: u64,
+    passes: u32,
+    nonces: SplitMix64,
+    _engine: PhantomData<fn() -> E>,
+}
+
+impl<
+    'r,
+    'm,
+    const PEERS: usize,
+    const LINKS: usize,
+    const REGS: usize,
+    const N: usize,
+    const CONNS: usize,
+    S,
+> StreamPair<Engine<'r, 'm, PEERS, LINKS, REGS>, N, CONNS, S>
+where
+    S: BorrowMut<Engine<'r, 'm, PEERS, LINKS, REGS>>,
+{
+    /// Engines `a` and `b`, processes `names[0]` and `names[1]` (where a
+    /// connect request for that name goes), no connection yet, the clock
+    /// at 0; `seed` seeds the nonce generator. A `const fn`: the pipes
+    /// come from a constant rather than being built piece by piece.
+    pub const fn new(a: S, b: S, names: [ProcName; 2], seed: u64) -> Self {
+        StreamPair {
+            engines: [a, b],
+            names,
+            peers: [None; 2],
+            paused: [false; 2],
+            dead: [false; 2],
+            slots: [const { Slot::EMPTY }; CONNS],
+            next_conn: 0,
+            now: 0,
+            tick: DEFAULT_TICK,
+            passes: DEFAULT_PASSES,
+            nonces: SplitMix64(seed),
+            _engine: PhantomData,
+        }
+    }
+
+    /// Makes each engine know the other (`add_procs`); returns the endpoint
+    /// of B at A and of A at B, which [`peer`](Self::peer) also gives.
+    pub fn introduce(&mut self) -> Result<[EndpointId; 2], BtlError> {
+        let mut out = [EndpointId(0); 2];
+        for side in Side::BOTH {
+            let other = self.names[side.other().index()];
+            let mut endpoint = [None];
+            let mut words = [0u64];
+            self.engine_mut(side).add_procs(
+                &[other],
+                &mut endpoint,
+                &mut Reachability::new(&mut words),
+            )?;
+            let ep = endpoint[0].ok_or(BtlError::Unreachable)?;
+            self.peers[side.index()] = Some(ep);
+            out[side.index()] = ep;
+        }
+        Ok(out)
+    }
+
+    /// The endpoint through which `side` reaches the other side, once
+    /// [`introduce`](Self::introduce)d.
+    pub fn peer(&self, side: Side) -> Option<EndpointId> {
+        self.peers[side.index()]
+    }
+
+    /// The process name of `side`.
+    pub fn name(&self, side: Side) -> ProcName {
+        self.names[side.index()]
+    }
+
+    /// The engine of `side`.
+    pub fn engine(&self, side: Side) -> &Engine<'r, 'm, PEERS, LINKS, REGS> {
+        self.engines[side.index()].borrow()
+    }
+
+    /// The engine of `side`, to call.
+    pub fn engine_mut(&mut self, side: Side) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+        self.engines[side.index()].borrow_mut()
+    }
+
+    /// Engine A, to call.
+    pub fn a(&mut self) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+        self.engine_mut(Side::A)
+    }
+
+    /// Engine B, to call.
+    pub fn b(&mut self) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+        self.engine_mut(Side::B)
+    }
+
+    /// Both engines at once, A first.
+    pub fn engines_mut(
+        &mut self,
+    ) -> (
+        &mut Engine<'r, 'm, PEERS, LINKS, REGS>,
+        &mut Engine<'r, 'm, PEERS, LINKS, REGS>,
+    ) {
+        let [a, b] = &mut self.engines;
+        (a.borrow_mut(), b.borrow_mut())
+    }
+
+    /// The engines back, A first.
+    pub fn into_engines(self) -> (S, S) {
+        let [a, b] = self.engines;
+        (a, b)
+    }
+
+    /// The fake clock, in nanoseconds.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Moves the clock on by `ns` without a round (the next round's
+    /// timeouts see it).
+    pub fn advance(&mut self, ns: u64) {
+        self.now = self.now.saturating_add(ns);
+    }
+
+    /// Sets how far each round moves the clock (1 µs unless set).
+    pub fn set_tick(&mut self, ns: u64) {
+        self.tick = ns;
+    }
+
+    /// Sets the most passes a round makes over the connections (64 unless
+    /// set; at least 1). Each pass moves up to `N` bytes per direction.
+    pub fn set_passes(&mut self, passes: u32) {
+        self.passes = passes.max(1);
+    }
+
+    /// 16 fresh nonce bytes from the seeded generator: distinct from every
+    /// other nonce this pair hands out.
+    pub fn nonce(&mut self) -> [u8; NONCE_LEN] {
+        let mut n = [0; NONCE_LEN];
+        // Two draws: the first halves alone never repeat (within 2^63
+        // nonces), since the generator's outputs do not.
+        n[..8].copy_from_slice(&self.nonces.next().to_le_bytes());
+        n[8..].copy_from_slice(&self.nonces.next().to_le_bytes());
+        n
+    }
+
+    /// Stops driving `side`: no bytes in or out, no accepts, closes,
+    /// timeouts or progress; what is sent to it waits in its pipes (and,
+    /// once they are full, in the senders).
+    pub fn pause(&mut self, side: Side) {
+        self.paused[side.index()] = true;
+    }
+
+    /// Drives `side` again after [`pause`](Self::pause).
+    pub fn resume(&mut self, side: Side) {
+        self.paused[side.index()] = false;
+    }
+
+    /// Whether `side` is paused.
+    pub fn is_paused(&self, side: Side) -> bool {
+        self.paused[side.index()]
+    }
+
+    /// Kills `side` without a goodbye: its connections are reset (what was
+    /// in flight either way is lost), each surviving engine end is told
+    /// (`handle_closed`) at once, or when it is next driven if paused, and
+    /// the dead engine is never driven again. Connections asked for later
+    /// towards it fail (`handle_connect_failed`).
+    pub fn kill(&mut self, side: Side) {
+        self.dead[side.index()] = true;
+        let now = self.now;
+        let Self {
+            engines,
+            slots,
+            paused,
+            dead,
+            ..
+        } = self;
+        for slot in slots.iter_mut() {
+            let Some(meta) = slot.meta.as_mut() else {
+                continue;
+            };
+            let Some(role) = Role::BOTH
+                .into_iter()
+                .find(|r| meta.ends[r.index()].side() == Some(side))
+            else {
+                continue;
+            };
+            if meta.closed.iter().all(Option::is_some) {
+                continue;
+            }
+            meta.closed[role.index()].get_or_insert(Closure::Reset);
+            slot.to[0].clear();
+            slot.to[1].clear();
+            let other = role.other().index();
+            if meta.closed[other].is_some() {
+                continue;
+            }
+            match meta.ends[other] {
+                End::Link(s, link) => {
+                    if !paused[s.index()] && !dead[s.index()] {
+                        engines[s.index()].borrow_mut().handle_closed(link, now);
+                        meta.closed[other] = Some(Closure::Reset);
+                    }
+                }
+                End::Accepting(_) | End::External => meta.closed[other] = Some(Closure::Reset),
+            }
+        }
+    }
+
+    /// Whether `side` was killed.
+    pub fn is_dead(&self, side: Side) -> bool {
+        self.dead[side.index()]
+    }
+
+    fn active(&self, side: Side) -> bool {
+        !self.paused[side.index()] && !self.dead[side.index()]
+    }
+
+    // ----- rounds ------------------------------------------------------
+
+    /// One round of the driver (see the type's documentation); returns
+    /// what moved.
+    pub fn round(&mut self) -> Activity {
+        self.now = self.now.saturating_add(self.tick);
+        self.serve_timeouts();
+        for side in Side::BOTH {
+            if self.active(side) {
+                self.engine_mut(side).progress();
+            }
+        }
+        let mut activity = self.serve_accepts();
+        activity += self.serve_connects();
+        for _ in 0..self.passes {
+            let mut pass = Activity::default();
+            for i in 0..CONNS {
+                for to in Role::BOTH {
+                    pass += self.shuttle_slot(i, to);
+                }
+            }
+            pass += self.serve_closes();
+            activity += pass;
+            if pass.is_idle() {
+                break;
+            }
+        }
+        activity
+    }
+
+    /// Runs rounds until one moves nothing; returns how many ran (the idle
+    /// one included), or `None` if `max_rounds` all moved something.
+    pub fn run_until_idle(&mut self, max_rounds: u32) -> Option<u32> {
+        (1..=max_rounds).find(|_| self.round().is_idle())
+    }
+
+    /// Calls `handle_timeout` on each driven engine whose timer
+    /// (`poll_timeout`) is due; returns how many.
+    pub fn serve_timeouts(&mut self) -> u32 {
+        let now = self.now;
+        let mut n = 0;
+        for side in Side::BOTH {
+            if !self.active(side) {
+                continue;
+            }
+            let e = self.engine_mut(side);
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Accepts the connections opened towards sides that are driven again.
+    pub fn serve_accepts(&mut self) -> Activity {
+        let mut activity = Activity::default();
+        for i in 0..CONNS {
+            let Some(meta) = self.slots[i].meta else {
+                continue;
+            };
+            for role in Role::BOTH {
+                let r = role.index();
+                if let End::Accepting(side) = meta.ends[r]
+                    && meta.closed[r].is_none()
+                    && self.active(side)
+                {
+                    let (end, closed) = self.accept(side);
+                    if let Some(m) = self.slots[i].meta.as_mut() {
+                        m.ends[r] = end;
+                        m.closed[r] = closed;
+                    }
+                    if closed.is_none() {
+                        activity.opened += 1;
+                    } else {
+                        activity.closed += 1;
+                    }
+                }
+            }
+        }
+        activity
+    }
+
+    /// Opens the connections the driven engines ask for (`poll_connect`).
+    /// A request for a process other than the other side's, towards a dead
+    /// side, or finding no free slot fails (`handle_connect_failed`).
+    pub fn serve_connects(&mut self) -> Activity {
+        let mut activity = Activity::default();
+        for side in Side::BOTH {
+            if !self.active(side) {
+                continue;
+            }
+            for _ in 0..MAX_POLLS {
+                let Some(req) = self.engine_mut(side).poll_connect() else {
+                    break;
+                };
+                let now = self.now;
+                let target = side.other();
+                let slot = self.free_slot();
+                let reachable = req.proc == self.names[target.index()] && !self.is_dead(target);
+                let Some(i) = slot.filter(|_| reachable) else {
+                    self.engine_mut(side)
+                        .handle_connect_failed(req.endpoint, now);
+                    activity.closed += 1;
+                    continue;
+                };
+                let nonce = self.nonce();
+                let link = match self
+                    .engine_mut(side)
+                    .handle_connected(req.endpoint, nonce, now)
+                {
+                    Ok(link) => link,
+                    Err(_) => {
+                        self.engine_mut(side)
+                            .handle_connect_failed(req.endpoint, now);
+                        activity.closed += 1;
+                        continue;
+                    }
+                };
+                activity.opened += 1;
+                let (end, closed) = self.accept(target);
+                if closed.is_none() && matches!(end, End::Link(..)) {
+                    activity.opened += 1;
+                }
+                self.install(i, [End::Link(side, link), end], [None, closed]);
+            }
+        }
+        activity
+    }
+
+    /// Moves bytes towards the `to` end of `conn` once: what the other end
+    /// has to write goes into the pipe as far as it has room (or is dropped
+    /// if `to` is closed), the `to` end reads what the pipe holds, and it
+    /// learns of the other end's close once it has read everything.
+    pub fn shuttle(&mut self, conn: ConnId, to: Role) -> Result<Activity, PairError> {
+        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
+        Ok(self.shuttle_slot(i, to))
+    }
+
+    /// Closes the links the driven engines are done with (`poll_close`):
+    /// `handle_closed` on that end at once (unread bytes towards it are
+    /// dropped); the other end learns once it has read what came before.
+    pub fn serve_closes(&mut self) -> Activity {
+        let mut activity = Activity::default();
+        let now = self.now;
+        for side in Side::BOTH {
+            if !self.active(side) {
+                continue;
+            }
+            for _ in 0..MAX_POLLS {
+                let Some(link) = self.engine_mut(side).poll_close() else {
+                    break;
+                };
+                let end = End::Link(side, link);
+                let found = self.slots.iter_mut().find_map(|s| {
+                    let meta = s.meta.as_mut()?;
+                    let r = (0..2).find(|&r| meta.ends[r] == end && meta.closed[r].is_none())?;
+                    meta.closed[r] = Some(Closure::Closed);
+                    s.to[r].clear();
+                    Some(())
+                });
+                // Asked again for a link already closed: nothing to do.
+                if found.is_some() {
+                    self.engine_mut(side).handle_closed(link, now);
+                    activity.closed += 1;
+                }
+            }
+        }
+        activity
+    }
+
+    // ----- connections ---------------------------------------------------
+
+    /// Every connection whose slot has not been reused, open or closed.
+    pub fn connections(&self) -> impl Iterator<Item = Connection> + '_ {
+        self.slots.iter().filter_map(Self::view)
+    }
+
+    /// The connection `id`, if its slot has not been reused.
+    pub fn connection(&self, id: ConnId) -> Option<Connection> {
+        self.connections().find(|c| c.id == id)
+    }
+
+    /// The newest open connection between the two engines.
+    pub fn established(&self) -> Option<Connection> {
+        self.connections()
+            .filter(|c| c.is_open() && c.is_between_engines())
+            .max_by_key(|c| c.id)
+    }
+
+    /// `side`'s link on the [`established`](Self::established) connection.
+    pub fn link(&self, side: Side) -> Option<LinkId> {
+        let c = self.established()?;
+        c.end(c.role_of(side)?).link()
+    }
+
+    /// Opens a connection from an external end, played by the caller,
+    /// towards `target`, which accepts it now (or once resumed, if
+    /// paused). The caller writes with [`inject`](Self::inject) and reads
+    /// the pipe towards the opener with [`pipe_mut`](Self::pipe_mut).
+    pub fn connect_external(&mut self, target: Side) -> Result<ConnId, PairError> {
+        if self.is_dead(target) {
+            return Err(PairError::Dead(target));
+        }
+        let i = self.free_slot().ok_or(PairError::NoConnectionSlot)?;
+        let (end, closed) = if self.active(target) {
+            let nonce = self.nonce();
+            let now = self.now;
+            let link = self
+                .engine_mut(target)
+                .handle_accepted(nonce, now)
+                .map_err(PairError::Link)?;
+            (End::Link(target, link), None)
+        } else {
+            (End::Accepting(target), None)
+        };
+        Ok(self.install(i, [End::External, end], [None, closed]))
+    }
+
+    /// Appends `bytes` to the pipe towards the `to` end of `conn`, as if
+    /// the other end had written them; returns how many fit. They follow
+    /// whatever is in flight ([`Connection::whole`] tells whether that ends
+    /// between frames).
+    pub fn inject(&mut self, conn: ConnId, to: Role, bytes: &[u8]) -> Result<usize, PairError> {
+        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
+        let slot = &mut self.slots[i];
+        if slot.meta.is_some_and(|m| {
+            m.closed[to.index()].is_some() || m.closed[to.other().index()].is_some()
+        }) {
+            return Err(PairError::WrongEnd);
+        }
+        Ok(slot.to[to.index()].write(bytes))
+    }
+
+    /// The pipe towards the `to` end of `conn`: for the caller playing an
+    /// external end, or a test that tampers with the stream.
+    pub fn pipe_mut(&mut self, conn: ConnId, to: Role) -> Result<&mut Pipe<N>, PairError> {
+        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
+        Ok(&mut self.slots[i].to[to.index()])
+    }
+
+    /// Closes the external end of `conn`: what waits towards it is dropped,
+    /// and the engine's end learns of the close once it has read what came
+    /// before.
+    pub fn close_external(&mut self, conn: ConnId) -> Result<(), PairError> {
+        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
+        let slot = &mut self.slots[i];
+        let meta = slot.meta.as_mut().ok_or(PairError::UnknownConnection)?;
+        let r = (0..2)
+            .find(|&r| meta.ends[r] == End::External)
+            .ok_or(PairError::WrongEnd)?;
+        if meta.closed[r].is_none() {
+            meta.closed[r] = Some(Closure::Closed);
+            slot.to[r].clear();
+        }
+        Ok(())
+    }
+
+    // ----- internals -----------------------------------------------------
+
+    fn view(slot: &Slot<N>) -> Option<Connection> {
+        let meta = slot.meta?;
+        Some(Connection {
+            id: meta.id,
+            ends: meta.ends,
+            closed: meta.closed,
+            in_flight: [slot.to[0].len(), slot.to[1].len()],
+            whole: meta.whole,
+        })
+    }
+
+    fn slot_of(&self, id: ConnId) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.meta.is_some_and(|m| m.id == id))
+    }
+
+    /// A slot never used, else the oldest finished connection's (so that a
+    /// closed connection stays visible as long as possible).
+    fn free_slot(&self) -> Option<usize> {
+        if let Some(i) = self.slots.iter().position(|s| s.meta.is_none()) {
+            return Some(i);
+        }
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let m = s.meta?;
+                (m.closed[0].is_some() && m.closed[1].is_some()).then_some((m.id, i))
+            })
+            .min()
+            .map(|(_, i)| i)
+    }
+
+    fn install(&mut self, i: usize, ends: [End; 2], closed: [Option<Closure>; 2]) -> ConnId {
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        let slot = &mut self.slots[i];
+        slot.to[0].clear();
+        slot.to[1].clear();
+        slot.meta = Some(Meta {
+            id,
+            ends,
+            closed,
+            whole: [true; 2],
+        });
+        id
+    }
+
+    /// The accepting end of a new connection towards `side`: accepted now
+    /// if `side` is driven, else when it is again.
+    fn accept(&mut self, side: Side) -> (End, Option<Closure>) {
+        if !self.active(side) {
+            return (End::Accepting(side), None);
+        }
+        let nonce = self.nonce();
+        let now = self.now;
+        match self.engine_mut(side).handle_accepted(nonce, now) {
+            Ok(link) => (End::Link(side, link), None),
+            Err(_) => (End::Accepting(side), Some(Closure::Refused)),
+        }
+    }
+
+    fn shuttle_slot(&mut self, i: usize, to: Role) -> Activity {
+        let mut activity = Activity::default();
+        let now = self.now;
+        let active = [self.active(Side::A), self.active(Side::B)];
+        let Self { engines, slots, .. } = self;
+        let slot = &mut slots[i];
+        let Some(meta) = slot.meta.as_mut() else {
+            return activity;
+        };
+        let (t, f) = (to.index(), to.other().index());
+        let pipe = &mut slot.to[t];
+        if meta.closed[f].is_none()
+            && let End::Link(side, link) = meta.ends[f]
+            && active[side.index()]
+        {
+            let keep = meta.closed[t].is_none();
+            let engine = engines[side.index()].borrow_mut();
+            let w = write_link(engine, link, keep.then_some(&mut *pipe));
+            if w.bytes > 0 && keep {
+                meta.whole[t] = w.whole;
+            }
+            activity.written += w.bytes;
+        }
+        if meta.closed[t].is_some() {
+            return activity;
+        }
+        match meta.ends[t] {
+            End::Link(side, link) if active[side.index()] => {
+                let engine = engines[side.index()].borrow_mut();
+                if !pipe.is_empty() {
+                    match read_link(engine, link, pipe, now) {
+                        Ok(n) => activity.read += n,
+                        // The engine no longer knows the link.
+                        Err(_) => {
+                            meta.closed[t] = Some(Closure::Closed);
+                            activity.closed += 1;
+                            return activity;
+                        }
+                    }
+                }
+                if meta.closed[f].is_some() && pipe.is_empty() {
+                    engine.handle_closed(link, now);
+                    meta.closed[t] = Some(Closure::EndOfStream);
+                    activity.closed += 1;
+                }
+            }
+            End::Link(..) => {}
+            End::Accepting(_) | End::External => {
+                if meta.closed[f].is_some() && pipe.is_empty() {
+                    meta.closed[t] = Some(Closure::EndOfStream);
+                    activity.closed += 1;
+                }
+            }
+        }
+        activity
+    }
+}
+
+impl<E, const N: usize, const CONNS: usize, S> core::fmt::Debug for StreamPair<E, N, CONNS, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("StreamPair")
+            .field("names", &self.names)
+            .field("now", &self.now)
+            .field("paused", &self.paused)
+            .field("dead", &self.dead)
+            .field(
+                "connections",
+                &self.slots.iter().filter(|s| s.meta.is_some()).count(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pipe;
+
+    #[test]
+    fn a_pipe_takes_what_fits_and_wraps_around() {
+        let mut p = Pipe::<8>::new();
+        assert_eq!(p.write(b"abcdef"), 6);
+        assert_eq!(p.write(b"ghijk"), 2, "only the room left");
+        assert!(p.is_full());
+        assert_eq!(p.consume(5), 5);
+        assert_eq!(p.readable(), (&b"fgh"[..], &b""[..]));
+        assert_eq!(p.write(b"1234"), 4);
+        assert_eq!(p.readable(), (&b"fgh"[..], &b"1234"[..]));
+        let mut out = [0; 5];
+        assert_eq!(p.read(&mut out), 5);
+        assert_eq!(&out, b"fgh12");
+        assert_eq!(p.write(b"xyz"), 3);
+        assert_eq!(p.make_contiguous(), b"34xyz");
+        assert_eq!(p.consume(100), 5);
+        assert!(p.is_empty());
+        let mut zero = Pipe::<0>::new();
+        assert_eq!((zero.write(b"a"), zero.consume(1)), (0, 0));
+        assert_eq!(zero.readable(), (&b""[..], &b""[..]));
+    }
+}

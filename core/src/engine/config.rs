@@ -27,17 +27,12 @@ pub struct EngineConfig {
     /// A peer not heard from within this many nanoseconds counts as lost
     /// (`btl_peer_timeout`); the engine reconnects until then.
     pub peer_timeout: u64,
-    /// Acknowledge received packets at the latest after this many
-    /// nanoseconds when no packet carries the acknowledgement.
-    pub ack_delay: u64,
-    /// Send a keepalive after this many idle nanoseconds.
-    pub keepalive: u64,
 }
 
 impl EngineConfig {
     /// Defaults for process `me`: 1 MiB bodies, 16 credits, 64 KiB PUT
-    /// packets, 5 s handshake, 30 s peer timeout, 1 ms ack delay, 1 s
-    /// keepalive, no job key, no checksum.
+    /// packets, 5 s handshake, 30 s peer timeout, no job key, no
+    /// checksum.
     pub fn new(me: ProcName) -> Self {
         EngineConfig {
             me,
@@ -48,8 +43,6 @@ impl EngineConfig {
             put_chunk: 64 << 10,
             handshake_timeout: 5_000_000_000,
             peer_timeout: 30_000_000_000,
-            ack_delay: 1_000_000,
-            keepalive: 1_000_000_000,
         }
     }
 

@@ -613,11 +613,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             .filter(|l| l.state == LinkState::Handshaking);
         let handshake = links.map(|l| l.opened_at.saturating_add(self.config.handshake_timeout));
         let peers = self.peers.iter().flatten().filter_map(|p| {
-            let owed = p
-                .ack_owed_since
-                .map(|t| t.saturating_add(self.config.ack_delay));
             let waiting = !p.send.is_empty() || !p.queue.is_empty();
-            let lost = match p.state {
+            match p.state {
                 PeerState::Open if waiting => {
                     Some(p.last_heard.saturating_add(self.config.peer_timeout))
                 }
@@ -625,10 +622,6 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     Some(since.saturating_add(self.config.peer_timeout))
                 }
                 _ => None,
-            };
-            match (owed, lost) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
             }
         });
         handshake.chain(peers).min()
@@ -1530,6 +1523,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         };
         let checksum = peer.checksum;
         let (ack, credits) = (peer.recv.ack().cumulative, peer.granted);
+        // This packet carries the acknowledgement and credits: no bare ACK
+        // is owed for them any more.
+        peer.ack_owed_since = None;
         let flags = if checksum {
             Flags::CHECKSUM
         } else {
@@ -1679,13 +1675,20 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return;
         }
         l.state = LinkState::Closing;
+        let mid_frame = l.written > 0;
         l.tx.clear();
         l.written = 0;
-        let mut bytes = [0u8; CONTROL_MAX];
-        let len = emit_control(&mut bytes, PacketType::Close, 0, 0, 0, false, |b| {
-            CloseRepr { reason }.emit(chunk(b))
-        });
-        let _ = l.tx.push_back(TxItem::Control { bytes, len });
+        if mid_frame {
+            // A CLOSE after part of a frame would be read as the rest of
+            // that frame (into a peer's memory, for a PUT): just close.
+            let _ = self.closes.push_back(LinkId(slot as u16));
+        } else {
+            let mut bytes = [0u8; CONTROL_MAX];
+            let len = emit_control(&mut bytes, PacketType::Close, 0, 0, 0, false, |b| {
+                CloseRepr { reason }.emit(chunk(b))
+            });
+            let _ = l.tx.push_back(TxItem::Control { bytes, len });
+        }
         if let Receiving::Send { frag, .. } = core::mem::replace(&mut l.receiving, Receiving::None)
         {
             let _ = self.pools.free(frag);

@@ -11,7 +11,7 @@ pub use crate::wire::RejectCode;
 impl From<MemError> for RejectCode {
     fn from(e: MemError) -> Self {
         match e {
-            MemError::UnknownRegion | MemError::Full => RejectCode::BadHandle,
+            MemError::UnknownRegion | MemError::Full | MemError::InUse => RejectCode::BadHandle,
             MemError::OutOfBounds { .. } => RejectCode::OutOfBounds,
             MemError::AccessDenied => RejectCode::AccessDenied,
         }

@@ -99,6 +99,9 @@ pub enum MemError {
     },
     /// The region does not allow this access.
     AccessDenied,
+    /// The region cannot be deregistered: an operation in flight still
+    /// reads or writes it.
+    InUse,
 }
 
 impl fmt::Display for MemError {
@@ -111,6 +114,7 @@ impl fmt::Display for MemError {
                 "{len} bytes at offset {offset} do not fit a region of {size} bytes"
             ),
             MemError::AccessDenied => f.write_str("the region does not allow this access"),
+            MemError::InUse => f.write_str("the region is in use by an operation in flight"),
         }
     }
 }

@@ -2044,6 +2044,25 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
     }
 
     fn deregister_mem(&mut self, handle: MemHandle) -> Result<&'m mut [u8], BtlError> {
+        // A frame that reads the region must keep its length: a region
+        // taken away mid-send would shorten the frame and desynchronise
+        // the stream.
+        let by_op = self.ops.iter().flatten().any(|o| o.local.handle == handle);
+        let by_packet = self.peers.iter_mut().flatten().any(|peer| {
+            peer.send.unacked_mut().any(|(_, out)| match out {
+                Outgoing::Send { desc, .. } => {
+                    desc.referenced().is_some_and(|r| r.handle == handle)
+                }
+                Outgoing::Put { data, .. } => data.handle == handle,
+                Outgoing::Control { .. } => false,
+            }) || peer.queue.iter().any(|q| match q {
+                Queued::Send(desc) => desc.referenced().is_some_and(|r| r.handle == handle),
+                Queued::Control { .. } => false,
+            })
+        });
+        if by_op || by_packet {
+            return Err(BtlError::Memory(crate::btl::MemError::InUse));
+        }
         Ok(self.regs.deregister(handle)?)
     }
 
@@ -2063,14 +2082,6 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         ctx: u64,
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
-        self.regs.slice(local)?;
-        if local.len != remote.len {
-            return Err(BtlError::Memory(crate::btl::MemError::OutOfBounds {
-                offset: remote.offset,
-                len: local.len,
-                size: remote.len,
-            }));
-        }
         self.start_op(OpKind::Put, p, local, remote, ctx)
     }
 
@@ -2082,14 +2093,6 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         ctx: u64,
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
-        self.regs.slice(local)?;
-        if local.len != remote.len {
-            return Err(BtlError::Memory(crate::btl::MemError::OutOfBounds {
-                offset: remote.offset,
-                len: local.len,
-                size: remote.len,
-            }));
-        }
         let op = self.start_op(OpKind::Get, p, local, remote, ctx)?;
         if self.find_op(OpKind::Get, p, op.0).is_none() {
             // Ended at once (empty, or refused): nothing to ask the peer.
@@ -2162,6 +2165,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
 impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     Engine<'r, 'm, PEERS, LINKS, REGS>
 {
+    /// Checks a put's or get's ranges and starts it.
     fn start_op(
         &mut self,
         kind: OpKind,
@@ -2170,6 +2174,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
+        self.regs.slice(local)?;
+        if local.len != remote.len {
+            return Err(BtlError::Memory(crate::btl::MemError::OutOfBounds {
+                offset: remote.offset,
+                len: local.len,
+                size: remote.len,
+            }));
+        }
         let i = self
             .ops
             .iter()

@@ -200,6 +200,11 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
     };
     // The first operation also opens the connection.
     let _ = pair.a().put(ep_b, local, remote, 7).expect("put");
+    // The source cannot be taken away while the put reads it.
+    assert_eq!(
+        pair.a().deregister_mem(hs).err(),
+        Some(BtlError::Memory(crate::btl::MemError::InUse))
+    );
     for _ in 0..50 {
         pump(&mut pair);
     }

@@ -1,9 +1,31 @@
-//! What an engine is built with: who it is, what it accepts, and its timers.
+//! What an engine is built with: who it is, what it accepts, how its links
+//! carry frames, and its timers.
 
+use super::rtt::RttConfig;
 use crate::endpoint::ProcName;
 
 /// Largest job key, in bytes.
 pub const MAX_KEY_LEN: usize = 64;
+
+/// Nanoseconds in a millisecond, to write configurations legibly.
+const MS: u64 = 1_000_000;
+
+/// How the engine's links carry frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// A reliable byte stream (TCP, a pipe): frames follow each other, the
+    /// transport keeps them in order and retransmits; the engine resends
+    /// only after a reconnect.
+    Stream,
+    /// Datagrams (UDP): one frame per datagram of at most `mtu` bytes,
+    /// which may be lost, duplicated or reordered; the engine retransmits,
+    /// acknowledges selectively and restores order itself.
+    Datagram {
+        /// Largest datagram, header and trailer included. Messages and
+        /// PUT packets are sized to fit it.
+        mtu: usize,
+    },
+}
 
 /// The configuration of one engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +37,8 @@ pub struct EngineConfig {
     pub job_key: Option<heapless::Vec<u8, MAX_KEY_LEN>>,
     /// Ask for CRC32C trailers; used only when the peer asks too.
     pub checksum: bool,
+    /// Stream or datagram links.
+    pub framing: Framing,
     /// Largest packet body accepted (at least the eager and max send sizes
     /// plus the fixed fields).
     pub max_body: u64,
@@ -27,22 +51,34 @@ pub struct EngineConfig {
     /// A peer not heard from within this many nanoseconds counts as lost
     /// (`btl_peer_timeout`); the engine reconnects until then.
     pub peer_timeout: u64,
+    /// A peer silent this long is asked for an acknowledgement (a
+    /// keepalive), so that a vanished peer is found even when nothing is
+    /// outstanding to it; 0 turns keepalives off. A process that stops
+    /// progressing for longer than `peer_timeout` is then taken for lost.
+    pub keepalive: u64,
+    /// Bounds of the retransmission timeout over datagrams (and of the
+    /// handshake's repetition there).
+    pub rtt: RttConfig,
 }
 
 impl EngineConfig {
-    /// Defaults for process `me`: 1 MiB bodies, 16 credits, 64 KiB PUT
-    /// packets, 5 s handshake, 30 s peer timeout, no job key, no
+    /// Defaults for process `me`: stream links, 1 MiB bodies, 16 credits,
+    /// 64 KiB PUT packets, 5 s handshake, 30 s peer timeout, 10 s
+    /// keepalive, data-centre retransmission bounds, no job key, no
     /// checksum.
     pub fn new(me: ProcName) -> Self {
         EngineConfig {
             me,
             job_key: None,
             checksum: false,
+            framing: Framing::Stream,
             max_body: 1 << 20,
             initial_credits: 16,
             put_chunk: 64 << 10,
-            handshake_timeout: 5_000_000_000,
-            peer_timeout: 30_000_000_000,
+            handshake_timeout: 5_000 * MS,
+            peer_timeout: 30_000 * MS,
+            keepalive: 10_000 * MS,
+            rtt: RttConfig::DATA_CENTRE,
         }
     }
 

@@ -192,6 +192,24 @@ impl Handshake {
         Ok(())
     }
 
+    /// Over datagrams, where handshake packets may be lost: sends the
+    /// HELLO again, and the HELLO_ACK if it had gone out.
+    pub fn repeat(&mut self) {
+        self.sent_hello = false;
+        self.sent_ack = false;
+    }
+
+    /// Over datagrams: sends the HELLO_ACK again (the peer repeated its
+    /// HELLO, so it has not verified this side yet), if it had gone out.
+    pub fn repeat_ack(&mut self) {
+        self.sent_ack = false;
+    }
+
+    /// Whether the peer's HELLO_ACK has been verified.
+    pub fn is_verified(&self) -> bool {
+        self.verified
+    }
+
     /// True once both HELLO_ACKs have gone their way and the peer's proof
     /// checked out: data may flow.
     pub fn is_complete(&self) -> bool {

@@ -5,10 +5,11 @@
 
 use heapless::{Deque, Vec};
 
-use super::config::EngineConfig;
+use super::config::{EngineConfig, Framing};
 use super::handshake::{Handshake, HandshakePacket, LocalHello};
 use super::mover::{PayloadTarget, ReadStep, StreamReader};
-use super::window::{Ack, RecvWindow, Refused, SendWindow};
+use super::rtt::RttEstimator;
+use super::window::{Ack, Arrival, RecvWindow, Refused, SendWindow};
 use crate::btl::{
     Access, Attributes, Btl, BtlError, BtlFlags, Completion, ErrorEvent, Event, Incoming,
     LostReason, MemHandle, MemSlice, OpId, Registrations, RejectCode, RemoteKey, RemoteSlice,
@@ -21,6 +22,7 @@ use crate::pool::{Fragment, FragmentClass, FragmentPools};
 use crate::wire::{
     AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, Crc32c, Flags, GetRepr, HEADER_LEN, HeaderRepr,
     HelloAckRepr, HelloRepr, Limits, NONCE_LEN, PacketType, PutRepr, RejectRepr, SendRepr,
+    WireError,
 };
 
 /// Reliable packets in flight per peer.
@@ -170,12 +172,17 @@ struct Peer {
     /// Acknowledgement owed: received packets or grants not yet reported.
     ack_owed_since: Option<u64>,
     last_heard: u64,
+    /// When this side last asked the peer for an acknowledgement
+    /// (keepalive, or credit probe over datagrams).
+    last_probe: u64,
+    /// Retransmission timeout from measured round trips (datagrams).
+    rtt: RttEstimator,
     /// The xfer ids of this peer's refused puts already answered.
     last_rejected: Option<u64>,
 }
 
 impl Peer {
-    fn new(proc: ProcName) -> Self {
+    fn new(proc: ProcName, rtt: RttEstimator) -> Self {
         Peer {
             proc,
             refs: 0,
@@ -192,6 +199,8 @@ impl Peer {
             granted: 0,
             ack_owed_since: None,
             last_heard: 0,
+            last_probe: 0,
+            rtt,
             last_rejected: None,
         }
     }
@@ -199,6 +208,12 @@ impl Peer {
     fn has_credit(&self) -> bool {
         let allowed = self.peer_initial.wrapping_add(self.peer_granted);
         (allowed.wrapping_sub(self.sends_sent) as i32) > 0
+    }
+
+    /// Out of credit with nothing in flight: only the peer's next grant
+    /// lets sends go on, and over datagrams the ACK carrying it may be lost.
+    fn starved(&self) -> bool {
+        !self.has_credit() && self.send.is_empty()
     }
 }
 
@@ -241,6 +256,9 @@ enum Receiving {
         dst: Result<MemSlice, RejectCode>,
         have: u64,
     },
+    /// A SEND or PUT received before: its payload is dropped unread, and
+    /// the peer is owed an acknowledgement (it evidently missed one).
+    Duplicate,
     Control(ControlIn),
 }
 
@@ -265,6 +283,8 @@ struct Link {
     /// Bytes of the front item already written.
     written: usize,
     opened_at: u64,
+    /// When the handshake packets last went out (repeated over datagrams).
+    hello_sent_at: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -329,13 +349,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
 {
     /// An engine with `config`, its descriptors and receive fragments from
     /// `pools`.
-    pub fn new(config: EngineConfig, pools: FragmentPools<'r>) -> Self {
-        let eager = pools
+    pub fn new(mut config: EngineConfig, pools: FragmentPools<'r>) -> Self {
+        let mut eager = pools
             .class_size(FragmentClass::Eager)
             .saturating_sub(SEND_PREFIX);
-        let max = pools
+        let mut max = pools
             .class_size(FragmentClass::Max)
             .saturating_sub(SEND_PREFIX);
+        if let Framing::Datagram { mtu } = config.framing {
+            // One frame per datagram: messages and PUT packets fit the MTU.
+            let room = mtu.saturating_sub(SEND_PREFIX + CHECKSUM_LEN);
+            eager = eager.min(room);
+            max = max.min(room);
+            let put_room = mtu.saturating_sub(PUT_PREFIX + CHECKSUM_LEN) as u64;
+            config.put_chunk = config.put_chunk.min(put_room).max(1);
+        }
         Engine {
             attributes: Attributes {
                 name: "engine",
@@ -484,6 +512,65 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         Ok(taken)
     }
 
+    /// One datagram received on `link` (datagram framing): one whole frame.
+    ///
+    /// A datagram that is damaged, cut short or not a frame is dropped, as
+    /// the network might have dropped it, and retransmission repairs the
+    /// loss; only during the handshake does it fail the link, with a CLOSE
+    /// that says why. A frame that finds no receive fragment is dropped
+    /// too, unacknowledged, and comes again.
+    pub fn handle_datagram(
+        &mut self,
+        link: LinkId,
+        datagram: &[u8],
+        now: u64,
+    ) -> Result<(), LinkError> {
+        self.now = now;
+        let slot = usize::from(link.0);
+        let limits = Limits::new(self.config.max_body);
+        let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else {
+            return Err(LinkError::UnknownLink);
+        };
+        if l.state == LinkState::Closing {
+            return Ok(());
+        }
+        if let Err(e) = crate::wire::parse_datagram(datagram, &limits) {
+            let damaged = matches!(e, WireError::ChecksumMismatch { .. });
+            if l.state == LinkState::Handshaking && !damaged {
+                self.fail_link(slot, e.close_reason());
+            }
+            return Ok(());
+        }
+        // A fresh reader per datagram: each holds one frame from its start.
+        l.reader = StreamReader::new(limits);
+        l.receiving = Receiving::None;
+        let mut taken = 0;
+        loop {
+            match self.read_some(slot, &datagram[taken..]) {
+                Ok((0, false)) => break,
+                Ok((n, _)) => taken += n,
+                Err(reason) => {
+                    self.fail_link(slot, reason);
+                    return Ok(());
+                }
+            }
+            if self.links[slot]
+                .as_ref()
+                .is_none_or(|l| l.state == LinkState::Closing)
+            {
+                return Ok(());
+            }
+        }
+        if taken < datagram.len()
+            && let Some(l) = self.links[slot].as_mut()
+        {
+            // Waiting for a receive fragment, which holds nothing yet.
+            l.receiving = Receiving::None;
+        }
+        self.progress_queues();
+        Ok(())
+    }
+
     /// The connection `link` broke or was closed by the peer.
     pub fn handle_closed(&mut self, link: LinkId, now: u64) {
         self.now = now;
@@ -508,9 +595,16 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     /// The next bytes to write on `link`, if any.
+    ///
+    /// Over datagrams each transmit is one datagram: send it whole, then
+    /// report it with [`handle_written`](Self::handle_written) (also if it
+    /// had to be dropped).
     pub fn poll_transmit(&mut self, link: LinkId) -> Option<Transmit<'_>> {
         let slot = usize::from(link.0);
         self.queue_ack_if_owed(slot);
+        if self.datagram() {
+            return self.poll_datagram(link);
+        }
         let l = self.links.get(slot)?.as_ref()?;
         let peer = l.peer.and_then(|p| self.peers[p].as_ref());
         let checksum = peer.is_some_and(|p| p.checksum);
@@ -545,13 +639,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     /// `n` bytes of what [`poll_transmit`](Self::poll_transmit) handed out
-    /// were written.
+    /// were written (over datagrams: the datagram was sent, whatever `n`).
     pub fn handle_written(&mut self, link: LinkId, n: usize) {
         let slot = usize::from(link.0);
         let mut left = n;
+        let datagram = self.datagram();
         let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
+        if datagram {
+            l.tx.pop_front();
+            if l.state == LinkState::Closing && l.tx.is_empty() {
+                let _ = self.closes.push_back(link);
+            }
+            return;
+        }
         let peer = l.peer.and_then(|p| self.peers[p].as_ref());
         let checksum = peer.is_some_and(|p| p.checksum);
         while let Some(front) = l.tx.front() {
@@ -575,56 +677,98 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
     }
 
-    /// Time passed: handshakes and silent peers time out, owed
-    /// acknowledgements go out.
+    /// Time passed: handshakes and silent peers time out, keepalives go
+    /// out, and over datagrams lost packets and handshakes go again.
     pub fn handle_timeout(&mut self, now: u64) {
         self.now = now;
+        let datagram = self.datagram();
+        let repeat_after = self.config.rtt.normalized().initial_rto;
         for slot in 0..LINKS {
-            let expired = self.links[slot].as_ref().is_some_and(|l| {
-                l.state == LinkState::Handshaking
-                    && now.saturating_sub(l.opened_at) >= self.config.handshake_timeout
-            });
-            if expired {
+            let Some(l) = self.links[slot].as_mut() else {
+                continue;
+            };
+            if l.state != LinkState::Handshaking {
+                continue;
+            }
+            if now.saturating_sub(l.opened_at) >= self.config.handshake_timeout {
                 self.fail_link(slot, CloseReason::Timeout);
+            } else if datagram && now.saturating_sub(l.hello_sent_at) >= repeat_after {
+                l.hello_sent_at = now;
+                l.handshake.repeat();
+                self.flush_handshake(LinkId(slot as u16));
             }
         }
         for p in 0..PEERS {
-            let silent = self.peers[p].as_ref().is_some_and(|peer| {
-                let waiting = !peer.send.is_empty() || !peer.queue.is_empty();
-                let since = match peer.state {
-                    PeerState::Open => peer.last_heard,
-                    PeerState::Connecting { since } => since,
-                    _ => return false,
-                };
-                waiting && now.saturating_sub(since) >= self.config.peer_timeout
-            });
-            if silent {
+            let Some(peer) = self.peers[p].as_mut() else {
+                continue;
+            };
+            if self.config.lost_by(peer).is_some_and(|t| now >= t) {
                 self.lose_peer(p, LostReason::Timeout);
+                continue;
+            }
+            if peer.state != PeerState::Open {
+                continue;
+            }
+            let mut lost: Vec<u64, WINDOW> = Vec::new();
+            if datagram {
+                let rto = peer.rtt.rto();
+                while let Some(resend) = peer.send.next_retransmit(now, rto) {
+                    let _ = lost.push(resend.seq);
+                }
+                if !lost.is_empty() {
+                    peer.rtt.on_timeout();
+                }
+            }
+            let probe = self
+                .config
+                .probe_at(peer, datagram)
+                .is_some_and(|t| now >= t);
+            if probe && datagram && peer.starved() {
+                // Asked again ever more slowly while the peer grants nothing
+                // (a receiver that stopped polling).
+                peer.rtt.on_timeout();
+            }
+            for seq in lost {
+                self.resend(p, seq);
+            }
+            if probe {
+                self.probe(p);
             }
         }
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is due next.
     pub fn poll_timeout(&self) -> Option<u64> {
+        let datagram = self.datagram();
+        let repeat_after = self.config.rtt.normalized().initial_rto;
         let links = self
             .links
             .iter()
             .flatten()
-            .filter(|l| l.state == LinkState::Handshaking);
-        let handshake = links.map(|l| l.opened_at.saturating_add(self.config.handshake_timeout));
+            .filter(|l| l.state == LinkState::Handshaking)
+            .map(|l| {
+                let fail = l.opened_at.saturating_add(self.config.handshake_timeout);
+                if datagram {
+                    fail.min(l.hello_sent_at.saturating_add(repeat_after))
+                } else {
+                    fail
+                }
+            });
         let peers = self.peers.iter().flatten().filter_map(|p| {
-            let waiting = !p.send.is_empty() || !p.queue.is_empty();
-            match p.state {
-                PeerState::Open if waiting => {
-                    Some(p.last_heard.saturating_add(self.config.peer_timeout))
-                }
-                PeerState::Connecting { since } => {
-                    Some(since.saturating_add(self.config.peer_timeout))
-                }
+            let retransmit = match p.state {
+                PeerState::Open if datagram => p.send.retransmit_deadline(p.rtt.rto()),
                 _ => None,
-            }
+            };
+            [
+                self.config.lost_by(p),
+                retransmit,
+                self.config.probe_at(p, datagram),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
         });
-        handshake.chain(peers).min()
+        links.chain(peers).min()
     }
 
     /// Whether `endpoint`'s link has finished its handshake.
@@ -634,6 +778,43 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     // ----- internals ---------------------------------------------------
+
+    fn datagram(&self) -> bool {
+        matches!(self.config.framing, Framing::Datagram { .. })
+    }
+
+    /// The front packet of a datagram link, skipping retained packets
+    /// acknowledged since they were queued.
+    fn poll_datagram(&mut self, link: LinkId) -> Option<Transmit<'_>> {
+        let l = self.links.get_mut(usize::from(link.0))?.as_mut()?;
+        let peer = l.peer.and_then(|p| self.peers[p].as_ref());
+        while let Some(TxItem::Reliable { seq }) = l.tx.front() {
+            if peer.is_some_and(|p| p.send.get(*seq).is_some()) {
+                break;
+            }
+            l.tx.pop_front();
+        }
+        let checksum = peer.is_some_and(|p| p.checksum);
+        let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
+        let mut skip = 0;
+        match l.tx.front()? {
+            TxItem::Control { bytes, len } => {
+                push_skipping(&mut segments, &bytes[..usize::from(*len)], &mut skip);
+            }
+            TxItem::Reliable { seq } => {
+                let out = peer.and_then(|p| p.send.get(*seq))?;
+                frame_segments(
+                    out,
+                    checksum,
+                    &self.pools,
+                    &self.regs,
+                    &mut segments,
+                    &mut skip,
+                );
+            }
+        }
+        Some(Transmit { link, segments })
+    }
 
     fn peer(&self, endpoint: EndpointId) -> Option<&Peer> {
         self.peers.get(usize::from(endpoint.0))?.as_ref()
@@ -672,6 +853,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             tx: Deque::new(),
             written: 0,
             opened_at: now,
+            hello_sent_at: now,
         });
         Ok(LinkId(slot as u16))
     }
@@ -686,16 +868,24 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         {
             let mut bytes = [0u8; CONTROL_MAX];
             let len = match packet {
-                HandshakePacket::Hello(h) => {
-                    emit_control(&mut bytes, PacketType::Hello, 0, 0, 0, false, |b| {
-                        h.emit(chunk(b))
-                    })
-                }
-                HandshakePacket::HelloAck(a) => {
-                    emit_control(&mut bytes, PacketType::HelloAck, 0, 0, 0, false, |b| {
-                        a.emit(chunk(b))
-                    })
-                }
+                HandshakePacket::Hello(h) => emit_control(
+                    &mut bytes,
+                    PacketType::Hello,
+                    0,
+                    0,
+                    0,
+                    Flags::empty(),
+                    |b| h.emit(chunk(b)),
+                ),
+                HandshakePacket::HelloAck(a) => emit_control(
+                    &mut bytes,
+                    PacketType::HelloAck,
+                    0,
+                    0,
+                    0,
+                    Flags::empty(),
+                    |b| a.emit(chunk(b)),
+                ),
             };
             if let Some(l) = self.links[slot].as_mut() {
                 let _ = l.tx.push_back(TxItem::Control { bytes, len });
@@ -795,7 +985,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return Some(i);
         }
         let i = self.peers.iter().position(Option::is_none)?;
-        self.peers[i] = Some(Peer::new(proc));
+        self.peers[i] = Some(Peer::new(proc, RttEstimator::with_bounds(self.config.rtt)));
         Some(i)
     }
 
@@ -860,6 +1050,16 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let fixed = &fixed[..n];
         let bad = |e: crate::wire::WireError| e.close_reason();
         let control = |c| (Receiving::Control(c), PayloadTarget::Discard);
+        let discard = (Receiving::None, PayloadTarget::Discard);
+        // A SEND or PUT already received: its payload is not read again (a
+        // late duplicate must not overwrite memory the user owns again).
+        let duplicate = matches!(header.packet_type, PacketType::Send | PacketType::Put)
+            && peer.and_then(|p| self.peers[p].as_ref()).is_some_and(|p| {
+                matches!(
+                    p.recv.classify(header.seq),
+                    Arrival::Duplicate | Arrival::OutsideWindow
+                )
+            });
         let (receiving, target) = match header.packet_type {
             PacketType::Hello => control(ControlIn::Hello(
                 HelloRepr::parse(chunk_ref(fixed)?).map_err(bad)?,
@@ -870,7 +1070,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             PacketType::Close => control(ControlIn::Close {
                 reason: CloseRepr::parse(chunk_ref(fixed)?).map_err(bad)?.reason,
             }),
+            // Over datagrams the peer may finish its handshake first, and
+            // its packets overtake the last of it: dropped, they come again.
+            _ if !open && self.datagram() => discard,
             _ if !open => return Err(CloseReason::ProtocolError),
+            _ if duplicate => (Receiving::Duplicate, PayloadTarget::Discard),
             PacketType::Ack => control(ControlIn::Ack(AckRepr::parse(chunk_ref(fixed)?))),
             PacketType::Reject => control(ControlIn::Reject {
                 seq: header.seq,
@@ -1019,6 +1223,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// A whole frame arrived (trailer checked).
     fn on_frame(&mut self, slot: usize, header: HeaderRepr) -> Result<(), CloseReason> {
         let key = self.config.job_key.clone();
+        let datagram = self.datagram();
         let Some(l) = self.links[slot].as_mut() else {
             return Ok(());
         };
@@ -1026,6 +1231,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let peer = l.peer;
         match receiving {
             Receiving::None => Ok(()),
+            // Over datagrams handshake packets are repeated until they get
+            // through: a repeated HELLO means the peer still waits for this
+            // side's HELLO_ACK; a repeated HELLO_ACK is dropped.
+            Receiving::Control(ControlIn::Hello(hello))
+                if datagram && l.handshake.peer() == Some(&hello) =>
+            {
+                l.handshake.repeat_ack();
+                self.flush_handshake(LinkId(slot as u16));
+                Ok(())
+            }
+            Receiving::Control(ControlIn::HelloAck(_))
+                if datagram && (l.handshake.is_verified() || l.handshake.peer().is_none()) =>
+            {
+                Ok(())
+            }
             Receiving::Control(ControlIn::Hello(hello)) => {
                 l.handshake.on_hello(hello).map_err(|e| e.close_reason())?;
                 self.flush_handshake(LinkId(slot as u16));
@@ -1078,6 +1298,13 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         };
         if let Some(peer) = self.peers[p].as_mut() {
             peer.last_heard = now;
+            // A keepalive or credit probe, or a packet the peer sent
+            // before (it missed the acknowledgement): answer.
+            if header.flags.contains(Flags::ACK_REQUEST)
+                || matches!(receiving, Receiving::Duplicate)
+            {
+                peer.ack_owed_since.get_or_insert(now);
+            }
         }
         let ack = Ack {
             cumulative: header.ack,
@@ -1297,6 +1524,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// Takes an acknowledgement and a credit total from the peer.
     fn on_ack(&mut self, p: usize, ack: Ack, credits: u32) -> Result<(), CloseReason> {
         let now = self.now;
+        let datagram = self.datagram();
         let Some(peer) = self.peers[p].as_mut() else {
             return Ok(());
         };
@@ -1307,13 +1535,29 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return Ok(());
         }
         let mut released: Vec<(u64, Outgoing), WINDOW> = Vec::new();
-        peer.send
+        let acked = peer
+            .send
             .on_ack(ack, now, |seq, out| {
                 let _ = released.push((seq, out));
             })
             .map_err(|_| CloseReason::ProtocolError)?;
+        match acked.rtt {
+            Some(rtt) => peer.rtt.on_sample(rtt),
+            None if acked.released > 0 => peer.rtt.on_progress(),
+            None => {}
+        }
+        // Holes the selective acknowledgement reveals go again at once.
+        let mut lost: Vec<u64, WINDOW> = Vec::new();
+        if datagram {
+            while let Some(resend) = peer.send.next_fast_retransmit(now) {
+                let _ = lost.push(resend.seq);
+            }
+        }
         for (_, out) in released {
             self.release(p, out, Ok(()));
+        }
+        for seq in lost {
+            self.resend(p, seq);
         }
         self.progress_queues();
         Ok(())
@@ -1446,12 +1690,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             if let Some(Outgoing::Control { bytes, len }) = peer.send.get_mut(seq) {
                 *len = match packet {
                     ControlPacket::Get(g) => {
-                        emit_control(bytes, PacketType::Get, 0, seq, 0, false, |b| {
+                        emit_control(bytes, PacketType::Get, 0, seq, 0, Flags::empty(), |b| {
                             g.emit(chunk(b))
                         })
                     }
                     ControlPacket::Reject(r) => {
-                        emit_control(bytes, PacketType::Reject, 0, seq, 0, false, |b| {
+                        emit_control(bytes, PacketType::Reject, 0, seq, 0, Flags::empty(), |b| {
                             r.emit(chunk(b))
                         })
                     }
@@ -1513,6 +1757,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         self.refresh(p, seq);
         if let Some(l) = self.links[slot].as_mut() {
             let _ = l.tx.push_back(TxItem::Reliable { seq });
+        }
+    }
+
+    /// Puts a retained packet on its peer's link again (datagrams), unless
+    /// it still waits there: its bytes must not change under the driver.
+    fn resend(&mut self, p: usize, seq: u64) {
+        let Some(link) = self.peers[p].as_ref().and_then(|peer| peer.link) else {
+            return;
+        };
+        let waiting = self.links[usize::from(link.0)].as_ref().is_some_and(|l| {
+            l.tx.iter()
+                .any(|t| matches!(t, TxItem::Reliable { seq: s } if *s == seq))
+        });
+        if !waiting {
+            self.enqueue_reliable(p, seq);
         }
     }
 
@@ -1618,22 +1877,25 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// Queues an ACK on the peer's link when one is owed and nothing else
     /// would carry it soon.
     fn queue_ack_if_owed(&mut self, slot: usize) {
-        let now = self.now;
+        let datagram = self.datagram();
         let Some(l) = self.links[slot].as_ref() else {
             return;
         };
-        if l.state != LinkState::Open || !l.tx.is_empty() {
-            return;
-        }
         let Some(p) = l.peer else {
             return;
         };
         let Some(peer) = self.peers[p].as_mut() else {
             return;
         };
-        let Some(since) = peer.ack_owed_since else {
+        // Over datagrams, packets held past a hole are reported at once:
+        // only an ACK carries the selective acknowledgement.
+        let holes = datagram && peer.recv.held() > 0;
+        if l.state != LinkState::Open || (!l.tx.is_empty() && !holes) {
             return;
-        };
+        }
+        if peer.ack_owed_since.is_none() {
+            return;
+        }
         let reject_waiting = peer.queue.iter().any(|q| {
             matches!(
                 q,
@@ -1647,10 +1909,23 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
         // The link is idle, so no packet would carry the acknowledgement:
         // send it now rather than stall the peer's window or credits.
-        let _ = (since, now);
+        self.push_ack(p, slot, Flags::empty());
+    }
+
+    /// Queues an ACK (with `flags`) to peer `p` on its link `slot`: it
+    /// carries the acknowledgement and credits owed.
+    fn push_ack(&mut self, p: usize, slot: usize, flags: Flags) {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
         peer.ack_owed_since = None;
         let ack = peer.recv.ack();
-        let (checksum, credits) = (peer.checksum, peer.granted);
+        let credits = peer.granted;
+        let flags = if peer.checksum {
+            flags | Flags::CHECKSUM
+        } else {
+            flags
+        };
         let mut bytes = [0u8; CONTROL_MAX];
         let len = emit_control(
             &mut bytes,
@@ -1658,11 +1933,23 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             credits,
             0,
             ack.cumulative,
-            checksum,
+            flags,
             |b| AckRepr { sack: ack.sack }.emit(chunk(b)),
         );
         if let Some(l) = self.links[slot].as_mut() {
             let _ = l.tx.push_back(TxItem::Control { bytes, len });
+        }
+    }
+
+    /// Asks peer `p` for an acknowledgement: a keepalive, or a credit probe.
+    fn probe(&mut self, p: usize) {
+        let now = self.now;
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        peer.last_probe = now;
+        if let Some(link) = peer.link {
+            self.push_ack(p, usize::from(link.0), Flags::ACK_REQUEST);
         }
     }
 
@@ -1684,9 +1971,15 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             let _ = self.closes.push_back(LinkId(slot as u16));
         } else {
             let mut bytes = [0u8; CONTROL_MAX];
-            let len = emit_control(&mut bytes, PacketType::Close, 0, 0, 0, false, |b| {
-                CloseRepr { reason }.emit(chunk(b))
-            });
+            let len = emit_control(
+                &mut bytes,
+                PacketType::Close,
+                0,
+                0,
+                0,
+                Flags::empty(),
+                |b| CloseRepr { reason }.emit(chunk(b)),
+            );
             let _ = l.tx.push_back(TxItem::Control { bytes, len });
         }
         if let Receiving::Send { frag, .. } = core::mem::replace(&mut l.receiving, Receiving::None)
@@ -1808,6 +2101,18 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
     }
 
+    /// A message of `len` bytes (reserve included) must fit one packet.
+    fn check_send_size(&self, len: usize) -> Result<(), BtlError> {
+        let max = self.attributes.max_send_size;
+        if len > max {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max: max as u64,
+            });
+        }
+        Ok(())
+    }
+
     fn release_delivered(&mut self) {
         if let Some((p, frag)) = self.delivered.take() {
             let _ = self.pools.free(frag);
@@ -1882,6 +2187,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check_endpoint(endpoint)?;
+        self.check_send_size(size)?;
         Descriptor::alloc(&self.pools, SEND_PREFIX as u16, 0, size, order, flags)
             .map_err(desc_error)
     }
@@ -1900,6 +2206,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check_endpoint(endpoint)?;
+        self.check_send_size(data.len().saturating_add(reserve))?;
         Descriptor::prepare_src(&self.pools, SEND_PREFIX as u16, reserve, data, order, flags)
             .map_err(desc_error)
     }
@@ -1958,6 +2265,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
                 error: BtlError::NotSupported,
                 desc,
             });
+        }
+        if let Err(error) = self.check_send_size(desc.len() - SEND_PREFIX) {
+            return Err(SendError { error, desc });
         }
         desc.set_tag(tag);
         // An owned descriptor without ALWAYS_CALLBACK owes its caller
@@ -2215,6 +2525,36 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 }
 
+impl EngineConfig {
+    /// When `peer` counts as lost if nothing is heard from it: a peer
+    /// being connected, or an open one with operations outstanding (any
+    /// open one when keepalives are on), silent for the peer timeout.
+    fn lost_by(&self, peer: &Peer) -> Option<u64> {
+        let waiting = !peer.send.is_empty() || !peer.queue.is_empty();
+        let since = match peer.state {
+            PeerState::Open if waiting || self.keepalive > 0 => peer.last_heard,
+            PeerState::Connecting { since } => since,
+            _ => return None,
+        };
+        Some(since.saturating_add(self.peer_timeout))
+    }
+
+    /// When an open `peer` is next asked for an acknowledgement: after
+    /// `keepalive` of silence, and over datagrams after a retransmission
+    /// timeout when sends wait for credits with nothing in flight (the ACK
+    /// that granted them may have been lost).
+    fn probe_at(&self, peer: &Peer, datagram: bool) -> Option<u64> {
+        if peer.state != PeerState::Open {
+            return None;
+        }
+        let quiet_since = peer.last_heard.max(peer.last_probe);
+        let keepalive = (self.keepalive > 0).then(|| quiet_since.saturating_add(self.keepalive));
+        let credit =
+            (datagram && peer.starved()).then(|| quiet_since.saturating_add(peer.rtt.rto()));
+        [keepalive, credit].into_iter().flatten().min()
+    }
+}
+
 fn packet_count(len: u64, chunk: u64) -> u32 {
     u32::try_from(len.div_ceil(chunk).max(1)).unwrap_or(u32::MAX)
 }
@@ -2297,17 +2637,14 @@ fn emit_control(
     credits: u32,
     seq: u64,
     ack: u64,
-    checksum: bool,
+    flags: Flags,
     body: impl FnOnce(&mut [u8]),
 ) -> u8 {
     let fixed = packet_type.fixed_body_len();
+    let checksum = flags.contains(Flags::CHECKSUM);
     let header = HeaderRepr {
         packet_type,
-        flags: if checksum {
-            Flags::CHECKSUM
-        } else {
-            Flags::empty()
-        },
+        flags,
         credits,
         seq,
         ack,

@@ -10,6 +10,7 @@
 //! for tests (on a host or a board) and benchmarks.
 
 pub mod config;
+pub mod dgram;
 pub mod handshake;
 mod machine;
 pub mod mover;
@@ -17,6 +18,8 @@ pub mod pipe;
 pub mod rtt;
 pub mod window;
 
+#[cfg(test)]
+mod datagram_tests;
 #[cfg(test)]
 mod tests;
 

@@ -327,7 +327,7 @@ impl Side {
         }
     }
 
-    const fn index(self) -> usize {
+    pub(crate) const fn index(self) -> usize {
         self as usize
     }
 }
@@ -552,10 +552,10 @@ impl<const N: usize> Slot<N> {
 /// SplitMix64: a bijection of a counter, so that its outputs never repeat
 /// within 2^64 draws, and deterministic from its seed.
 #[derive(Debug, Clone, Copy)]
-struct SplitMix64(u64);
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

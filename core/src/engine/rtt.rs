@@ -40,6 +40,37 @@ impl RttConfig {
         min_rto: SECOND,
         max_rto: 60 * SECOND,
     };
+
+    /// Bounds for a data-centre network, the engine's default: 50 ms
+    /// before any sample, at least 2 ms, at most 2 s.
+    pub const DATA_CENTRE: RttConfig = RttConfig {
+        initial_rto: SECOND / 20,
+        min_rto: SECOND / 500,
+        max_rto: 2 * SECOND,
+    };
+
+    /// The nearest valid bounds: the maximum raised to the minimum, the
+    /// initial timeout clamped between them. Lets a component build an
+    /// estimator from user parameters it has already reported on.
+    pub const fn normalized(self) -> RttConfig {
+        let max_rto = if self.max_rto < self.min_rto {
+            self.min_rto
+        } else {
+            self.max_rto
+        };
+        let initial_rto = if self.initial_rto < self.min_rto {
+            self.min_rto
+        } else if self.initial_rto > max_rto {
+            max_rto
+        } else {
+            self.initial_rto
+        };
+        RttConfig {
+            initial_rto,
+            min_rto: self.min_rto,
+            max_rto,
+        }
+    }
 }
 
 /// Why an [`RttConfig`] was refused.
@@ -114,6 +145,20 @@ impl RttEstimator {
         })
     }
 
+    /// An estimator with the nearest valid bounds to `config` (see
+    /// [`RttConfig::normalized`]): for callers that have checked or
+    /// reported their configuration already.
+    pub const fn with_bounds(config: RttConfig) -> Self {
+        let config = config.normalized();
+        RttEstimator {
+            config,
+            srtt: None,
+            rttvar: 0,
+            rto: config.initial_rto,
+            backoffs: 0,
+        }
+    }
+
     /// Feeds one round-trip measurement (RFC 6298 section 2.2 and 2.3) and
     /// recomputes the timeout, which ends any backoff.
     pub fn on_sample(&mut self, rtt: u64) {
@@ -132,6 +177,22 @@ impl RttEstimator {
         self.srtt = Some(srtt);
         self.rttvar = rttvar;
         self.rto = self.clamp(srtt.saturating_add(rttvar.saturating_mul(4)));
+        self.backoffs = 0;
+    }
+
+    /// An acknowledgement released packets but gave no sample (they had
+    /// been retransmitted): the path works again, so the backoff ends and
+    /// the timeout returns to what the samples so far say. Without this, a
+    /// lossy path where most packets need a retransmission would keep the
+    /// timeout at its maximum (Karn's rule leaves few samples).
+    pub fn on_progress(&mut self) {
+        if self.backoffs == 0 {
+            return;
+        }
+        self.rto = match self.srtt {
+            Some(srtt) => self.clamp(srtt.saturating_add(self.rttvar.saturating_mul(4))),
+            None => self.config.initial_rto,
+        };
         self.backoffs = 0;
     }
 

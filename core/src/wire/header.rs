@@ -172,6 +172,10 @@ bitflags! {
         /// A CRC32C of header and body follows the body. Set only when both
         /// HELLOs announced [`Capabilities::CRC32C`](super::Capabilities::CRC32C).
         const CHECKSUM = 1 << 0;
+        /// The receiver should answer with an acknowledgement soon: a
+        /// keepalive, or a sender waiting for credits over datagrams, where
+        /// the ACK that carried them may have been lost.
+        const ACK_REQUEST = 1 << 1;
     }
 }
 

@@ -162,8 +162,8 @@ fn unknown_type() {
 #[test]
 fn unknown_flags() {
     assert_eq!(
-        parse_err(&patched(golden("ack"), 1, &[0x02])),
-        WireError::UnknownFlags(0x02)
+        parse_err(&patched(golden("ack"), 1, &[0x04])),
+        WireError::UnknownFlags(0x04)
     );
     assert_eq!(
         parse_err(&patched(golden("ack"), 1, &[0x81])),

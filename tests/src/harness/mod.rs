@@ -3,5 +3,6 @@
 //! A harness builds two processes' BTLs (or, for the loopback, one),
 //! connects them, and carries their bytes when the suite calls `progress`.
 
+pub mod datagram_pair;
 pub mod loopback;
 pub mod stream_pair;

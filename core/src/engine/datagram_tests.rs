@@ -1,0 +1,384 @@
+//! The engine in datagram framing over [`DatagramPair`]: heavy loss,
+//! duplication and reordering over many seeds, credit probes, keepalives,
+//! and datagrams that are not the protocol.
+
+extern crate std;
+
+use std::boxed::Box;
+use std::format;
+use std::string::String;
+use std::vec;
+use std::vec::Vec;
+
+use super::Engine;
+use super::config::{EngineConfig, Framing};
+use super::dgram::{DatagramPair, Faults};
+use super::pipe::Side;
+use crate::btl::{Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteSlice, Tag};
+use crate::desc::{DescFlags, Order};
+use crate::endpoint::{EndpointId, ProcName};
+use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::wire::{self, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR};
+
+type E = Engine<'static, 'static, 4, 4, 4>;
+const MTU: usize = 1200;
+type Pair = DatagramPair<E, 96, MTU, Box<E>>;
+
+const A: ProcName = ProcName::new(9, 0);
+const B: ProcName = ProcName::new(9, 1);
+const MS: u64 = 1_000_000;
+
+fn engine(me: ProcName, credits: u32, keepalive: u64) -> E {
+    let pool = |fragment_size| FragmentPoolConfig {
+        fragment_size,
+        num: 32,
+        max: 32,
+        inc: 8,
+    };
+    let cfg = FragmentPoolsConfig {
+        small: pool(256),
+        eager: pool(1024),
+        max: pool(MTU),
+    };
+    let region: &'static mut [u8] =
+        Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
+    let pools = FragmentPools::new(region, cfg).expect("pools");
+    let mut config = EngineConfig::new(me);
+    config.job_key = Some(heapless::Vec::from_slice(b"datagram key").expect("short key"));
+    config.checksum = true;
+    config.initial_credits = credits;
+    config.framing = Framing::Datagram { mtu: MTU };
+    config.keepalive = keepalive;
+    config.peer_timeout = 10_000 * MS;
+    Engine::new(config, pools)
+}
+
+fn pair(
+    seed: u64,
+    faults: Faults,
+    credits: u32,
+    keepalive: u64,
+) -> (Box<Pair>, EndpointId, EndpointId) {
+    let mut pair = Box::new(Pair::new(
+        Box::new(engine(A, credits, keepalive)),
+        Box::new(engine(B, credits, keepalive)),
+        [A, B],
+        seed,
+    ));
+    pair.set_tick(MS);
+    pair.set_faults(faults);
+    let [b_at_a, a_at_b] = pair.introduce().expect("each reaches the other");
+    (pair, b_at_a, a_at_b)
+}
+
+/// Takes every event of `e`: messages as (tag, bytes), the rest as text.
+fn drain(e: &mut E, got: &mut Vec<(u8, Vec<u8>)>, other: &mut Vec<String>) {
+    while let Some(ev) = e.poll_event() {
+        match ev {
+            Event::Received(m) => got.push((m.tag.0, m.data.to_vec())),
+            Event::SendComplete { result, .. } => other.push(format!("send {result:?}")),
+            Event::PutComplete { result, .. } => other.push(format!("put {result:?}")),
+            Event::GetComplete { result, .. } => other.push(format!("get {result:?}")),
+            Event::Error(err) => other.push(format!("error {:?}", err.error)),
+        }
+    }
+}
+
+fn message(i: u32) -> Vec<u8> {
+    let len = (i as usize * 37) % 900;
+    (0..len).map(|k| (k as u32 ^ i) as u8).collect()
+}
+
+/// Under 20 % loss, 10 % duplication and 20 % reordering, from the first
+/// HELLO on, over many seeds: every message arrives once, in order, intact,
+/// both ways, while a put and a get cross them; nothing fails.
+#[test]
+fn heavy_faults_deliver_everything_once_in_order() {
+    let faults = Faults {
+        loss: 200,
+        duplication: 100,
+        reordering: 200,
+    };
+    for seed in 0..12u64 {
+        let (mut pair, b_at_a, a_at_b) = pair(seed, faults, 8, 0);
+        let src: &'static mut [u8] = Box::leak(vec![0u8; 40_000].into_boxed_slice());
+        for (i, b) in src.iter_mut().enumerate() {
+            *b = (i * 7 + seed as usize) as u8;
+        }
+        let expect = src.to_vec();
+        let dst: &'static mut [u8] = Box::leak(vec![0u8; 40_000].into_boxed_slice());
+        let back: &'static mut [u8] = Box::leak(vec![0u8; 40_000].into_boxed_slice());
+        let hs = pair
+            .a()
+            .register_mem(src, Access::REMOTE_READ)
+            .expect("reg");
+        let hb = pair.a().register_mem(back, Access::empty()).expect("reg");
+        let hd = pair
+            .b()
+            .register_mem(dst, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .expect("reg");
+        let key_d = hd.remote_key();
+        let whole = |handle| MemSlice {
+            handle,
+            offset: 0,
+            len: 40_000,
+        };
+        let remote = |key| RemoteSlice {
+            key,
+            offset: 0,
+            len: 40_000,
+        };
+        pair.a()
+            .put(b_at_a, whole(hs), remote(key_d), 1)
+            .expect("put");
+        let total = 60u32;
+        let (mut sent_a, mut sent_b) = (0, 0);
+        let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+        let (mut ev_a, mut ev_b) = (Vec::new(), Vec::new());
+        let mut got_started = false;
+        for _ in 0..20_000 {
+            if sent_a < total {
+                let d = pair
+                    .a()
+                    .prepare_src(
+                        b_at_a,
+                        &message(sent_a),
+                        0,
+                        Order(0),
+                        DescFlags::BTL_OWNERSHIP,
+                    )
+                    .ok();
+                if let Some(d) = d
+                    && pair.a().send(b_at_a, d, Tag(0x81)).is_ok()
+                {
+                    sent_a += 1;
+                }
+            }
+            if sent_b < total
+                && pair
+                    .b()
+                    .sendi(
+                        a_at_b,
+                        &[],
+                        &message(sent_b),
+                        Tag(0x82),
+                        Order(0),
+                        DescFlags::empty(),
+                    )
+                    .is_ok()
+            {
+                sent_b += 1;
+            }
+            pair.round();
+            drain(pair.a(), &mut got_a, &mut ev_a);
+            drain(pair.b(), &mut got_b, &mut ev_b);
+            if !got_started && ev_a.iter().any(|e| e.starts_with("put")) {
+                got_started = true;
+                // A reads B's copy back (B serves it from the registration
+                // the put filled).
+                pair.a()
+                    .get(b_at_a, whole(hb), remote(key_d), 2)
+                    .expect("get");
+            }
+            if got_a.len() == total as usize
+                && got_b.len() == total as usize
+                && ev_a.iter().any(|e| e.starts_with("get"))
+            {
+                break;
+            }
+        }
+        for _ in 0..200 {
+            pair.round();
+            drain(pair.a(), &mut got_a, &mut ev_a);
+            drain(pair.b(), &mut got_b, &mut ev_b);
+        }
+        let want: Vec<Vec<u8>> = (0..total).map(message).collect();
+        let at_b: Vec<Vec<u8>> = got_b.iter().map(|(_, d)| d.clone()).collect();
+        let at_a: Vec<Vec<u8>> = got_a.iter().map(|(_, d)| d.clone()).collect();
+        for (what, got) in [("A's messages at B", &at_b), ("B's messages at A", &at_a)] {
+            let lens: Vec<usize> = got.iter().map(Vec::len).collect();
+            let want_lens: Vec<usize> = want.iter().map(Vec::len).collect();
+            assert_eq!(lens, want_lens, "seed {seed}: {what} (lengths)");
+            assert!(*got == want, "seed {seed}: {what} (bytes)");
+        }
+        assert_eq!(ev_a, ["put Ok(())", "get Ok(())"], "seed {seed}");
+        assert!(ev_b.is_empty(), "seed {seed}: {ev_b:?}");
+        assert_eq!(
+            pair.a().region(hb).expect("back"),
+            &expect[..],
+            "seed {seed}"
+        );
+        let stats = pair.stats();
+        assert!(stats.lost > 0 && stats.duplicated > 0 && stats.reordered > 0);
+        assert_eq!(stats.oversized, 0);
+    }
+}
+
+/// One credit and every ACK at risk: grants lost with their ACKs are asked
+/// for again (credit probe), so the sender never waits for good.
+#[test]
+fn lost_credit_grants_are_probed_for() {
+    let faults = Faults {
+        loss: 300,
+        duplication: 0,
+        reordering: 0,
+    };
+    for seed in 0..8u64 {
+        let (mut pair, b_at_a, _) = pair(seed, faults, 1, 0);
+        let total = 40u32;
+        let mut sent = 0;
+        let (mut got, mut ev) = (Vec::new(), Vec::new());
+        for _ in 0..20_000 {
+            if sent < total {
+                let d = pair
+                    .a()
+                    .prepare_src(
+                        b_at_a,
+                        &message(sent),
+                        0,
+                        Order(0),
+                        DescFlags::BTL_OWNERSHIP,
+                    )
+                    .expect("descriptor");
+                match pair.a().send(b_at_a, d, Tag(0x90)) {
+                    Ok(_) => sent += 1,
+                    Err(e) => {
+                        assert_eq!(e.error, BtlError::OutOfResource);
+                        pair.a().free(e.desc).expect("free");
+                    }
+                }
+            }
+            pair.round();
+            drain(pair.b(), &mut got, &mut ev);
+            if got.len() == total as usize {
+                break;
+            }
+        }
+        assert_eq!(got.len(), total as usize, "seed {seed}");
+        assert!(ev.is_empty(), "{ev:?}");
+    }
+}
+
+/// Keepalives: an idle peer that dies is found by its silence; an idle
+/// peer that lives is kept, its answers to the probes being heard.
+#[test]
+fn keepalives_find_a_dead_idle_peer_and_keep_a_live_one() {
+    let (mut pair, b_at_a, a_at_b) = pair(1, Faults::NONE, 8, 100 * MS);
+    let d = pair
+        .a()
+        .prepare_src(b_at_a, b"hi", 0, Order(0), DescFlags::BTL_OWNERSHIP)
+        .expect("descriptor");
+    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+    for _ in 0..50 {
+        pair.round();
+    }
+    assert!(pair.a().is_connected(b_at_a) && pair.b().is_connected(a_at_b));
+    // Idle for three peer timeouts: kept alive by the probes.
+    for _ in 0..30_000 {
+        pair.round();
+    }
+    assert!(pair.a().is_connected(b_at_a) && pair.b().is_connected(a_at_b));
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    drain(pair.a(), &mut got, &mut ev);
+    assert!(ev.is_empty(), "{ev:?}");
+    pair.kill(Side::B);
+    for _ in 0..10_500 {
+        pair.round();
+    }
+    drain(pair.a(), &mut got, &mut ev);
+    assert_eq!(
+        ev,
+        [format!(
+            "error {:?}",
+            BtlError::PeerLost(LostReason::Timeout)
+        )]
+    );
+}
+
+/// Without keepalives an idle peer's silence is no fault: nothing is
+/// outstanding to it.
+#[test]
+fn without_keepalives_an_idle_peer_stays() {
+    let (mut pair, b_at_a, _) = pair(2, Faults::NONE, 8, 0);
+    let d = pair
+        .a()
+        .prepare_src(b_at_a, b"hi", 0, Order(0), DescFlags::BTL_OWNERSHIP)
+        .expect("descriptor");
+    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+    for _ in 0..50 {
+        pair.round();
+    }
+    pair.kill(Side::B);
+    for _ in 0..25_000 {
+        pair.round();
+    }
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    drain(pair.a(), &mut got, &mut ev);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert!(pair.a().is_connected(b_at_a));
+}
+
+/// Datagrams that are not the protocol (garbage, a frame cut short, one
+/// with a damaged checksum) are dropped on an open link, which carries on;
+/// a HELLO of another major version on a new link is refused.
+#[test]
+fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
+    let (mut pair, b_at_a, _) = pair(3, Faults::NONE, 8, 0);
+    let send = |pair: &mut Pair, data: &[u8]| {
+        let d = pair
+            .a()
+            .prepare_src(b_at_a, data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
+            .expect("descriptor");
+        let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+        pair.run_until_idle(1_000).expect("quiet");
+    };
+    send(&mut pair, b"first");
+    let mut frame = [0u8; 64];
+    let packet = PacketRepr::Ack(wire::AckRepr { sack: 0 });
+    let n = wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).expect("ack");
+    let mut damaged = frame;
+    damaged[HEADER_LEN] ^= 1;
+    let mut flagged = frame;
+    flagged[1] = wire::Flags::CHECKSUM.bits();
+    for bad in [&[0xFFu8; 40][..], &frame[..n - 1], &flagged[..n + 4]] {
+        pair.inject(Side::B, bad).expect("delivered");
+    }
+    let _ = damaged;
+    send(&mut pair, b"second");
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    drain(pair.b(), &mut got, &mut ev);
+    let got: Vec<&[u8]> = got.iter().map(|(_, d)| d.as_slice()).collect();
+    assert_eq!(got, [&b"first"[..], b"second"]);
+    assert!(ev.is_empty(), "{ev:?}");
+
+    // A stranger's HELLO of another major version, on a link of its own.
+    let mut e = engine(ProcName::new(9, 7), 8, 0);
+    let hello = HelloRepr {
+        version_minor: 0,
+        link_index: 0,
+        job: 9,
+        rank: 7,
+        capabilities: wire::Capabilities::JOB_KEY,
+        nonce: [7; 16],
+        max_body: 1 << 20,
+        initial_credits: 8,
+    };
+    let packet = PacketRepr::Hello(hello);
+    let mut frame = [0u8; HEADER_LEN + HelloRepr::LEN];
+    wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).expect("hello");
+    frame[HEADER_LEN + 4] = VERSION_MAJOR + 1;
+    let link = e.handle_accepted([1; 16], 0).expect("link");
+    e.handle_datagram(link, &frame, 0).expect("known link");
+    let mut closed = false;
+    while let Some(bytes) = e.poll_transmit(link).map(|t| t.segments.concat()) {
+        if let Ok((_, PacketRepr::Close(c))) =
+            wire::parse_datagram(&bytes, &wire::Limits::new(1 << 20))
+        {
+            assert_eq!(c.reason, wire::CloseReason::VersionMismatch);
+            closed = true;
+        }
+        e.handle_written(link, bytes.len());
+    }
+    assert!(closed, "the stranger is told why");
+    assert_eq!(e.poll_close(), Some(link));
+}

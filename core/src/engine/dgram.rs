@@ -1,0 +1,650 @@
+//! An in-memory datagram driver: two [`Engine`]s in datagram framing,
+//! joined by a network that loses, duplicates and reorders what they send.
+//!
+//! [`DatagramPair`] plays the part a UDP socket loop would for two engines,
+//! A and B: it gives each one link to the other (the association of two
+//! addresses), carries each [`Transmit`](super::Transmit) as one datagram,
+//! and tells the engines the time. Between them sits a bounded queue per
+//! direction and a seeded fault generator ([`Faults`]): a datagram may be
+//! dropped, delivered twice, or overtake those queued before it, and one
+//! that finds its queue full is dropped, as a congested network would. It
+//! is `no_std` without `alloc` and deterministic (seeded faults and nonces,
+//! a counter for a clock), so a failing run replays exactly.
+//!
+//! ```
+//! use btl_core::btl::{Btl, Event, Tag};
+//! use btl_core::desc::{DescFlags, Order};
+//! use btl_core::endpoint::ProcName;
+//! use btl_core::engine::config::{EngineConfig, Framing};
+//! use btl_core::engine::dgram::{DatagramPair, Faults};
+//! use btl_core::engine::Engine;
+//! use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+//!
+//! let pool = |fragment_size| FragmentPoolConfig { fragment_size, num: 8, max: 8, inc: 8 };
+//! let cfg = FragmentPoolsConfig { small: pool(256), eager: pool(1024), max: pool(1500) };
+//! let (mut ra, mut rb) = ([0u8; 65536], [0u8; 65536]);
+//! let names = [ProcName::new(7, 0), ProcName::new(7, 1)];
+//! let config = |me| EngineConfig {
+//!     framing: Framing::Datagram { mtu: 1500 },
+//!     ..EngineConfig::new(me)
+//! };
+//! let a = Engine::<'_, '_, 2, 2, 2>::new(config(names[0]), FragmentPools::new(&mut ra, cfg)?);
+//! let b = Engine::new(config(names[1]), FragmentPools::new(&mut rb, cfg)?);
+//! // 64 datagrams in flight per direction, 1500-byte MTU; one in ten lost.
+//! let mut pair: DatagramPair<_, 64, 1500> = DatagramPair::new(a, b, names, 42);
+//! pair.set_faults(Faults { loss: 100, ..Faults::NONE });
+//! pair.set_tick(1_000_000); // 1 ms per round: retransmissions come soon
+//! let [b_at_a, _] = pair.introduce()?;
+//! let d = pair.a().prepare_src(b_at_a, b"hello", 0, Order::ANY, DescFlags::BTL_OWNERSHIP)?;
+//! let _ = pair.a().send(b_at_a, d, Tag(0x80)).map_err(|e| e.error)?;
+//! let mut got = None;
+//! for _ in 0..10_000 {
+//!     pair.round();
+//!     if let Some(Event::Received(m)) = pair.b().poll_event() {
+//!         got = Some(m.data.to_vec());
+//!         break;
+//!     }
+//! }
+//! assert_eq!(got.as_deref(), Some(&b"hello"[..]));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use core::borrow::BorrowMut;
+use core::marker::PhantomData;
+
+use heapless::Vec;
+
+use super::pipe::{Side, SplitMix64};
+use super::{Engine, LinkId};
+use crate::btl::{Btl, BtlError};
+use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::wire::NONCE_LEN;
+
+/// Requests and datagrams served per side and step: the bound of loops
+/// that must end.
+const MAX_POLLS: usize = 1 << 12;
+/// Passes of a round over the two directions, at most.
+const PASSES: u32 = 16;
+/// Fake nanoseconds per round unless [`DatagramPair::set_tick`] says
+/// otherwise.
+const DEFAULT_TICK: u64 = 1_000;
+/// How far back among the queued datagrams a reordered one may land.
+const REORDER_DEPTH: u64 = 8;
+
+/// What the network does to datagrams, each in thousandths (per mille) of
+/// those sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Faults {
+    /// Dropped.
+    pub loss: u16,
+    /// Delivered twice.
+    pub duplication: u16,
+    /// Queued ahead of up to eight datagrams sent before it.
+    pub reordering: u16,
+}
+
+impl Faults {
+    /// A perfect network.
+    pub const NONE: Faults = Faults {
+        loss: 0,
+        duplication: 0,
+        reordering: 0,
+    };
+}
+
+/// What the network did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Datagrams the engines sent.
+    pub sent: u64,
+    /// Datagrams handed to an engine.
+    pub delivered: u64,
+    /// Dropped by the fault generator.
+    pub lost: u64,
+    /// Dropped because the queue towards their receiver was full, or the
+    /// receiver is dead.
+    pub overflowed: u64,
+    /// Extra copies made.
+    pub duplicated: u64,
+    /// Queued ahead of earlier ones.
+    pub reordered: u64,
+    /// Transmits larger than `MTU` (an engine bug): dropped.
+    pub oversized: u64,
+}
+
+/// What the network does with the next datagram.
+#[derive(Clone, Copy)]
+enum Fate {
+    Lost,
+    Arrives { twice: bool },
+}
+
+impl Fate {
+    fn draw(random: &mut SplitMix64, faults: &Faults, dead: bool) -> Fate {
+        if dead || chance(random, faults.loss) {
+            return Fate::Lost;
+        }
+        Fate::Arrives {
+            twice: chance(random, faults.duplication),
+        }
+    }
+}
+
+/// Where a transmitted datagram went.
+enum Placed {
+    Lost,
+    Overflowed,
+    Oversized(usize),
+    In { slot: usize, twice: bool },
+}
+
+/// True with probability `per_mille` / 1000.
+fn chance(random: &mut SplitMix64, per_mille: u16) -> bool {
+    per_mille > 0 && random.next() % 1000 < u64::from(per_mille)
+}
+
+/// One datagram in flight.
+struct Datagram<const MTU: usize> {
+    len: usize,
+    bytes: [u8; MTU],
+}
+
+impl<const MTU: usize> Datagram<MTU> {
+    const EMPTY: Self = Datagram {
+        len: 0,
+        bytes: [0; MTU],
+    };
+}
+
+/// The datagrams in flight towards one side: slots, and their delivery
+/// order as slot numbers (cheap to reorder).
+struct Queue<const N: usize, const MTU: usize> {
+    slots: [Datagram<MTU>; N],
+    order: Vec<u16, N>,
+    free: Vec<u16, N>,
+    /// Slots handed out at least once: those from here on are free too.
+    fresh: usize,
+}
+
+impl<const N: usize, const MTU: usize> Queue<N, MTU> {
+    const fn new() -> Self {
+        Queue {
+            slots: [const { Datagram::EMPTY }; N],
+            order: Vec::new(),
+            free: Vec::new(),
+            fresh: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn clear(&mut self) {
+        while let Some(slot) = self.order.pop() {
+            let _ = self.free.push(slot);
+        }
+    }
+
+    /// A free slot, taken; `None` when all `N` hold datagrams.
+    fn take_slot(&mut self) -> Option<usize> {
+        if let Some(slot) = self.free.pop() {
+            return Some(usize::from(slot));
+        }
+        (self.fresh < N).then(|| {
+            self.fresh += 1;
+            self.fresh - 1
+        })
+    }
+}
+
+/// Two engines, A and B, in datagram framing, joined by an in-memory
+/// network of `N` datagrams per direction of at most `MTU` bytes.
+///
+/// `E` is the engine type and `S` how the pair holds each engine (`E`,
+/// `&mut E`, `Box<E>`). The pair takes about `2 * N * MTU` bytes plus the
+/// engines it holds by value.
+///
+/// One [`round`](Self::round): the clock advances by the tick; engines
+/// whose timer is due get `handle_timeout`; engines are `progress`ed;
+/// connect requests get the side's link (`handle_connected` if it has none
+/// yet: over datagrams both directions share one association); then, in
+/// passes until nothing moves, each side's datagrams go through the fault
+/// generator into the queue towards the other, each side takes what its
+/// queue holds (`handle_accepted` first if it has no link), and the links
+/// the engines are done with are closed. A paused or killed side takes no
+/// part; what is sent to a paused side waits in its queue, what is sent
+/// to a dead one is lost.
+pub struct DatagramPair<E, const N: usize, const MTU: usize, S = E> {
+    engines: [S; 2],
+    names: [ProcName; 2],
+    peers: [Option<EndpointId>; 2],
+    links: [Option<LinkId>; 2],
+    paused: [bool; 2],
+    dead: [bool; 2],
+    /// Datagrams towards each side.
+    queues: [Queue<N, MTU>; 2],
+    faults: Faults,
+    stats: NetStats,
+    now: u64,
+    tick: u64,
+    random: SplitMix64,
+    _engine: PhantomData<fn() -> E>,
+}
+
+impl<
+    'r,
+    'm,
+    const PEERS: usize,
+    const LINKS: usize,
+    const REGS: usize,
+    const N: usize,
+    const MTU: usize,
+    S,
+> DatagramPair<Engine<'r, 'm, PEERS, LINKS, REGS>, N, MTU, S>
+where
+    S: BorrowMut<Engine<'r, 'm, PEERS, LINKS, REGS>>,
+{
+    /// Engines `a` and `b`, processes `names[0]` and `names[1]`, a perfect
+    /// network, the clock at 0; `seed` seeds faults and nonces.
+    pub const fn new(a: S, b: S, names: [ProcName; 2], seed: u64) -> Self {
+        const { assert!(N <= u16::MAX as usize, "slot numbers are u16") };
+        DatagramPair {
+            engines: [a, b],
+            names,
+            peers: [None; 2],
+            links: [None; 2],
+            paused: [false; 2],
+            dead: [false; 2],
+            queues: [Queue::new(), Queue::new()],
+            faults: Faults::NONE,
+            stats: NetStats {
+                sent: 0,
+                delivered: 0,
+                lost: 0,
+                overflowed: 0,
+                duplicated: 0,
+                reordered: 0,
+                oversized: 0,
+            },
+            now: 0,
+            tick: DEFAULT_TICK,
+            random: SplitMix64(seed),
+            _engine: PhantomData,
+        }
+    }
+
+    /// Makes each engine know the other (`add_procs`); returns the endpoint
+    /// of B at A and of A at B.
+    pub fn introduce(&mut self) -> Result<[EndpointId; 2], BtlError> {
+        let mut out = [EndpointId(0); 2];
+        for side in Side::BOTH {
+            let other = self.names[side.other().index()];
+            let mut endpoint = [None];
+            let mut words = [0u64];
+            self.engine_mut(side).add_procs(
+                &[other],
+                &mut endpoint,
+                &mut Reachability::new(&mut words),
+            )?;
+            let ep = endpoint[0].ok_or(BtlError::Unreachable)?;
+            self.peers[side.index()] = Some(ep);
+            out[side.index()] = ep;
+        }
+        Ok(out)
+    }
+
+    /// The endpoint through which `side` reaches the other side.
+    pub fn peer(&self, side: Side) -> Option<EndpointId> {
+        self.peers[side.index()]
+    }
+
+    /// The engine of `side`.
+    pub fn engine(&self, side: Side) -> &Engine<'r, 'm, PEERS, LINKS, REGS> {
+        self.engines[side.index()].borrow()
+    }
+
+    /// The engine of `side`, to call.
+    pub fn engine_mut(&mut self, side: Side) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+        self.engines[side.index()].borrow_mut()
+    }
+
+    /// Engine A, to call.
+    pub fn a(&mut self) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+        self.engine_mut(Side::A)
+    }
+
+    /// Engine B, to call.
+    pub fn b(&mut self) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+        self.engine_mut(Side::B)
+    }
+
+    /// `side`'s link to the other side, if it has one.
+    pub fn link(&self, side: Side) -> Option<LinkId> {
+        self.links[side.index()]
+    }
+
+    /// What the network does from now on.
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+    }
+
+    /// What the network did so far.
+    pub fn stats(&self) -> NetStats {
+        self.stats
+    }
+
+    /// Datagrams waiting for `side`.
+    pub fn in_flight(&self, side: Side) -> usize {
+        self.queues[side.index()].len()
+    }
+
+    /// The fake clock, in nanoseconds.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Sets how far each round moves the clock (1 µs unless set).
+    pub fn set_tick(&mut self, ns: u64) {
+        self.tick = ns;
+    }
+
+    /// 16 fresh nonce bytes from the seeded generator.
+    pub fn nonce(&mut self) -> [u8; NONCE_LEN] {
+        let mut n = [0; NONCE_LEN];
+        n[..8].copy_from_slice(&self.random.next().to_le_bytes());
+        n[8..].copy_from_slice(&self.random.next().to_le_bytes());
+        n
+    }
+
+    /// Stops driving `side`; what is sent to it waits in its queue (and is
+    /// dropped once the queue is full).
+    pub fn pause(&mut self, side: Side) {
+        self.paused[side.index()] = true;
+    }
+
+    /// Drives `side` again after [`pause`](Self::pause).
+    pub fn resume(&mut self, side: Side) {
+        self.paused[side.index()] = false;
+    }
+
+    /// Kills `side` without a goodbye: it is never driven again, what was
+    /// in flight to it is lost, and so is everything sent to it later. The
+    /// other side is not told: it finds out by its timeouts.
+    pub fn kill(&mut self, side: Side) {
+        self.dead[side.index()] = true;
+        self.queues[side.index()].clear();
+    }
+
+    /// Whether `side` was killed.
+    pub fn is_dead(&self, side: Side) -> bool {
+        self.dead[side.index()]
+    }
+
+    fn active(&self, side: Side) -> bool {
+        !self.paused[side.index()] && !self.dead[side.index()]
+    }
+
+    /// Hands `bytes` to `to` as a datagram from the other side's address
+    /// (bypassing faults and queue), as a forger on the path would.
+    pub fn inject(&mut self, to: Side, bytes: &[u8]) -> Result<(), BtlError> {
+        let now = self.now;
+        let link = self.link_or_accept(to).ok_or(BtlError::OutOfResource)?;
+        self.engine_mut(to)
+            .handle_datagram(link, bytes, now)
+            .map_err(|_| BtlError::Unreachable)
+    }
+
+    /// One round of the driver (see the type's documentation); returns
+    /// how many datagrams moved.
+    pub fn round(&mut self) -> u64 {
+        self.now = self.now.saturating_add(self.tick);
+        let now = self.now;
+        for side in Side::BOTH {
+            if !self.active(side) {
+                continue;
+            }
+            let e = self.engine_mut(side);
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+            e.progress();
+            self.serve_connects(side);
+        }
+        let mut moved = 0;
+        for _ in 0..PASSES {
+            let mut pass = 0;
+            for side in Side::BOTH {
+                if self.active(side) {
+                    pass += self.transmit(side);
+                }
+            }
+            for side in Side::BOTH {
+                if self.active(side) {
+                    pass += self.receive(side);
+                    self.serve_closes(side);
+                }
+            }
+            moved += pass;
+            if pass == 0 {
+                break;
+            }
+        }
+        moved
+    }
+
+    /// Runs rounds until one moves nothing and no datagram is in flight;
+    /// returns how many ran, or `None` if `max_rounds` were not enough.
+    pub fn run_until_idle(&mut self, max_rounds: u32) -> Option<u32> {
+        (1..=max_rounds).find(|_| self.round() == 0 && self.queues.iter().all(|q| q.len() == 0))
+    }
+
+    fn serve_connects(&mut self, side: Side) {
+        let now = self.now;
+        for _ in 0..MAX_POLLS {
+            let Some(req) = self.engine_mut(side).poll_connect() else {
+                break;
+            };
+            if req.proc != self.names[side.other().index()] {
+                self.engine_mut(side)
+                    .handle_connect_failed(req.endpoint, now);
+                continue;
+            }
+            // One association per pair of addresses: a link that exists
+            // (accepted from the peer) carries the handshake already.
+            if self.links[side.index()].is_some() {
+                continue;
+            }
+            let nonce = self.nonce();
+            match self
+                .engine_mut(side)
+                .handle_connected(req.endpoint, nonce, now)
+            {
+                Ok(link) => self.links[side.index()] = Some(link),
+                Err(_) => self
+                    .engine_mut(side)
+                    .handle_connect_failed(req.endpoint, now),
+            }
+        }
+    }
+
+    /// `side`'s datagrams into the network; returns how many.
+    fn transmit(&mut self, side: Side) -> u64 {
+        let Some(link) = self.links[side.index()] else {
+            return 0;
+        };
+        let to = side.other();
+        let mut sent = 0;
+        for _ in 0..MAX_POLLS {
+            let Self {
+                engines,
+                queues,
+                random,
+                faults,
+                stats,
+                dead,
+                ..
+            } = self;
+            let engine = engines[side.index()].borrow_mut();
+            let queue = &mut queues[to.index()];
+            let (len, fate) = {
+                let Some(t) = engine.poll_transmit(link) else {
+                    break;
+                };
+                let fate = Fate::draw(random, faults, dead[to.index()]);
+                let slot = match fate {
+                    Fate::Lost => None,
+                    Fate::Arrives { .. } => queue.take_slot(),
+                };
+                let mut scratch = [0u8; 0];
+                let buf = match slot {
+                    Some(slot) => &mut queue.slots[slot].bytes[..],
+                    None => &mut scratch[..],
+                };
+                let (mut len, mut fits) = (0, true);
+                for segment in &t.segments {
+                    let end = len + segment.len();
+                    match buf.get_mut(len..end) {
+                        Some(dst) => dst.copy_from_slice(segment),
+                        None => fits = false,
+                    }
+                    len = end;
+                }
+                let fate = match (fate, slot) {
+                    (Fate::Lost, _) => Placed::Lost,
+                    (Fate::Arrives { .. }, None) => Placed::Overflowed,
+                    (Fate::Arrives { .. }, Some(slot)) if !fits => Placed::Oversized(slot),
+                    (Fate::Arrives { twice }, Some(slot)) => Placed::In { slot, twice },
+                };
+                (len, fate)
+            };
+            engine.handle_written(link, len);
+            sent += 1;
+            stats.sent += 1;
+            match fate {
+                Placed::Lost => stats.lost += 1,
+                Placed::Overflowed => stats.overflowed += 1,
+                Placed::Oversized(slot) => {
+                    stats.oversized += 1;
+                    let _ = queue.free.push(slot as u16);
+                }
+                Placed::In { slot, twice } => {
+                    queue.slots[slot].len = len;
+                    self.enqueue(to, slot);
+                    if twice {
+                        self.stats.duplicated += 1;
+                        self.duplicate(to, slot);
+                    }
+                }
+            }
+        }
+        sent
+    }
+
+    /// Queues the datagram in `slot` towards `to`, maybe ahead of some.
+    fn enqueue(&mut self, to: Side, slot: usize) {
+        let queued = self.queues[to.index()].len();
+        let at = if queued > 0 && chance(&mut self.random, self.faults.reordering) {
+            self.stats.reordered += 1;
+            let back = 1 + self.random.next() % REORDER_DEPTH.min(queued as u64);
+            queued - back as usize
+        } else {
+            queued
+        };
+        let queue = &mut self.queues[to.index()];
+        if queue.order.insert(at, slot as u16).is_err() {
+            let _ = queue.free.push(slot as u16);
+            self.stats.overflowed += 1;
+        }
+    }
+
+    /// A second copy of the datagram in `slot` towards `to`.
+    fn duplicate(&mut self, to: Side, slot: usize) {
+        let queue = &mut self.queues[to.index()];
+        let Some(copy) = queue.take_slot() else {
+            self.stats.overflowed += 1;
+            return;
+        };
+        let len = queue.slots[slot].len;
+        let (src, dst) = if slot < copy {
+            let (lo, hi) = queue.slots.split_at_mut(copy);
+            (&lo[slot], &mut hi[0])
+        } else {
+            let (lo, hi) = queue.slots.split_at_mut(slot);
+            (&hi[0], &mut lo[copy])
+        };
+        dst.bytes[..len].copy_from_slice(&src.bytes[..len]);
+        dst.len = len;
+        self.enqueue(to, copy);
+    }
+
+    /// `side` takes what its queue holds; returns how many.
+    fn receive(&mut self, side: Side) -> u64 {
+        let now = self.now;
+        let mut taken = 0;
+        while self.queues[side.index()].len() > 0 {
+            let link = self.link_or_accept(side);
+            let Self {
+                engines, queues, ..
+            } = self;
+            let queue = &mut queues[side.index()];
+            let slot = queue.order.remove(0);
+            let _ = queue.free.push(slot);
+            let Some(link) = link else {
+                self.stats.overflowed += 1;
+                continue;
+            };
+            let datagram = &queue.slots[usize::from(slot)];
+            let _ = engines[side.index()].borrow_mut().handle_datagram(
+                link,
+                &datagram.bytes[..datagram.len],
+                now,
+            );
+            self.stats.delivered += 1;
+            taken += 1;
+        }
+        taken
+    }
+
+    /// `side`'s link, accepted now (a datagram from a new address) if it
+    /// has none.
+    fn link_or_accept(&mut self, side: Side) -> Option<LinkId> {
+        if let Some(link) = self.links[side.index()] {
+            return Some(link);
+        }
+        let now = self.now;
+        let nonce = self.nonce();
+        let link = self.engine_mut(side).handle_accepted(nonce, now).ok()?;
+        self.links[side.index()] = Some(link);
+        Some(link)
+    }
+
+    fn serve_closes(&mut self, side: Side) {
+        let now = self.now;
+        for _ in 0..MAX_POLLS {
+            let Some(link) = self.engine_mut(side).poll_close() else {
+                break;
+            };
+            self.engine_mut(side).handle_closed(link, now);
+            if self.links[side.index()] == Some(link) {
+                self.links[side.index()] = None;
+            }
+        }
+    }
+}
+
+impl<E, const N: usize, const MTU: usize, S> core::fmt::Debug for DatagramPair<E, N, MTU, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DatagramPair")
+            .field("names", &self.names)
+            .field("links", &self.links)
+            .field(
+                "in_flight",
+                &[self.queues[0].order.len(), self.queues[1].order.len()],
+            )
+            .field("faults", &self.faults)
+            .field("stats", &self.stats)
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
+}

@@ -193,6 +193,13 @@ impl Descriptor {
         Ok(&pools.bytes(&self.fragment)?[..end])
     }
 
+    /// The pool fragment of the first segment. No other descriptor lent out
+    /// by the same pools has it at the same time, so it tells a descriptor
+    /// handed back in a send completion apart without reading its bytes.
+    pub fn fragment(&self) -> &Fragment {
+        &self.fragment
+    }
+
     /// The second segment: registered memory sent in place, if any.
     pub fn referenced(&self) -> Option<MemSlice> {
         self.referenced

@@ -113,6 +113,17 @@ macro_rules! __conformance_group {
                 later_calls_fail_with_finalized,
             ]
         );
+        $crate::__conformance_tests!(
+            xfer,
+            $make,
+            [
+                messages_fill_receive_buffers_once_each,
+                passive_and_active_bulk_move_both_ways,
+                deleted_buffers_complete_once_cancelled,
+                unmet_deadlines_complete_once_timed_out,
+                stop_completes_every_queued_buffer_once,
+            ]
+        );
     };
     ($make:path, pause) => {
         $crate::__conformance_tests!(pause, $make, [flow::paused_receiver_bounds_the_sender]);

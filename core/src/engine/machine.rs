@@ -143,8 +143,11 @@ enum Held {
 enum PeerState {
     /// Added; no link yet.
     Idle,
-    /// A link is being opened or handshaken.
-    Connecting { since: u64 },
+    /// A link is being opened or handshaken (again, after a broken one,
+    /// when the peer has been open before). `since` starts the peer
+    /// timeout; `retry` is when to ask the driver again after a failed
+    /// reconnect (`None`: a request is out).
+    Connecting { since: u64, retry: Option<u64> },
     /// Data flows.
     Open,
     /// Given up: every operation failed.
@@ -175,8 +178,11 @@ struct Peer {
     /// When this side last asked the peer for an acknowledgement
     /// (keepalive, or credit probe over datagrams).
     last_probe: u64,
-    /// Retransmission timeout from measured round trips (datagrams).
+    /// Retransmission timeout from measured round trips (datagrams), and
+    /// the backoff of reconnection attempts.
     rtt: RttEstimator,
+    /// The peer has been open: a broken link is reconnected, not fatal.
+    was_open: bool,
     /// The xfer ids of this peer's refused puts already answered.
     last_rejected: Option<u64>,
 }
@@ -201,6 +207,7 @@ impl Peer {
             last_heard: 0,
             last_probe: 0,
             rtt,
+            was_open: false,
             last_rejected: None,
         }
     }
@@ -471,7 +478,46 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if let Some(Some(peer)) = self.peers.get(index)
             && matches!(peer.state, PeerState::Connecting { .. })
         {
-            self.lose_peer(index, LostReason::Closed);
+            if peer.was_open {
+                self.retry_later(index);
+            } else {
+                self.lose_peer(index, LostReason::Closed);
+            }
+        }
+    }
+
+    /// A reconnection attempt failed: the next one waits a backoff, and
+    /// the peer timeout keeps running.
+    fn retry_later(&mut self, p: usize) {
+        let now = self.now;
+        if let Some(peer) = self.peers[p].as_mut()
+            && let PeerState::Connecting { since, .. } = peer.state
+        {
+            peer.rtt.on_timeout();
+            peer.state = PeerState::Connecting {
+                since,
+                retry: Some(now.saturating_add(peer.rtt.rto())),
+            };
+        }
+    }
+
+    /// A broken link of an open peer: connect again, resend what the peer
+    /// has not acknowledged once open, and give up only after the peer
+    /// timeout since it was last heard.
+    fn reconnect(&mut self, p: usize) {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        peer.state = PeerState::Connecting {
+            since: peer.last_heard,
+            retry: None,
+        };
+        let req = ConnectRequest {
+            endpoint: EndpointId(p as u16),
+            proc: peer.proc,
+        };
+        if self.connects.push_back(req).is_err() {
+            self.retry_later(p);
         }
     }
 
@@ -586,10 +632,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             && peer.link == Some(link)
         {
             peer.link = None;
-            if peer.state == PeerState::Open || matches!(peer.state, PeerState::Connecting { .. }) {
-                // Reconnection across a broken link is the next step of this
-                // engine; until then a broken link loses the peer.
-                self.lose_peer(p, LostReason::Closed);
+            match peer.state {
+                PeerState::Open => self.reconnect(p),
+                PeerState::Connecting { .. } if peer.was_open => self.retry_later(p),
+                PeerState::Connecting { .. } => self.lose_peer(p, LostReason::Closed),
+                _ => {}
             }
         }
     }
@@ -691,7 +738,25 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 continue;
             }
             if now.saturating_sub(l.opened_at) >= self.config.handshake_timeout {
-                self.fail_link(slot, CloseReason::Timeout);
+                let reconnecting = l
+                    .peer
+                    .and_then(|p| self.peers[p].as_ref())
+                    .is_some_and(|peer| peer.was_open && peer.link == Some(LinkId(slot as u16)));
+                if reconnecting {
+                    // Not the peer's fault: try again after a backoff.
+                    let p = l.peer;
+                    if let Some(p) = p
+                        && let Some(peer) = self.peers[p].as_mut()
+                    {
+                        peer.link = None;
+                    }
+                    self.fail_link(slot, CloseReason::Normal);
+                    if let Some(p) = p {
+                        self.retry_later(p);
+                    }
+                } else {
+                    self.fail_link(slot, CloseReason::Timeout);
+                }
             } else if datagram && now.saturating_sub(l.hello_sent_at) >= repeat_after {
                 l.hello_sent_at = now;
                 l.handshake.repeat();
@@ -704,6 +769,22 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             };
             if self.config.lost_by(peer).is_some_and(|t| now >= t) {
                 self.lose_peer(p, LostReason::Timeout);
+                continue;
+            }
+            if let PeerState::Connecting {
+                since,
+                retry: Some(at),
+            } = peer.state
+                && now >= at
+            {
+                peer.state = PeerState::Connecting { since, retry: None };
+                let req = ConnectRequest {
+                    endpoint: EndpointId(p as u16),
+                    proc: peer.proc,
+                };
+                if self.connects.push_back(req).is_err() {
+                    self.retry_later(p);
+                }
                 continue;
             }
             if peer.state != PeerState::Open {
@@ -757,6 +838,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let peers = self.peers.iter().flatten().filter_map(|p| {
             let retransmit = match p.state {
                 PeerState::Open if datagram => p.send.retransmit_deadline(p.rtt.rto()),
+                PeerState::Connecting { retry, .. } => retry,
                 _ => None,
             };
             [
@@ -952,6 +1034,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             };
             peer.link = Some(id);
             peer.state = PeerState::Open;
+            if peer.was_open {
+                // A reconnect: tell the peer at once what arrived, so it
+                // resends no more than it must.
+                peer.ack_owed_since = Some(self.now);
+            }
+            peer.was_open = true;
             peer.checksum = checksum;
             peer.peer_max_body = hello.max_body;
             peer.peer_initial = hello.initial_credits;
@@ -2093,7 +2181,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     return Err(BtlError::OutOfResource);
                 }
                 if let Some(peer) = self.peers[p].as_mut() {
-                    peer.state = PeerState::Connecting { since: self.now };
+                    peer.state = PeerState::Connecting {
+                        since: self.now,
+                        retry: None,
+                    };
                 }
                 Ok(p)
             }
@@ -2533,7 +2624,7 @@ impl EngineConfig {
         let waiting = !peer.send.is_empty() || !peer.queue.is_empty();
         let since = match peer.state {
             PeerState::Open if waiting || self.keepalive > 0 => peer.last_heard,
-            PeerState::Connecting { since } => since,
+            PeerState::Connecting { since, .. } => since,
             _ => return None,
         };
         Some(since.saturating_add(self.peer_timeout))

@@ -798,6 +798,43 @@ where
         }
     }
 
+    /// Breaks connection `conn` without a goodbye, as a network fault
+    /// would: what was in flight either way is lost and each engine end
+    /// that is driven is told at once (`handle_closed`); a paused one
+    /// learns when it is next driven. Both processes live on.
+    pub fn break_connection(&mut self, conn: ConnId) -> Result<(), PairError> {
+        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
+        let now = self.now;
+        let Self {
+            engines,
+            slots,
+            paused,
+            dead,
+            ..
+        } = self;
+        let slot = &mut slots[i];
+        slot.to[0].clear();
+        slot.to[1].clear();
+        let Some(meta) = slot.meta.as_mut() else {
+            return Ok(());
+        };
+        for r in 0..2 {
+            if meta.closed[r].is_some() {
+                continue;
+            }
+            match meta.ends[r] {
+                End::Link(s, link) => {
+                    if !paused[s.index()] && !dead[s.index()] {
+                        engines[s.index()].borrow_mut().handle_closed(link, now);
+                        meta.closed[r] = Some(Closure::Reset);
+                    }
+                }
+                End::Accepting(_) | End::External => meta.closed[r] = Some(Closure::Reset),
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `side` was killed.
     pub fn is_dead(&self, side: Side) -> bool {
         self.dead[side.index()]

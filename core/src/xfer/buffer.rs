@@ -7,6 +7,7 @@
 use super::{NetBufDesc, Passive, Queue, TmAddr, XferError};
 use crate::btl::{BtlError, MemSlice, OpId};
 use crate::endpoint::EndpointId;
+use crate::pool::FragmentClass;
 
 /// A buffer registered with a transfer machine: slot and generation, so an
 /// id kept after `deregister_buffer` is refused even once the slot is reused.
@@ -49,8 +50,10 @@ pub(crate) enum Work {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hold {
     Nothing,
-    /// A send descriptor referencing the buffer, until its send completion.
-    Send,
+    /// A send descriptor referencing the buffer, until its send completion;
+    /// named by its fragment (class and index), which the BTL hands back
+    /// with the completion and no other live descriptor shares.
+    Send(FragmentClass, usize),
     /// A put or get, until its completion.
     Rdma(OpId),
 }

@@ -16,9 +16,9 @@ use super::wire::{self, Message};
 use super::{BufferId, NetBufDesc, Passive, TmAddr, TmState, XferError, XferEvent};
 use crate::btl::{
     Btl, BtlError, ErrorEvent, Event, MemError, MemSlice, OpId, RemoteSlice, SendError, SendStatus,
-    Tag,
+    Tag, TagRange,
 };
-use crate::desc::{DescFlags, Order};
+use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::EndpointId;
 
 impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<BUFS, EVENTS, MSG> {
@@ -98,14 +98,16 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
                 self.on_message(msg.from, msg.data);
                 None
             }
+            // The completion carries the destination's tag, not this
+            // machine's: the descriptor itself says whose send it was.
             Event::SendComplete {
                 endpoint,
                 tag,
                 desc: Some(desc),
                 result,
-            } if tag == self.tag => match self.returned.push_back((desc, result)) {
+            } if self.holds_send(&desc) => match self.returned.push_back((desc, result)) {
                 Ok(()) => None,
-                // Only if another user sends on this machine's tag.
+                // Not while the BTL gives back each descriptor once.
                 Err((desc, result)) => Some(Event::SendComplete {
                     endpoint,
                     tag,
@@ -113,10 +115,11 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
                     result,
                 }),
             },
-            // A BULK_DONE the BTL owned and freed.
+            // A BULK_DONE the BTL owned and freed. It went out on the
+            // passive machine's tag, so it is some machine's; none acts on it.
             Event::SendComplete {
                 tag, desc: None, ..
-            } if tag == self.tag => None,
+            } if TagRange::XFER.contains(tag) => None,
             Event::PutComplete { op, ctx, result } => {
                 if self.on_rdma(op, ctx, result) {
                     None
@@ -274,6 +277,14 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         self.set_state(TmState::Failed);
     }
 
+    /// Whether `desc` is a send descriptor the BTL holds for this machine.
+    fn holds_send(&self, desc: &Descriptor) -> bool {
+        let held = Hold::Send(desc.fragment().class(), desc.fragment().index());
+        self.slots
+            .iter()
+            .any(|s| s.buffer.as_ref().is_some_and(|b| b.hold == held))
+    }
+
     /// The slot of a cookie whose add is still queued.
     fn queued(&self, cookie: u64) -> Option<usize> {
         let (index, adds) = split_cookie(cookie)?;
@@ -282,12 +293,14 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     }
 
     /// Frees the send descriptors the BTL gave back and completes their
-    /// MSG_SEND buffers, found by the cookie in the descriptor's header.
+    /// MSG_SEND buffers, found by the cookie in the descriptor's header
+    /// (behind the headroom, where the BTL may have written its own).
     fn take_back_descriptors(&mut self, btl: &mut dyn Btl<'_>) {
         while let Some((desc, result)) = self.returned.pop_front() {
             let cookie = desc
                 .fragment_bytes(btl.pools())
                 .ok()
+                .and_then(|bytes| bytes.get(desc.headroom()..))
                 .and_then(wire::msg_cookie);
             let _ = btl.free(desc);
             match cookie {
@@ -300,7 +313,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     fn on_send_complete(&mut self, cookie: u64, result: Result<(), BtlError>) {
         let buffer = split_cookie(cookie).and_then(|(index, adds)| {
             let b = self.slots.get_mut(index)?.buffer.as_mut()?;
-            (b.adds == adds && b.hold == Hold::Send).then_some((index, b))
+            (b.adds == adds && matches!(b.hold, Hold::Send(..))).then_some((index, b))
         });
         let Some((index, buffer)) = buffer else {
             self.stats.stale += 1;
@@ -501,6 +514,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
             let _ = btl.free(desc);
             return self.complete(index, Err(XferError::Btl(e)));
         }
+        let held = Hold::Send(desc.fragment().class(), desc.fragment().index());
         match btl.send(to.endpoint, desc, to.tag) {
             Ok(SendStatus::Completed(desc)) => {
                 if let Some(desc) = desc {
@@ -513,7 +527,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
                     *in_btl = true;
                 }
                 if let Some(buffer) = self.slots[index].buffer.as_mut() {
-                    buffer.hold = Hold::Send;
+                    buffer.hold = held;
                 }
             }
             Err(SendError { error, desc }) => {

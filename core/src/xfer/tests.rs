@@ -440,6 +440,66 @@ fn two_machines_share_one_loopback() {
 }
 
 #[test]
+fn a_send_to_another_machines_tag_completes_at_the_sender() {
+    // 400 bytes exceed the loopback's sendi slot: each message goes as a
+    // descriptor, whose completion carries the destination's tag.
+    with_world([400, 400, 512, 512], |btl, ep, [sa, sb, ra, rb]| {
+        let mut a_tm: Tm = started(btl, Tag(0x60));
+        let mut b_tm: Tm = started(btl, Tag(0x61));
+        // The send buffers sit in different slots, so that a completion
+        // taken by the wrong machine cannot pass for one of its own.
+        let a_recv = a_tm.register_buffer(btl, ra).expect("ra");
+        let a_send = a_tm.register_buffer(btl, sa).expect("sa");
+        let b_send = b_tm.register_buffer(btl, sb).expect("sb");
+        let b_recv = b_tm.register_buffer(btl, rb).expect("rb");
+        a_tm.add_msg_recv(a_recv, 1, 1, None).expect("a recv");
+        b_tm.add_msg_recv(b_recv, 1, 1, None).expect("b recv");
+        a_tm.add_msg_send(a_send, b_tm.addr(ep), 400, None)
+            .expect("a send");
+        b_tm.add_msg_send(b_send, a_tm.addr(ep), 400, None)
+            .expect("b send");
+        let mut foreign = 0;
+        for _ in 0..4 {
+            a_tm.run(btl, 0);
+            b_tm.run(btl, 0);
+            while let Some(event) = btl.poll_event() {
+                if let Some(event) = a_tm.offer(event).and_then(|e| b_tm.offer(e)) {
+                    foreign += 1;
+                    if let Event::SendComplete {
+                        desc: Some(desc), ..
+                    } = event
+                    {
+                        btl.free(desc).expect("free");
+                    }
+                }
+                a_tm.run(btl, 0);
+                b_tm.run(btl, 0);
+            }
+        }
+        assert_eq!(foreign, 0);
+        for (tm, send, recv, from) in [
+            (&mut a_tm, a_send, a_recv, Tag(0x61)),
+            (&mut b_tm, b_send, b_recv, Tag(0x60)),
+        ] {
+            let events = drain(tm);
+            assert!(events.contains(&completed(send, Queue::MsgSend, Ok(400))));
+            assert!(events.contains(&XferEvent::Received {
+                buffer: recv,
+                offset: 0,
+                len: 400,
+                from: TmAddr {
+                    endpoint: ep,
+                    tag: from
+                },
+            }));
+            assert_eq!((tm.stats().stale, tm.stats().foreign_events), (0, 0));
+            tm.deregister_buffer(send)
+                .expect("the BTL gave the send back");
+        }
+    });
+}
+
+#[test]
 fn timeouts_complete_buffers_once_and_expired_deadlines_are_refused() {
     with_world([64], |btl, _ep, [r]| {
         let mut tm: Tm = started(btl, TAG);

@@ -28,6 +28,7 @@ use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::pipe::{self, Closure, ConnId, Pipe, Role, StreamPair, write_link};
+use btl_core::engine::rtt::RttConfig;
 use btl_core::engine::{Engine, LinkId};
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 use btl_core::wire::{
@@ -84,12 +85,17 @@ pub const MAX_SEND: usize = 64 << 10;
 /// Fragments of each class: small, so that a stalled receiver fills the
 /// credit window and the sender's queue quickly.
 pub const FRAGMENTS: u32 = 64;
-/// Fake nanoseconds per progress round. With [`MAX_ROUNDS`] rounds a wait
-/// stays well within the engine's handshake (5 s) and peer (30 s)
-/// timeouts, so only a real stall times out.
+/// Fake nanoseconds per progress round: a millisecond, so that the
+/// handshake timeout (5 s) is far beyond [`MAX_ROUNDS`] and the shortened
+/// [`PEER_TIMEOUT`] within it.
 pub const TICK: u64 = 1_000_000;
-/// Progress rounds within which anything must finish.
-pub const MAX_ROUNDS: u32 = 2_000;
+/// Progress rounds within which anything must finish (a peer timeout
+/// included).
+pub const MAX_ROUNDS: u32 = 4_000;
+/// A peer silent this long is lost: a killed peer's survivor reconnects
+/// (and fails to) until then. Short, so that it comes within the suite's
+/// rounds; far above any pause the suite makes.
+pub const PEER_TIMEOUT: u64 = 1_000 * TICK;
 
 /// Headroom a descriptor keeps for the engine's packet header.
 const PREFIX: usize = HEADER_LEN + SendRepr::LEN;
@@ -360,6 +366,12 @@ fn engine_of(me: ProcName, key: &[u8]) -> Box<PairEngine> {
     let mut config = EngineConfig::new(me);
     config.job_key = Some(key.try_into().expect("a short job key"));
     config.checksum = true;
+    config.peer_timeout = PEER_TIMEOUT;
+    config.rtt = RttConfig {
+        initial_rto: 20 * TICK,
+        min_rto: 2 * TICK,
+        max_rto: 100 * TICK,
+    };
     let mut e = Box::new(Engine::new(config, pools));
     e.set_name("stream-pair");
     e

@@ -2,8 +2,8 @@
 //! it takes a fresh world, drives it for a bounded number of rounds, and
 //! panics on the first broken promise.
 //!
-//! The groups `send`, `tags`, `sendi`, `rdma`, `registration`, `flow` and
-//! `finalize` hold for every backend; `flow::paused_receiver_bounds_the_sender`,
+//! The groups `send`, `tags`, `sendi`, `rdma`, `registration`, `flow`,
+//! `finalize` and `xfer` hold for every backend; `flow::paused_receiver_bounds_the_sender`,
 //! `peer_loss`, `handshake` and `garbage` need a harness hook and run only
 //! where the harness declares it (see [`Capabilities`](crate::world::Capabilities)).
 
@@ -17,6 +17,7 @@ pub mod registration;
 pub mod send;
 pub mod sendi;
 pub mod tags;
+pub mod xfer;
 
 use btl_core::btl::{Access, MemHandle, MemSlice, RemoteSlice};
 

@@ -1,5 +1,5 @@
 //! Transfer machines end to end: a Motr-style
-//! [`TransferMachine`](btl_core::xfer::TransferMachine) on each side, driven
+//! [`TransferMachine`] on each side, driven
 //! the way an application drives one next to other users of its BTL (poll
 //! the BTL, `offer` each event, `run`), over every backend. Messages fill
 //! MSG_RECV buffers byte for byte; bulk data moves both ways through

@@ -57,7 +57,7 @@ use heapless::Vec;
 use super::pipe::{Side, SplitMix64};
 use super::{Engine, LinkId};
 use crate::btl::{Btl, BtlError};
-use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::endpoint::{EndpointId, ProcName};
 use crate::wire::NONCE_LEN;
 
 /// Requests and datagrams served per side and step: the bound of loops
@@ -277,20 +277,8 @@ where
     /// Makes each engine know the other (`add_procs`); returns the endpoint
     /// of B at A and of A at B.
     pub fn introduce(&mut self) -> Result<[EndpointId; 2], BtlError> {
-        let mut out = [EndpointId(0); 2];
-        for side in Side::BOTH {
-            let other = self.names[side.other().index()];
-            let mut endpoint = [None];
-            let mut words = [0u64];
-            self.engine_mut(side).add_procs(
-                &[other],
-                &mut endpoint,
-                &mut Reachability::new(&mut words),
-            )?;
-            let ep = endpoint[0].ok_or(BtlError::Unreachable)?;
-            self.peers[side.index()] = Some(ep);
-            out[side.index()] = ep;
-        }
+        let out = super::pipe::introduce(&mut self.engines, self.names)?;
+        self.peers = out.map(Some);
         Ok(out)
     }
 

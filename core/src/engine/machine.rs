@@ -512,6 +512,15 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             since: peer.last_heard,
             retry: None,
         };
+        self.request_connect(p);
+    }
+
+    /// Asks the driver for a link to peer `p` (later, if the request queue
+    /// is full).
+    fn request_connect(&mut self, p: usize) {
+        let Some(peer) = self.peers[p].as_ref() else {
+            return;
+        };
         let req = ConnectRequest {
             endpoint: EndpointId(p as u16),
             proc: peer.proc,
@@ -535,27 +544,34 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if self.links.get(slot).and_then(Option::as_ref).is_none() {
             return Err(LinkError::UnknownLink);
         }
+        let Some(taken) = self.read_all(slot, data) else {
+            return Ok(data.len());
+        };
+        self.progress_queues();
+        Ok(taken)
+    }
+
+    /// Feeds `data` to the link's reader until it takes no more (it waits
+    /// for more bytes, or for a receive fragment); returns the bytes taken,
+    /// or `None` once the link failed or is closing (the rest is dropped).
+    fn read_all(&mut self, slot: usize, data: &[u8]) -> Option<usize> {
         let mut taken = 0;
         loop {
             match self.read_some(slot, &data[taken..]) {
-                // Nothing consumed and no state change: wait for more bytes
-                // (or for a receive fragment).
-                Ok((0, false)) => break,
+                Ok((0, false)) => return Some(taken),
                 Ok((n, _)) => taken += n,
                 Err(reason) => {
                     self.fail_link(slot, reason);
-                    return Ok(data.len());
+                    return None;
                 }
             }
             if self.links[slot]
                 .as_ref()
                 .is_none_or(|l| l.state == LinkState::Closing)
             {
-                return Ok(data.len());
+                return None;
             }
         }
-        self.progress_queues();
-        Ok(taken)
     }
 
     /// One datagram received on `link` (datagram framing): one whole frame.
@@ -590,23 +606,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         // A fresh reader per datagram: each holds one frame from its start.
         l.reader = StreamReader::new(limits);
         l.receiving = Receiving::None;
-        let mut taken = 0;
-        loop {
-            match self.read_some(slot, &datagram[taken..]) {
-                Ok((0, false)) => break,
-                Ok((n, _)) => taken += n,
-                Err(reason) => {
-                    self.fail_link(slot, reason);
-                    return Ok(());
-                }
-            }
-            if self.links[slot]
-                .as_ref()
-                .is_none_or(|l| l.state == LinkState::Closing)
-            {
-                return Ok(());
-            }
-        }
+        let Some(taken) = self.read_all(slot, datagram) else {
+            return Ok(());
+        };
         if taken < datagram.len()
             && let Some(l) = self.links[slot].as_mut()
         {
@@ -778,13 +780,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 && now >= at
             {
                 peer.state = PeerState::Connecting { since, retry: None };
-                let req = ConnectRequest {
-                    endpoint: EndpointId(p as u16),
-                    proc: peer.proc,
-                };
-                if self.connects.push_back(req).is_err() {
-                    self.retry_later(p);
-                }
+                self.request_connect(p);
                 continue;
             }
             if peer.state != PeerState::Open {

@@ -306,6 +306,29 @@ pub fn read_link<const PEERS: usize, const LINKS: usize, const REGS: usize, cons
 
 // ----- the pair ----------------------------------------------------------
 
+/// Makes each of two engines know the other's process (`add_procs`);
+/// returns the endpoint of B at A and of A at B. Both pair drivers start so.
+pub(crate) fn introduce<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize, S>(
+    engines: &mut [S; 2],
+    names: [ProcName; 2],
+) -> Result<[EndpointId; 2], BtlError>
+where
+    S: BorrowMut<Engine<'r, 'm, PEERS, LINKS, REGS>>,
+{
+    let mut out = [EndpointId(0); 2];
+    for side in Side::BOTH {
+        let mut endpoint = [None];
+        let mut words = [0u64];
+        engines[side.index()].borrow_mut().add_procs(
+            &[names[side.other().index()]],
+            &mut endpoint,
+            &mut Reachability::new(&mut words),
+        )?;
+        out[side.index()] = endpoint[0].ok_or(BtlError::Unreachable)?;
+    }
+    Ok(out)
+}
+
 /// One of the two engines of a [`StreamPair`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Side {
@@ -636,20 +659,8 @@ where
     /// Makes each engine know the other (`add_procs`); returns the endpoint
     /// of B at A and of A at B, which [`peer`](Self::peer) also gives.
     pub fn introduce(&mut self) -> Result<[EndpointId; 2], BtlError> {
-        let mut out = [EndpointId(0); 2];
-        for side in Side::BOTH {
-            let other = self.names[side.other().index()];
-            let mut endpoint = [None];
-            let mut words = [0u64];
-            self.engine_mut(side).add_procs(
-                &[other],
-                &mut endpoint,
-                &mut Reachability::new(&mut words),
-            )?;
-            let ep = endpoint[0].ok_or(BtlError::Unreachable)?;
-            self.peers[side.index()] = Some(ep);
-            out[side.index()] = ep;
-        }
+        let out = introduce(&mut self.engines, self.names)?;
+        self.peers = out.map(Some);
         Ok(out)
     }
 

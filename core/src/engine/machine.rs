@@ -603,8 +603,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             }
             return Ok(());
         }
-        // A fresh reader per datagram: each holds one frame from its start.
-        l.reader = StreamReader::new(limits);
+        // A fresh reader per datagram, each one frame from its start,
+        // whose checksum parse_datagram has just checked.
+        l.reader = StreamReader::for_checked_frame(limits);
         l.receiving = Receiving::None;
         let Some(taken) = self.read_all(slot, datagram) else {
             return Ok(());
@@ -656,30 +657,20 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
         let l = self.links.get(slot)?.as_ref()?;
         let peer = l.peer.and_then(|p| self.peers[p].as_ref());
-        let checksum = peer.is_some_and(|p| p.checksum);
         let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
         let mut skip = l.written;
         for item in l.tx.iter() {
             if segments.len() + 3 > MAX_SEGMENTS {
                 break;
             }
-            match item {
-                TxItem::Control { bytes, len } => {
-                    push_skipping(&mut segments, &bytes[..usize::from(*len)], &mut skip);
-                }
-                TxItem::Reliable { seq } => {
-                    if let Some(out) = peer.and_then(|p| p.send.get(*seq)) {
-                        frame_segments(
-                            out,
-                            checksum,
-                            &self.pools,
-                            &self.regs,
-                            &mut segments,
-                            &mut skip,
-                        );
-                    }
-                }
-            }
+            item_segments(
+                item,
+                peer,
+                &self.pools,
+                &self.regs,
+                &mut segments,
+                &mut skip,
+            );
         }
         if segments.is_empty() {
             return None;
@@ -872,26 +863,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             }
             l.tx.pop_front();
         }
-        let checksum = peer.is_some_and(|p| p.checksum);
         let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
-        let mut skip = 0;
-        match l.tx.front()? {
-            TxItem::Control { bytes, len } => {
-                push_skipping(&mut segments, &bytes[..usize::from(*len)], &mut skip);
-            }
-            TxItem::Reliable { seq } => {
-                let out = peer.and_then(|p| p.send.get(*seq))?;
-                frame_segments(
-                    out,
-                    checksum,
-                    &self.pools,
-                    &self.regs,
-                    &mut segments,
-                    &mut skip,
-                );
-            }
-        }
-        Some(Transmit { link, segments })
+        let item = l.tx.front()?;
+        item_segments(item, peer, &self.pools, &self.regs, &mut segments, &mut 0);
+        (!segments.is_empty()).then_some(Transmit { link, segments })
     }
 
     fn peer(&self, endpoint: EndpointId) -> Option<&Peer> {
@@ -2686,6 +2661,30 @@ fn frame_segments<'a, const REGS: usize>(
     push_skipping(segments, second, skip);
     if checksum && !matches!(out, Outgoing::Control { .. }) {
         push_skipping(segments, trailer, skip);
+    }
+}
+
+/// The bytes of one queued item as the writer sends them, after dropping
+/// the first `skip`; nothing for a retained packet acknowledged since.
+fn item_segments<'a, const REGS: usize>(
+    item: &'a TxItem,
+    peer: Option<&'a Peer>,
+    pools: &'a FragmentPools<'_>,
+    regs: &'a Registrations<'_, REGS>,
+    segments: &mut Vec<&'a [u8], MAX_SEGMENTS>,
+    skip: &mut usize,
+) {
+    match item {
+        TxItem::Control { bytes, len } => {
+            push_skipping(segments, &bytes[..usize::from(*len)], skip);
+        }
+        TxItem::Reliable { seq } => {
+            if let Some(peer) = peer
+                && let Some(out) = peer.send.get(*seq)
+            {
+                frame_segments(out, peer.checksum, pools, regs, segments, skip);
+            }
+        }
     }
 }
 

@@ -62,6 +62,8 @@ pub struct StreamReader {
     trailer: [u8; CHECKSUM_LEN],
     trailer_have: usize,
     crc: Crc32c,
+    /// Check trailers; off for a frame checked whole already (a datagram).
+    verify: bool,
 }
 
 impl StreamReader {
@@ -79,7 +81,23 @@ impl StreamReader {
             trailer: [0; CHECKSUM_LEN],
             trailer_have: 0,
             crc: Crc32c::new(),
+            verify: true,
         }
+    }
+
+    /// A reader for one frame whose checksum has been checked already (a
+    /// whole datagram): it skips the trailer instead of summing the
+    /// payload a second time.
+    pub fn for_checked_frame(limits: Limits) -> Self {
+        StreamReader {
+            verify: false,
+            ..Self::new(limits)
+        }
+    }
+
+    /// Whether the current frame's bytes go through the checksum.
+    fn sums(&self) -> bool {
+        self.verify && self.header.is_some_and(|h| h.trailer_len() > 0)
     }
 
     /// The fixed body fields of the current frame (valid after
@@ -137,7 +155,7 @@ impl StreamReader {
                 // The checksum runs only over frames that carry a trailer:
                 // without one it would cost every payload byte for nothing.
                 self.crc = Crc32c::new();
-                if header.trailer_len() > 0 {
+                if self.sums() {
                     self.crc.update(&self.scratch[..self.have]);
                 }
                 let fixed = header.packet_type.fixed_body_len() as u64;
@@ -180,7 +198,9 @@ impl StreamReader {
                     return Ok(ReadStep::NeedMore);
                 }
                 let crc = core::mem::take(&mut self.crc);
-                crc.check(self.trailer)?;
+                if self.verify {
+                    crc.check(self.trailer)?;
+                }
                 Ok(self.finish())
             }
         }
@@ -189,7 +209,7 @@ impl StreamReader {
     /// Accounts for `bytes`, the next payload bytes, which the engine has
     /// copied to the target (or dropped).
     pub fn consume_payload(&mut self, bytes: &[u8]) {
-        if self.header.is_some_and(|h| h.trailer_len() > 0) {
+        if self.sums() {
             self.crc.update(bytes);
         }
         self.payload_left = self.payload_left.saturating_sub(bytes.len() as u64);
@@ -212,4 +232,51 @@ impl StreamReader {
 
 fn has_payload(t: PacketType) -> bool {
     matches!(t, PacketType::Send | PacketType::Put)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{AckRepr, Flags, PacketRepr, emit};
+
+    /// An ACK frame with a CRC trailer, its last byte flipped.
+    fn damaged_ack() -> ([u8; 64], usize) {
+        let packet = PacketRepr::Ack(AckRepr { sack: 5 });
+        let header = HeaderRepr {
+            flags: Flags::CHECKSUM,
+            ..HeaderRepr::new(&packet)
+        };
+        let mut frame = [0u8; 64];
+        let len = emit(&header, &packet, &mut frame).expect("an ACK frame");
+        frame[len - 1] ^= 1;
+        (frame, len)
+    }
+
+    fn read(mut reader: StreamReader, frame: &[u8]) -> Result<ReadStep, WireError> {
+        let mut at = 0;
+        loop {
+            let mut used = 0;
+            let step = reader.step(&frame[at..], &mut used)?;
+            at += used;
+            if matches!(step, ReadStep::Done { .. }) || at == frame.len() && used == 0 {
+                return Ok(step);
+            }
+        }
+    }
+
+    /// A stream reader checks the trailer; one for a frame already checked
+    /// whole (a datagram) reads past it without summing again.
+    #[test]
+    fn only_a_reader_for_unchecked_frames_verifies_the_trailer() {
+        let (frame, len) = damaged_ack();
+        let limits = Limits::new(1 << 16);
+        assert!(matches!(
+            read(StreamReader::new(limits), &frame[..len]),
+            Err(WireError::ChecksumMismatch { .. })
+        ));
+        assert!(matches!(
+            read(StreamReader::for_checked_frame(limits), &frame[..len]),
+            Ok(ReadStep::Done { .. })
+        ));
+    }
 }

@@ -53,8 +53,10 @@ pub struct EngineConfig {
     pub peer_timeout: u64,
     /// A peer silent this long is asked for an acknowledgement (a
     /// keepalive), so that a vanished peer is found even when nothing is
-    /// outstanding to it; 0 turns keepalives off. A process that stops
-    /// progressing for longer than `peer_timeout` is then taken for lost.
+    /// outstanding to it; 0 turns keepalives off. The interval is at most
+    /// a third of `peer_timeout`, whatever is set here. A process that
+    /// stops progressing for longer than `peer_timeout` is then taken for
+    /// lost.
     pub keepalive: u64,
     /// Bounds of the retransmission timeout over datagrams (and of the
     /// handshake's repetition there).

@@ -18,7 +18,7 @@ use crate::btl::{Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteSlice
 use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
-use crate::wire::{self, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR};
+use crate::wire::{self, GetRepr, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR};
 
 type E = Engine<'static, 'static, 4, 4, 4>;
 const MTU: usize = 1200;
@@ -336,14 +336,11 @@ fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
     let mut frame = [0u8; 64];
     let packet = PacketRepr::Ack(wire::AckRepr { sack: 0 });
     let n = wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).expect("ack");
-    let mut damaged = frame;
-    damaged[HEADER_LEN] ^= 1;
     let mut flagged = frame;
     flagged[1] = wire::Flags::CHECKSUM.bits();
     for bad in [&[0xFFu8; 40][..], &frame[..n - 1], &flagged[..n + 4]] {
         pair.inject(Side::B, bad).expect("delivered");
     }
-    let _ = damaged;
     send(&mut pair, b"second");
     let (mut got, mut ev) = (Vec::new(), Vec::new());
     drain(pair.b(), &mut got, &mut ev);
@@ -381,4 +378,58 @@ fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
     }
     assert!(closed, "the stranger is told why");
     assert_eq!(e.poll_close(), Some(link));
+}
+
+/// A peer that asks and asks (GETs of a region that does not exist) but
+/// never acknowledges the answers outgrows the answers a receiver keeps
+/// for it: it is lost for breaking the protocol, and nothing leaks.
+#[test]
+fn a_peer_that_never_takes_its_answers_is_cut_off() {
+    let (mut pair, b_at_a, _) = pair(4, Faults::NONE, 8, 0);
+    let d = pair
+        .a()
+        .prepare_src(b_at_a, b"hello", 0, Order(0), DescFlags::BTL_OWNERSHIP)
+        .expect("descriptor");
+    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+    pair.run_until_idle(1_000).expect("quiet");
+    pair.pause(Side::A);
+    let (mut got, mut events) = (Vec::new(), Vec::new());
+    drain(pair.b(), &mut got, &mut events);
+    // A's next packets, forged: each GET is refused, and A acknowledges
+    // none of the REJECTs.
+    for seq in 2..230u64 {
+        let get = PacketRepr::Get(GetRepr {
+            xfer_id: seq,
+            src_handle: 0xdead,
+            src_offset: 0,
+            len: 1,
+            target_job: A.job,
+            target_rank: A.rank,
+            dst_handle: 0,
+            dst_offset: 0,
+        });
+        let header = HeaderRepr {
+            flags: wire::Flags::CHECKSUM,
+            seq,
+            ..HeaderRepr::new(&get)
+        };
+        let mut frame = [0u8; HEADER_LEN + GetRepr::LEN + wire::CHECKSUM_LEN];
+        wire::emit(&header, &get, &mut frame).expect("get");
+        pair.inject(Side::B, &frame).expect("delivered");
+    }
+    drain(pair.b(), &mut got, &mut events);
+    assert_eq!(
+        events,
+        [format!(
+            "error {:?}",
+            BtlError::PeerLost(LostReason::ProtocolViolation)
+        )]
+    );
+    assert_eq!(
+        crate::pool::FragmentClass::ALL
+            .iter()
+            .map(|&c| pair.b().pools().stats(c).in_use)
+            .sum::<u32>(),
+        0
+    );
 }

@@ -13,16 +13,16 @@ use super::window::{Ack, Arrival, RecvWindow, Refused, SendWindow};
 use crate::btl::{
     Access, Attributes, Btl, BtlError, BtlFlags, Completion, ErrorEvent, Event, Incoming,
     LostReason, MemHandle, MemSlice, OpId, Registrations, RejectCode, RemoteKey, RemoteSlice,
-    SendError, SendStatus, Tag,
+    SendError, SendStatus, Side, Tag,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 use crate::mca::Exclusivity;
 use crate::pool::{Fragment, FragmentClass, FragmentPools};
 use crate::wire::{
-    AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, Crc32c, Flags, GetRepr, HEADER_LEN, HeaderRepr,
-    HelloAckRepr, HelloRepr, Limits, NONCE_LEN, PacketType, PutRepr, RejectRepr, SendRepr,
-    WireError,
+    AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN,
+    HeaderRepr, HelloAckRepr, HelloRepr, Limits, NONCE_LEN, PacketType, PutRepr, RejectRepr,
+    SendRepr, WireError,
 };
 
 /// Reliable packets in flight per peer.
@@ -33,6 +33,11 @@ pub const MAX_OPS: usize = 64;
 pub const MAX_SEGMENTS: usize = 16;
 const EVENTS: usize = 256;
 const PENDING: usize = 64;
+/// Answers (REJECT, DONE) waiting for a peer. Each answers one of the
+/// peer's transfers, and a peer has at most `MAX_OPS` of them outstanding,
+/// plus up to a window of late packets of transfers already answered: a
+/// peer that needs more asks faster than it takes answers.
+const ANSWERS: usize = MAX_OPS + WINDOW;
 const TX_ITEMS: usize = 128;
 const SEND_PREFIX: usize = HEADER_LEN + SendRepr::LEN;
 const PUT_PREFIX: usize = HEADER_LEN + PutRepr::LEN;
@@ -97,24 +102,55 @@ enum Outgoing {
     Put {
         prefix: [u8; PUT_PREFIX],
         data: MemSlice,
-        op: Option<u16>,
+        /// The operation's slot and id: a slot freed early (by a REJECT)
+        /// and taken by another operation is not credited with this data.
+        op: u16,
+        xfer_id: u64,
         trailer: [u8; CHECKSUM_LEN],
     },
     /// A packet without payload (GET, REJECT, CLOSE).
     Control { bytes: [u8; CONTROL_MAX], len: u8 },
 }
 
-/// A packet waiting for the link, credit or window room.
+/// A packet of this side's making waiting for the link, credit or window
+/// room.
 #[derive(Debug)]
 enum Queued {
     Send(Descriptor),
-    Control { packet: ControlPacket },
+    Get(GetRepr),
 }
 
+/// A packet answering one of the peer's transfers, waiting for window room.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Reject(RejectRepr),
+    Done(DoneRepr),
+}
+
+impl Answer {
+    fn xfer_id(&self) -> u64 {
+        match self {
+            Answer::Reject(r) => r.xfer_id,
+            Answer::Done(d) => d.xfer_id,
+        }
+    }
+}
+
+/// A reliable packet without payload, as it is numbered and written.
 #[derive(Debug, Clone, Copy)]
 enum ControlPacket {
     Get(GetRepr),
     Reject(RejectRepr),
+    Done(DoneRepr),
+}
+
+impl From<Answer> for ControlPacket {
+    fn from(a: Answer) -> Self {
+        match a {
+            Answer::Reject(r) => ControlPacket::Reject(r),
+            Answer::Done(d) => ControlPacket::Done(d),
+        }
+    }
 }
 
 /// What a receive window holds until delivery in order.
@@ -136,6 +172,7 @@ enum Held {
     },
     Get(GetRepr),
     Reject(RejectRepr),
+    Done(DoneRepr),
     Close(CloseReason),
 }
 
@@ -163,6 +200,8 @@ struct Peer {
     send: SendWindow<Outgoing, WINDOW>,
     recv: RecvWindow<Held, WINDOW>,
     queue: Deque<Queued, PENDING>,
+    /// Answers owed to the peer: they go before anything queued.
+    answers: Deque<Answer, ANSWERS>,
     /// Largest body the peer accepts; CRC trailers on this link.
     peer_max_body: u64,
     checksum: bool,
@@ -197,6 +236,7 @@ impl Peer {
             send: SendWindow::new(),
             recv: RecvWindow::new(),
             queue: Deque::new(),
+            answers: Deque::new(),
             peer_max_body: crate::wire::MIN_MAX_BODY,
             checksum: false,
             sends_sent: 0,
@@ -277,6 +317,7 @@ enum ControlIn {
     Ack(AckRepr),
     Close { reason: CloseReason },
     Reject { seq: u64, reject: RejectRepr },
+    Done { seq: u64, done: DoneRepr },
 }
 
 #[derive(Debug)]
@@ -298,6 +339,9 @@ struct Link {
 enum OpKind {
     Put,
     Get,
+    /// A get whose data goes to a third process: `peer` puts it there and
+    /// answers DONE.
+    GetThirdParty,
     /// Serving a peer's get: this side puts, nobody here is told.
     Serve,
 }
@@ -308,10 +352,16 @@ struct Op {
     peer: usize,
     ctx: u64,
     id: u64,
-    /// Local data (put source, get destination).
-    local: MemSlice,
+    /// Bytes the operation moves.
+    len: u64,
+    /// Local data: put source, get destination, served get's source.
+    /// A get for a third process has none here.
+    local: Option<MemSlice>,
     /// Put destination (key, offset) at the peer.
     remote: RemoteSlice,
+    /// A get served for a third process: the process that asked, to be
+    /// answered DONE or REJECT under its transfer id.
+    reply_to: Option<(ProcName, u64)>,
     /// Bytes handed to packets so far / acknowledged or received so far.
     queued: u64,
     done: u64,
@@ -1143,6 +1193,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 seq: header.seq,
                 get: GetRepr::parse(chunk_ref(fixed)?).map_err(bad)?,
             }),
+            PacketType::Done => control(ControlIn::Done {
+                seq: header.seq,
+                done: DoneRepr::parse(chunk_ref(fixed)?),
+            }),
             PacketType::Send => {
                 let tag = Tag(SendRepr::parse(chunk_ref(fixed)?).map_err(bad)?.tag);
                 let len = usize::try_from(payload_left).map_err(|_| CloseReason::ProtocolError)?;
@@ -1229,13 +1283,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                         && o.id == put.xfer_id & !GET_REPLY
                 })
                 .ok_or(RejectCode::BadHandle)?;
+            let local = op.local.ok_or(RejectCode::BadHandle)?;
             let end = put.offset.checked_add(len).ok_or(RejectCode::OutOfBounds)?;
-            if end > op.local.len {
+            if end > op.len {
                 return Err(RejectCode::OutOfBounds);
             }
             return Ok(MemSlice {
-                handle: op.local.handle,
-                offset: op.local.offset + put.offset,
+                handle: local.handle,
+                offset: local.offset + put.offset,
                 len,
             });
         }
@@ -1399,6 +1454,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             Receiving::Control(ControlIn::Reject { seq, reject }) => {
                 Some((seq, Held::Reject(reject)))
             }
+            Receiving::Control(ControlIn::Done { seq, done }) => Some((seq, Held::Done(done))),
             _ => None,
         };
         let Some((seq, item)) = held else {
@@ -1447,7 +1503,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     && let Some(op) = self.ops[i].as_mut()
                 {
                     op.done = op.done.saturating_add(len);
-                    if op.done >= op.local.len {
+                    if op.done >= op.len {
                         self.finish_op(i, Ok(()));
                     }
                 }
@@ -1459,18 +1515,25 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     && peer.last_rejected != Some(xfer_id)
                 {
                     peer.last_rejected = Some(xfer_id);
-                    self.queue_reject(p, xfer_id, code);
+                    self.answer(p, Answer::Reject(RejectRepr { xfer_id, code }));
                 }
             }
             Held::Get(get) => self.serve_get(p, get),
             Held::Reject(reject) => {
+                // Any of this side's transfers to the peer: its put or get,
+                // or the data of a get it serves.
                 let id = reject.xfer_id;
-                let code = reject.code;
                 let found = self
-                    .find_op(OpKind::Put, p, id)
-                    .or_else(|| self.find_op(OpKind::Get, p, id));
+                    .ops
+                    .iter()
+                    .position(|o| o.is_some_and(|o| o.peer == p && o.id == id));
                 if let Some(i) = found {
-                    self.finish_op(i, Err(BtlError::Rejected(code)));
+                    self.finish_op(i, Err(BtlError::Rejected(reject.code)));
+                }
+            }
+            Held::Done(done) => {
+                if let Some(i) = self.find_op(OpKind::GetThirdParty, p, done.xfer_id) {
+                    self.finish_op(i, Ok(()));
                 }
             }
             Held::Close(reason) => {
@@ -1503,69 +1566,157 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 ctx,
                 result,
             },
-            OpKind::Get => Completion::Get {
+            OpKind::Get | OpKind::GetThirdParty => Completion::Get {
                 op: op_id,
                 ctx,
                 result,
             },
-            OpKind::Serve => return,
+            OpKind::Serve => {
+                if let Some((origin, xfer_id)) = op.reply_to {
+                    self.answer_third_party(origin, xfer_id, result);
+                }
+                return;
+            }
         };
         let _ = self.events.push_back(Pending::Done(done));
     }
 
-    /// A peer's get: check the source, then put it back as a reply.
-    fn serve_get(&mut self, p: usize, get: GetRepr) {
-        let peer_proc = self.peers[p].as_ref().map(|peer| peer.proc);
-        let target = ProcName::new(get.target_job, get.target_rank);
-        if Some(target) != peer_proc {
-            // Third-party targets need a link to that process; not yet.
-            self.queue_reject(p, get.xfer_id, RejectCode::NoTarget);
-            return;
+    /// Tells the process that asked for a get on behalf of a third one how
+    /// it ended: DONE once the target has acknowledged all of the data,
+    /// REJECT with the target's code, or `NoTarget` when the target was
+    /// lost. Nothing is owed to a process already lost, nor after finalize.
+    fn answer_third_party(&mut self, origin: ProcName, xfer_id: u64, result: Result<(), BtlError>) {
+        let answer = match result {
+            Ok(()) => Answer::Done(DoneRepr { xfer_id }),
+            Err(BtlError::Finalized) => return,
+            Err(BtlError::Rejected(code)) => Answer::Reject(RejectRepr { xfer_id, code }),
+            Err(_) => Answer::Reject(RejectRepr {
+                xfer_id,
+                code: RejectCode::NoTarget,
+            }),
+        };
+        let found = self.peers.iter().position(|peer| {
+            peer.as_ref().is_some_and(|peer| {
+                peer.proc == origin && !matches!(peer.state, PeerState::Lost(_))
+            })
+        });
+        if let Some(p) = found {
+            self.answer(p, answer);
         }
+    }
+
+    /// A peer's get: check the source, then put it back as a reply, put it
+    /// to the third process it names, or copy it within this process.
+    fn serve_get(&mut self, p: usize, get: GetRepr) {
+        let reject = |code| {
+            Answer::Reject(RejectRepr {
+                xfer_id: get.xfer_id,
+                code,
+            })
+        };
         let src = RemoteSlice {
             key: RemoteKey(get.src_handle),
             offset: get.src_offset,
             len: get.len,
         };
+        let dst = RemoteSlice {
+            key: RemoteKey(get.dst_handle),
+            offset: get.dst_offset,
+            len: get.len,
+        };
+        let target = ProcName::new(get.target_job, get.target_rank);
+        if target == self.config.me {
+            // Into another of this process's registrations: one copy.
+            let answer = match self.regs.copy(Side::Remote(src), Side::Remote(dst)) {
+                Ok(()) => Answer::Done(DoneRepr {
+                    xfer_id: get.xfer_id,
+                }),
+                Err(e) => reject(e.into()),
+            };
+            self.answer(p, answer);
+            return;
+        }
+        let (to, id, reply_to) = if self.peers[p]
+            .as_ref()
+            .is_some_and(|peer| peer.proc == target)
+        {
+            (p, get.xfer_id | GET_REPLY, None)
+        } else {
+            let Some(q) = self.reach(target) else {
+                self.answer(p, reject(RejectCode::NoTarget));
+                return;
+            };
+            self.next_op += 1;
+            (
+                q,
+                self.next_op & !GET_REPLY,
+                Some((self.peer_proc(p), get.xfer_id)),
+            )
+        };
         let local = match self.regs.check_remote(src, Access::REMOTE_READ) {
             Ok(local) => local,
             Err(e) => {
-                self.queue_reject(p, get.xfer_id, e.into());
+                self.answer(p, reject(e.into()));
                 return;
             }
         };
         let Some(i) = self.ops.iter().position(Option::is_none) else {
-            self.queue_reject(p, get.xfer_id, RejectCode::TooLarge);
+            self.answer(p, reject(RejectCode::TooLarge));
             return;
         };
-        let chunk = self.put_chunk(p);
+        let chunk = self.put_chunk(to);
         self.ops[i] = Some(Op {
             kind: OpKind::Serve,
-            peer: p,
+            peer: to,
             ctx: 0,
-            id: get.xfer_id | GET_REPLY,
-            local,
-            remote: RemoteSlice {
-                key: RemoteKey(get.dst_handle),
-                offset: get.dst_offset,
-                len: get.len,
-            },
+            id,
+            len: get.len,
+            local: Some(local),
+            remote: dst,
             queued: 0,
             done: 0,
             count: packet_count(get.len, chunk),
             next_index: 0,
+            reply_to,
         });
+        if get.len == 0 {
+            self.finish_op(i, Ok(()));
+        }
         self.progress_queues();
     }
 
-    /// Queues a REJECT ahead of everything else the peer is owed. Until it
-    /// is numbered no bare ACK goes out, so the refused packets are never
-    /// acknowledged before their refusal.
-    fn queue_reject(&mut self, p: usize, xfer_id: u64, code: RejectCode) {
-        if let Some(peer) = self.peers[p].as_mut() {
-            let _ = peer.queue.push_front(Queued::Control {
-                packet: ControlPacket::Reject(RejectRepr { xfer_id, code }),
-            });
+    /// The peer that is process `proc`, asked to connect if it is idle, or
+    /// `None` when this engine does not know it or has lost it.
+    fn reach(&mut self, proc: ProcName) -> Option<usize> {
+        let q = self
+            .peers
+            .iter()
+            .position(|peer| peer.as_ref().is_some_and(|peer| peer.proc == proc))?;
+        self.check_endpoint(EndpointId(q as u16)).ok()
+    }
+
+    fn peer_proc(&self, p: usize) -> ProcName {
+        self.peers[p]
+            .as_ref()
+            .map_or(self.config.me, |peer| peer.proc)
+    }
+
+    /// Queues an answer to one of peer `p`'s transfers, ahead of everything
+    /// else it is owed; until a REJECT is numbered no bare ACK goes out, so
+    /// the refused packets are never acknowledged before their refusal. A
+    /// transfer already waiting for its answer gets no second one. A peer
+    /// that outgrows [`ANSWERS`] breaks the protocol and is lost.
+    fn answer(&mut self, p: usize, answer: Answer) {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        if peer.answers.iter().any(|a| a.xfer_id() == answer.xfer_id()) {
+            return;
+        }
+        if peer.answers.push_back(answer).is_err() {
+            let lost = LostReason::ProtocolViolation;
+            self.fail_peer(p, lost, BtlError::PeerLost(lost));
+            return;
         }
         self.progress_queues();
     }
@@ -1627,18 +1778,24 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         match out {
             Outgoing::Send { desc, .. } => self.complete_send(p, desc, result),
             Outgoing::Put {
-                op: Some(i), data, ..
+                op: i,
+                xfer_id,
+                data,
+                ..
             } => {
                 let i = usize::from(i);
-                if let Some(op) = self.ops[i].as_mut() {
+                if let Some(op) = self.ops[i].as_mut()
+                    && op.id == xfer_id
+                    && op.peer == p
+                {
                     op.done = op.done.saturating_add(data.len);
-                    let all = op.done >= op.local.len;
+                    let all = op.done >= op.len;
                     if result.is_err() || all {
                         self.finish_op(i, result);
                     }
                 }
             }
-            Outgoing::Put { .. } | Outgoing::Control { .. } => {}
+            Outgoing::Control { .. } => {}
         }
     }
 
@@ -1681,11 +1838,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             if peer.state != PeerState::Open {
                 continue;
             }
-            // Queued sends and control packets, in order.
+            // Answers to the peer's transfers first.
+            while let Some(peer) = self.peers[p].as_mut() {
+                if peer.send.is_full() {
+                    break;
+                }
+                let Some(answer) = peer.answers.pop_front() else {
+                    break;
+                };
+                self.transmit_control(p, answer.into());
+            }
+            // Queued sends and gets, in order.
             while let Some(peer) = self.peers[p].as_mut() {
                 let ready = match peer.queue.front() {
                     Some(Queued::Send(_)) => peer.has_credit() && !peer.send.is_full(),
-                    Some(Queued::Control { .. }) => !peer.send.is_full(),
+                    Some(Queued::Get(_)) => !peer.send.is_full(),
                     None => false,
                 };
                 if !ready {
@@ -1693,7 +1860,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 }
                 match peer.queue.pop_front() {
                     Some(Queued::Send(desc)) => self.transmit_send(p, desc),
-                    Some(Queued::Control { packet }) => self.transmit_control(p, packet),
+                    Some(Queued::Get(get)) => self.transmit_control(p, ControlPacket::Get(get)),
                     None => break,
                 }
             }
@@ -1704,8 +1871,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                         .as_ref()
                         .is_none_or(|peer| peer.send.is_full());
                     if op.peer != p
-                        || op.kind == OpKind::Get
-                        || op.queued >= op.local.len
+                        || !matches!(op.kind, OpKind::Put | OpKind::Serve)
+                        || op.queued >= op.len
                         || window_full
                     {
                         break;
@@ -1758,6 +1925,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                             r.emit(chunk(b))
                         })
                     }
+                    ControlPacket::Done(d) => {
+                        emit_control(bytes, PacketType::Done, 0, seq, 0, Flags::empty(), |b| {
+                            d.emit(chunk(b))
+                        })
+                    }
                 };
             }
             self.enqueue_reliable(p, seq);
@@ -1769,19 +1941,22 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let Some(op) = self.ops[i] else {
             return;
         };
+        let Some(local) = op.local else {
+            return;
+        };
         let chunk = self.put_chunk(op.peer);
-        let len = chunk.min(op.local.len - op.queued);
+        let len = chunk.min(op.len - op.queued);
         let put = PutRepr {
             xfer_id: op.id,
             handle: op.remote.key.0,
             offset: op.remote.offset + op.queued,
-            total_len: op.local.len,
+            total_len: op.len,
             index: op.next_index,
             count: op.count,
         };
         let data = MemSlice {
-            handle: op.local.handle,
-            offset: op.local.offset + op.queued,
+            handle: local.handle,
+            offset: local.offset + op.queued,
             len,
         };
         let mut prefix = [0u8; PUT_PREFIX];
@@ -1790,7 +1965,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let out = Outgoing::Put {
             prefix,
             data,
-            op: Some(i as u16),
+            op: i as u16,
+            xfer_id: op.id,
             trailer: [0; CHECKSUM_LEN],
         };
         let Some(peer) = self.peers[op.peer].as_mut() else {
@@ -1955,14 +2131,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if peer.ack_owed_since.is_none() {
             return;
         }
-        let reject_waiting = peer.queue.iter().any(|q| {
-            matches!(
-                q,
-                Queued::Control {
-                    packet: ControlPacket::Reject(_)
-                }
-            )
-        });
+        let reject_waiting = peer.answers.iter().any(|a| matches!(a, Answer::Reject(_)));
         if reject_waiting {
             return;
         }
@@ -2089,6 +2258,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         while let Some(q) = peer.queue.pop_front() {
             let _ = queued.push(q);
         }
+        peer.answers.clear();
         let mut held: Vec<Held, WINDOW> = Vec::new();
         peer.recv.drain_held(|_, h| {
             let _ = held.push(h);
@@ -2378,6 +2548,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         let ready = self.peers[p].as_ref().is_some_and(|peer| {
             peer.state == PeerState::Open
                 && peer.queue.is_empty()
+                && peer.answers.is_empty()
                 && peer.has_credit()
                 && !peer.send.is_full()
         });
@@ -2419,7 +2590,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         // A frame that reads the region must keep its length: a region
         // taken away mid-send would shorten the frame and desynchronise
         // the stream.
-        let by_op = self.ops.iter().flatten().any(|o| o.local.handle == handle);
+        let by_op = self
+            .ops
+            .iter()
+            .flatten()
+            .any(|o| o.local.is_some_and(|l| l.handle == handle));
         let by_packet = self.peers.iter_mut().flatten().any(|peer| {
             peer.send.unacked_mut().any(|(_, out)| match out {
                 Outgoing::Send { desc, .. } => {
@@ -2429,7 +2604,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
                 Outgoing::Control { .. } => false,
             }) || peer.queue.iter().any(|q| match q {
                 Queued::Send(desc) => desc.referenced().is_some_and(|r| r.handle == handle),
-                Queued::Control { .. } => false,
+                Queued::Get(_) => false,
             })
         });
         if by_op || by_packet {
@@ -2466,10 +2641,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
         let op = self.start_op(OpKind::Get, p, local, remote, ctx)?;
-        if self.find_op(OpKind::Get, p, op.0).is_none() {
+        let Some(i) = self.find_op(OpKind::Get, p, op.0) else {
             // Ended at once (empty, or refused): nothing to ask the peer.
             return Ok(op);
-        }
+        };
         let me = self.config.me;
         let get = GetRepr {
             xfer_id: op.0,
@@ -2481,20 +2656,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             dst_handle: 0,
             dst_offset: 0,
         };
-        if let Some(peer) = self.peers[p].as_mut()
-            && peer
-                .queue
-                .push_back(Queued::Control {
-                    packet: ControlPacket::Get(get),
-                })
-                .is_err()
-        {
-            if let Some(i) = self.find_op(OpKind::Get, p, op.0) {
-                self.ops[i] = None;
-            }
-            return Err(BtlError::OutOfResource);
-        }
-        self.progress_queues();
+        self.queue_get(p, i, get)?;
         Ok(op)
     }
 
@@ -2567,12 +2729,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             peer: p,
             ctx,
             id,
-            local,
+            len: local.len,
+            local: Some(local),
             remote,
             queued: 0,
             done: 0,
             count: packet_count(local.len, chunk),
             next_index: 0,
+            reply_to: None,
         });
         if local.len == 0 {
             self.finish_op(i, Ok(()));
@@ -2587,12 +2751,102 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 }
 
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
+    Engine<'r, 'm, PEERS, LINKS, REGS>
+{
+    /// Asks the peer `source` to put its `src` into `dst`, a registration
+    /// of process `target` (a third-party get, as Motr allows): the data
+    /// moves from the source to the target without passing through this
+    /// process. Completes with [`Event::GetComplete`] once the target holds
+    /// the data, or with the error the source or target gave
+    /// (`Rejected(NoTarget)` when the source does not reach the target).
+    ///
+    /// `target` may be this process (then it is [`get`](Btl::get) into the
+    /// registration `dst` names) or the source itself (a copy between two
+    /// of its registrations). `src` and `dst` must be the same length.
+    pub fn get_third_party(
+        &mut self,
+        source: EndpointId,
+        src: RemoteSlice,
+        target: ProcName,
+        dst: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        if target == self.config.me {
+            let local = self.regs.check_remote(dst, Access::REMOTE_WRITE)?;
+            return self.get(source, local, src, ctx);
+        }
+        let p = self.check_endpoint(source)?;
+        if src.len != dst.len {
+            return Err(BtlError::Memory(crate::btl::MemError::OutOfBounds {
+                offset: dst.offset,
+                len: src.len,
+                size: dst.len,
+            }));
+        }
+        let i = self
+            .ops
+            .iter()
+            .position(Option::is_none)
+            .ok_or(BtlError::OutOfResource)?;
+        self.next_op += 1;
+        let id = self.next_op & !GET_REPLY;
+        self.ops[i] = Some(Op {
+            kind: OpKind::GetThirdParty,
+            peer: p,
+            ctx,
+            id,
+            len: src.len,
+            local: None,
+            remote: src,
+            queued: 0,
+            done: 0,
+            count: 0,
+            next_index: 0,
+            reply_to: None,
+        });
+        if src.len == 0 {
+            self.finish_op(i, Ok(()));
+            return Ok(OpId(id));
+        }
+        if src.offset.checked_add(src.len).is_none() || dst.offset.checked_add(dst.len).is_none() {
+            self.finish_op(i, Err(BtlError::Rejected(RejectCode::OutOfBounds)));
+            return Ok(OpId(id));
+        }
+        let get = GetRepr {
+            xfer_id: id,
+            src_handle: src.key.0,
+            src_offset: src.offset,
+            len: src.len,
+            target_job: target.job,
+            target_rank: target.rank,
+            dst_handle: dst.key.0,
+            dst_offset: dst.offset,
+        };
+        self.queue_get(p, i, get)?;
+        Ok(OpId(id))
+    }
+
+    /// Queues a GET for the operation in slot `i`; a full queue ends the
+    /// operation unreported, and the caller returns `OutOfResource`.
+    fn queue_get(&mut self, p: usize, i: usize, get: GetRepr) -> Result<(), BtlError> {
+        if let Some(peer) = self.peers[p].as_mut()
+            && peer.queue.push_back(Queued::Get(get)).is_err()
+        {
+            self.ops[i] = None;
+            return Err(BtlError::OutOfResource);
+        }
+        self.progress_queues();
+        Ok(())
+    }
+}
+
 impl EngineConfig {
     /// When `peer` counts as lost if nothing is heard from it: a peer
     /// being connected, or an open one with operations outstanding (any
     /// open one when keepalives are on), silent for the peer timeout.
     fn lost_by(&self, peer: &Peer) -> Option<u64> {
-        let waiting = !peer.send.is_empty() || !peer.queue.is_empty();
+        let waiting = !peer.send.is_empty() || !peer.queue.is_empty() || !peer.answers.is_empty();
         let since = match peer.state {
             PeerState::Open if waiting || self.keepalive > 0 => peer.last_heard,
             PeerState::Connecting { since, .. } => since,
@@ -2602,7 +2856,9 @@ impl EngineConfig {
     }
 
     /// When an open `peer` is next asked for an acknowledgement: after
-    /// `keepalive` of silence, and over datagrams after a retransmission
+    /// `keepalive` of silence (at most a third of the peer timeout, so that
+    /// a live peer has answered a probe or two before it would count as
+    /// lost), and over datagrams after a retransmission
     /// timeout when sends wait for credits with nothing in flight (the ACK
     /// that granted them may have been lost).
     fn probe_at(&self, peer: &Peer, datagram: bool) -> Option<u64> {
@@ -2610,7 +2866,8 @@ impl EngineConfig {
             return None;
         }
         let quiet_since = peer.last_heard.max(peer.last_probe);
-        let keepalive = (self.keepalive > 0).then(|| quiet_since.saturating_add(self.keepalive));
+        let interval = self.keepalive.min(self.peer_timeout / 3).max(1);
+        let keepalive = (self.keepalive > 0).then(|| quiet_since.saturating_add(interval));
         let credit =
             (datagram && peer.starved()).then(|| quiet_since.saturating_add(peer.rtt.rto()));
         [keepalive, credit].into_iter().flatten().min()

@@ -22,6 +22,8 @@ pub mod window;
 mod datagram_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod third_party_tests;
 
 pub use machine::{
     ConnectRequest, Engine, LinkError, LinkId, MAX_OPS, MAX_SEGMENTS, Transmit, WINDOW,

@@ -17,12 +17,21 @@ use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 
-type E = Engine<'static, 'static, 4, 4, 4>;
+pub(super) type E = Engine<'static, 'static, 4, 4, 4>;
 
 const A: ProcName = ProcName::new(5, 0);
 const B: ProcName = ProcName::new(5, 1);
 
-fn engine(me: ProcName, key: Option<&[u8]>, credits: u32) -> E {
+pub(super) fn engine(me: ProcName, key: Option<&[u8]>, credits: u32) -> E {
+    let mut config = EngineConfig::new(me);
+    config.job_key = key.map(|k| heapless::Vec::from_slice(k).expect("short key"));
+    config.initial_credits = credits;
+    config.checksum = true;
+    engine_with(config)
+}
+
+/// An engine with `config` and pools for messages up to 64 KiB.
+pub(super) fn engine_with(config: EngineConfig) -> E {
     let pool = |fragment_size| FragmentPoolConfig {
         fragment_size,
         num: 64,
@@ -37,10 +46,6 @@ fn engine(me: ProcName, key: Option<&[u8]>, credits: u32) -> E {
     let region: &'static mut [u8] =
         Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
     let pools = FragmentPools::new(region, cfg).expect("pools");
-    let mut config = EngineConfig::new(me);
-    config.job_key = key.map(|k| heapless::Vec::from_slice(k).expect("short key"));
-    config.initial_credits = credits;
-    config.checksum = true;
     Engine::new(config, pools)
 }
 
@@ -62,7 +67,7 @@ fn pump(pair: &mut Pair) {
         .expect("the pair never went quiet");
 }
 
-fn drain(e: &mut E) -> Vec<String> {
+pub(super) fn drain(e: &mut E) -> Vec<String> {
     let mut out = Vec::new();
     let mut returned = Vec::new();
     while let Some(ev) = e.poll_event() {
@@ -86,7 +91,7 @@ fn drain(e: &mut E) -> Vec<String> {
 use std::format;
 use std::string::String;
 
-fn in_use(e: &E) -> u32 {
+pub(super) fn in_use(e: &E) -> u32 {
     FragmentClass::ALL
         .iter()
         .map(|&c| e.pools().stats(c).in_use)
@@ -649,4 +654,52 @@ fn broken_connections_are_reconnected_and_nothing_is_lost_or_repeated() {
             .enumerate()
             .all(|(i, &b)| b == (i % 251) as u8)
     );
+}
+
+/// A put refused by its target ends at the REJECT, while packets of it are
+/// still unacknowledged; a put started at once takes its slot, and the
+/// late acknowledgements must not count towards the new one: it completes
+/// only when its own data is there.
+#[test]
+fn a_refused_puts_late_acks_do_not_complete_the_next_put() {
+    let (mut pair, ep_b, _) = new_pair(engine(A, None, 16), engine(B, None, 16));
+    pair.set_passes(1);
+    let src = Box::leak(vec![5u8; 300_000].into_boxed_slice());
+    let hs = pair.a().register_mem(src, Access::empty()).expect("src");
+    let ro = Box::leak(vec![0u8; 300_000].into_boxed_slice());
+    let hr = pair.b().register_mem(ro, Access::REMOTE_READ).expect("ro");
+    let dst = Box::leak(vec![0u8; 300_000].into_boxed_slice());
+    let hd = pair
+        .b()
+        .register_mem(dst, Access::REMOTE_WRITE)
+        .expect("dst");
+    let all = |h: crate::btl::MemHandle| RemoteSlice {
+        key: h.remote_key(),
+        offset: 0,
+        len: 300_000,
+    };
+    let local = MemSlice {
+        handle: hs,
+        offset: 0,
+        len: 300_000,
+    };
+    let _ = pair.a().put(ep_b, local, all(hr), 1).expect("put");
+    let mut second = false;
+    for _ in 0..2_000 {
+        pair.round();
+        for ev in drain(pair.a()) {
+            if ev.starts_with("put 1") {
+                assert!(ev.contains("AccessDenied"), "{ev}");
+                let _ = pair.a().put(ep_b, local, all(hd), 2).expect("put");
+            } else {
+                assert_eq!(ev, "put 2 Ok(())");
+                assert!(
+                    pair.b().region(hd).expect("dst").iter().all(|&b| b == 5),
+                    "put 2 completed before its data arrived"
+                );
+                second = true;
+            }
+        }
+    }
+    assert!(second, "put 2 never completed");
 }

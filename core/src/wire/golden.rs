@@ -75,6 +75,7 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         xfer_id: 0x1002,
         code: RejectCode::OutOfBounds,
     });
+    let done = PacketRepr::Done(DoneRepr { xfer_id: 0x1003 });
     let hello = PacketRepr::Hello(HELLO_A);
     std::vec![
         ("hello", HeaderRepr::new(&hello), hello),
@@ -103,6 +104,7 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         ),
         ("close", reliable(&close, 11), close),
         ("reject", reliable(&reject, 12), reject),
+        ("done", reliable(&done, 13), done),
     ]
 }
 
@@ -231,6 +233,7 @@ fn golden_lengths() {
             ("ack", 40),
             ("close", 40),
             ("reject", 48),
+            ("done", 40),
         ]
     );
 }

@@ -16,8 +16,8 @@ use bitflags::bitflags;
 
 use super::field::{Fields, FieldsMut, check_reserved};
 use super::{
-    AckRepr, CHECKSUM_LEN, CloseRepr, GetRepr, HEADER_LEN, HelloAckRepr, HelloRepr, Limits,
-    PacketRepr, PutRepr, RejectRepr, SendRepr, WireError,
+    AckRepr, CHECKSUM_LEN, CloseRepr, DoneRepr, GetRepr, HEADER_LEN, HelloAckRepr, HelloRepr,
+    Limits, PacketRepr, PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 const TYPE: usize = 0;
@@ -49,11 +49,13 @@ pub enum PacketType {
     Close = 7,
     /// Refuses a PUT or GET that failed the registration check.
     Reject = 8,
+    /// Reports a GET for a third process complete at its target.
+    Done = 9,
 }
 
 impl PacketType {
     /// Every packet type, in type-number order.
-    pub const ALL: [PacketType; 8] = [
+    pub const ALL: [PacketType; 9] = [
         Self::Hello,
         Self::HelloAck,
         Self::Send,
@@ -62,6 +64,7 @@ impl PacketType {
         Self::Ack,
         Self::Close,
         Self::Reject,
+        Self::Done,
     ];
 
     /// The type with wire number `raw`, if there is one.
@@ -75,6 +78,7 @@ impl PacketType {
             6 => Self::Ack,
             7 => Self::Close,
             8 => Self::Reject,
+            9 => Self::Done,
             _ => return None,
         })
     }
@@ -90,6 +94,7 @@ impl PacketType {
             Self::Ack => "ACK",
             Self::Close => "CLOSE",
             Self::Reject => "REJECT",
+            Self::Done => "DONE",
         }
     }
 
@@ -121,6 +126,7 @@ impl PacketType {
             Self::Ack => AckRepr::LEN,
             Self::Close => CloseRepr::LEN,
             Self::Reject => RejectRepr::LEN,
+            Self::Done => DoneRepr::LEN,
         }
     }
 

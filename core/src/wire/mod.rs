@@ -4,10 +4,10 @@
 //! Every packet is a 32-byte [`Header`] followed by a body and, with
 //! [`Flags::CHECKSUM`], a 4-byte CRC32C trailer. All integers are
 //! big-endian and all lengths and offsets 64 bits wide. The body is one of
-//! eight types ([`PacketType`]): the handshake ([`HelloRepr`],
+//! nine types ([`PacketType`]): the handshake ([`HelloRepr`],
 //! [`HelloAckRepr`] with its [`hello_proof`]), active messages
 //! ([`SendRepr`]), bulk transfers ([`PutRepr`], [`GetRepr`],
-//! [`RejectRepr`]), acknowledgements ([`AckRepr`]) and [`CloseRepr`]. The
+//! [`RejectRepr`], [`DoneRepr`]), acknowledgements ([`AckRepr`]) and [`CloseRepr`]. The
 //! book's protocol chapter specifies each byte, with golden vectors that
 //! the tests check against this code.
 //!
@@ -53,6 +53,7 @@
 mod ack;
 mod checksum;
 mod close;
+mod done;
 mod error;
 mod field;
 mod get;
@@ -74,6 +75,7 @@ mod tests;
 pub use ack::AckRepr;
 pub use checksum::{Crc32c, check_trailer, crc32c};
 pub use close::{CloseReason, CloseRepr};
+pub use done::DoneRepr;
 pub use error::WireError;
 pub use get::GetRepr;
 pub use header::{Flags, Header, HeaderRepr, PacketType};

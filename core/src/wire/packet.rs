@@ -3,8 +3,8 @@
 
 use super::checksum::{Crc32c, check_trailer};
 use super::{
-    AckRepr, CHECKSUM_LEN, CloseRepr, Flags, GetRepr, HEADER_LEN, Header, HeaderRepr, HelloAckRepr,
-    HelloRepr, Limits, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
+    AckRepr, CHECKSUM_LEN, CloseRepr, DoneRepr, Flags, GetRepr, HEADER_LEN, Header, HeaderRepr,
+    HelloAckRepr, HelloRepr, Limits, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 /// A decoded packet body of any type, borrowing its payload from the frame.
@@ -37,6 +37,8 @@ pub enum PacketRepr<'a> {
     Close(CloseRepr),
     /// REJECT.
     Reject(RejectRepr),
+    /// DONE.
+    Done(DoneRepr),
 }
 
 impl<'a> PacketRepr<'a> {
@@ -51,6 +53,7 @@ impl<'a> PacketRepr<'a> {
             Self::Ack(_) => PacketType::Ack,
             Self::Close(_) => PacketType::Close,
             Self::Reject(_) => PacketType::Reject,
+            Self::Done(_) => PacketType::Done,
         }
     }
 
@@ -107,6 +110,7 @@ impl<'a> PacketRepr<'a> {
             PacketType::Ack => Self::Ack(AckRepr::parse(exact(body, bad_length)?)),
             PacketType::Close => Self::Close(CloseRepr::parse(exact(body, bad_length)?)?),
             PacketType::Reject => Self::Reject(RejectRepr::parse(exact(body, bad_length)?)?),
+            PacketType::Done => Self::Done(DoneRepr::parse(exact(body, bad_length)?)),
         })
     }
 
@@ -122,6 +126,7 @@ impl<'a> PacketRepr<'a> {
             Self::Ack(r) => r.emit(chunk(buf)?),
             Self::Close(r) => r.emit(chunk(buf)?),
             Self::Reject(r) => r.emit(chunk(buf)?),
+            Self::Done(r) => r.emit(chunk(buf)?),
         }
         Ok(self.fixed_len())
     }

@@ -77,7 +77,7 @@ fn packet_type_numbers_round_trip() {
         assert_eq!(t.to_string(), t.name());
     }
     assert_eq!(PacketType::try_from(0), Err(WireError::UnknownType(0)));
-    assert_eq!(PacketType::try_from(9), Err(WireError::UnknownType(9)));
+    assert_eq!(PacketType::try_from(10), Err(WireError::UnknownType(10)));
     let reliable: Vec<_> = PacketType::ALL.iter().filter(|t| t.is_reliable()).collect();
     assert_eq!(
         reliable,
@@ -86,7 +86,8 @@ fn packet_type_numbers_round_trip() {
             &PacketType::Put,
             &PacketType::Get,
             &PacketType::Close,
-            &PacketType::Reject
+            &PacketType::Reject,
+            &PacketType::Done
         ]
     );
 }
@@ -151,7 +152,7 @@ fn truncated_body() {
 
 #[test]
 fn unknown_type() {
-    for t in [0, 9, 0xff] {
+    for t in [0, 10, 0xff] {
         assert_eq!(
             parse_err(&patched(golden("ack"), 0, &[t])),
             WireError::UnknownType(t)

@@ -45,9 +45,16 @@ const CONTROL_MAX: usize = HEADER_LEN + HelloRepr::LEN + CHECKSUM_LEN;
 /// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
 const GET_REPLY: u64 = 1 << 63;
 
-/// A connection to one peer, as the driver and the engine name it.
+/// A connection to one peer, as the driver and the engine name it. Valid
+/// from the `handle_connected`/`handle_accepted` that made it until the
+/// driver's `handle_closed`; after that the engine refuses it
+/// ([`LinkError::UnknownLink`]) even once its slot serves a new link, so a
+/// driver's late call about an old connection never touches a new one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LinkId(pub u16);
+pub struct LinkId {
+    slot: u16,
+    generation: u16,
+}
 
 /// Slices the driver writes, in order, on one link (one vectored write).
 #[derive(Debug)]
@@ -322,6 +329,7 @@ enum ControlIn {
 
 #[derive(Debug)]
 struct Link {
+    id: LinkId,
     peer: Option<usize>,
     state: LinkState,
     handshake: Handshake,
@@ -396,6 +404,8 @@ pub struct Engine<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: us
     delivered: Option<(usize, Fragment)>,
     connects: Deque<ConnectRequest, PEERS>,
     closes: Deque<LinkId, LINKS>,
+    /// Links made so far (mod 2^16): the generation of the next one.
+    links_made: u16,
     next_op: u64,
     now: u64,
     finalized: bool,
@@ -448,6 +458,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             delivered: None,
             connects: Deque::new(),
             closes: Deque::new(),
+            links_made: 0,
             next_op: 0,
             now: 0,
             finalized: false,
@@ -504,7 +515,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if let Some(peer) = self.peers[index].as_mut() {
             peer.link = Some(id);
         }
-        self.flush_handshake(id);
+        self.flush_handshake(usize::from(id.slot));
         Ok(id)
     }
 
@@ -517,7 +528,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     ) -> Result<LinkId, LinkError> {
         self.now = now;
         let id = self.new_link(None, nonce, now)?;
-        self.flush_handshake(id);
+        self.flush_handshake(usize::from(id.slot));
         Ok(id)
     }
 
@@ -590,10 +601,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         now: u64,
     ) -> Result<usize, LinkError> {
         self.now = now;
-        let slot = usize::from(link.0);
-        if self.links.get(slot).and_then(Option::as_ref).is_none() {
-            return Err(LinkError::UnknownLink);
-        }
+        let slot = self.slot_of(link).ok_or(LinkError::UnknownLink)?;
         let Some(taken) = self.read_all(slot, data) else {
             return Ok(data.len());
         };
@@ -638,7 +646,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         now: u64,
     ) -> Result<(), LinkError> {
         self.now = now;
-        let slot = usize::from(link.0);
+        let slot = self.slot_of(link).ok_or(LinkError::UnknownLink)?;
         let limits = Limits::new(self.config.max_body);
         let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else {
             return Err(LinkError::UnknownLink);
@@ -673,8 +681,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// The connection `link` broke or was closed by the peer.
     pub fn handle_closed(&mut self, link: LinkId, now: u64) {
         self.now = now;
-        let slot = usize::from(link.0);
-        let Some(l) = self.links.get_mut(slot).and_then(Option::take) else {
+        let Some(slot) = self.slot_of(link) else {
+            return;
+        };
+        let Some(l) = self.links[slot].take() else {
             return;
         };
         if let Receiving::Send { frag, .. } = l.receiving {
@@ -700,7 +710,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// report it with [`handle_written`](Self::handle_written) (also if it
     /// had to be dropped).
     pub fn poll_transmit(&mut self, link: LinkId) -> Option<Transmit<'_>> {
-        let slot = usize::from(link.0);
+        let slot = self.slot_of(link)?;
         self.queue_ack_if_owed(slot);
         if self.datagram() {
             return self.poll_datagram(link);
@@ -731,7 +741,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// `n` bytes of what [`poll_transmit`](Self::poll_transmit) handed out
     /// were written (over datagrams: the datagram was sent, whatever `n`).
     pub fn handle_written(&mut self, link: LinkId, n: usize) {
-        let slot = usize::from(link.0);
+        let Some(slot) = self.slot_of(link) else {
+            return;
+        };
         let mut left = n;
         let datagram = self.datagram();
         let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else {
@@ -784,7 +796,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 let reconnecting = l
                     .peer
                     .and_then(|p| self.peers[p].as_ref())
-                    .is_some_and(|peer| peer.was_open && peer.link == Some(LinkId(slot as u16)));
+                    .is_some_and(|peer| peer.was_open && peer.link == Some(l.id));
                 if reconnecting {
                     // Not the peer's fault: try again after a backoff.
                     let p = l.peer;
@@ -803,7 +815,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             } else if datagram && now.saturating_sub(l.hello_sent_at) >= repeat_after {
                 l.hello_sent_at = now;
                 l.handshake.repeat();
-                self.flush_handshake(LinkId(slot as u16));
+                self.flush_handshake(slot);
             }
         }
         for p in 0..PEERS {
@@ -905,7 +917,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// The front packet of a datagram link, skipping retained packets
     /// acknowledged since they were queued.
     fn poll_datagram(&mut self, link: LinkId) -> Option<Transmit<'_>> {
-        let l = self.links.get_mut(usize::from(link.0))?.as_mut()?;
+        let l = self.links.get_mut(usize::from(link.slot))?.as_mut()?;
         let peer = l.peer.and_then(|p| self.peers[p].as_ref());
         while let Some(TxItem::Reliable { seq }) = l.tx.front() {
             if peer.is_some_and(|p| p.send.get(*seq).is_some()) {
@@ -924,7 +936,30 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     fn link_mut(&mut self, id: LinkId) -> Option<&mut Link> {
-        self.links.get_mut(usize::from(id.0))?.as_mut()
+        let slot = self.slot_of(id)?;
+        self.links[slot].as_mut()
+    }
+
+    /// The slot of a current link; `None` for an id that is stale (closed,
+    /// its slot perhaps reused) or was never handed out.
+    fn slot_of(&self, id: LinkId) -> Option<usize> {
+        let slot = usize::from(id.slot);
+        self.links
+            .get(slot)?
+            .as_ref()
+            .is_some_and(|l| l.id == id)
+            .then_some(slot)
+    }
+
+    /// The id of the link in `slot` (a stale one if there is none).
+    fn link_id(&self, slot: usize) -> LinkId {
+        self.links.get(slot).and_then(Option::as_ref).map_or(
+            LinkId {
+                slot: slot as u16,
+                generation: 0,
+            },
+            |l| l.id,
+        )
     }
 
     fn new_link(
@@ -947,7 +982,13 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             max_body: self.config.max_body,
             initial_credits: self.config.initial_credits,
         };
+        self.links_made = self.links_made.wrapping_add(1);
+        let id = LinkId {
+            slot: slot as u16,
+            generation: self.links_made,
+        };
         self.links[slot] = Some(Link {
+            id,
             peer: None,
             state: LinkState::Handshaking,
             handshake: Handshake::new(&local, expected),
@@ -958,12 +999,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             opened_at: now,
             hello_sent_at: now,
         });
-        Ok(LinkId(slot as u16))
+        Ok(id)
     }
 
     /// Queues whatever handshake packets are due on a link.
-    fn flush_handshake(&mut self, id: LinkId) {
-        let slot = usize::from(id.0);
+    fn flush_handshake(&mut self, slot: usize) {
         let key = self.config.job_key.clone();
         while let Some(packet) = self.links[slot]
             .as_mut()
@@ -1033,11 +1073,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             self.fail_link(slot, CloseReason::Normal);
             return;
         }
-        let id = LinkId(slot as u16);
+        let id = self.link_id(slot);
         if let Some(peer) = self.peers[index].as_mut() {
             if let Some(old) = peer.link
                 && old != id
-                && self.links[usize::from(old.0)].is_some()
+                && self.links[usize::from(old.slot)].is_some()
             {
                 // Both sides connected at once: the connection opened by the
                 // lower process name survives.
@@ -1048,7 +1088,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     self.fail_link(slot, CloseReason::Normal);
                     return;
                 }
-                self.fail_link(usize::from(old.0), CloseReason::Normal);
+                self.fail_link(usize::from(old.slot), CloseReason::Normal);
             }
             let Some(peer) = self.peers[index].as_mut() else {
                 return;
@@ -1352,7 +1392,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 if datagram && l.handshake.peer() == Some(&hello) =>
             {
                 l.handshake.repeat_ack();
-                self.flush_handshake(LinkId(slot as u16));
+                self.flush_handshake(slot);
                 Ok(())
             }
             Receiving::Control(ControlIn::HelloAck(_))
@@ -1362,14 +1402,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             }
             Receiving::Control(ControlIn::Hello(hello)) => {
                 l.handshake.on_hello(hello).map_err(|e| e.close_reason())?;
-                self.flush_handshake(LinkId(slot as u16));
+                self.flush_handshake(slot);
                 Ok(())
             }
             Receiving::Control(ControlIn::HelloAck(ack)) => {
                 l.handshake
                     .on_hello_ack(&ack, key.as_deref())
                     .map_err(|e| e.close_reason())?;
-                self.flush_handshake(LinkId(slot as u16));
+                self.flush_handshake(slot);
                 Ok(())
             }
             Receiving::Control(ControlIn::Close { reason, .. }) => {
@@ -1377,10 +1417,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 l.state = LinkState::Closing;
                 l.tx.clear();
                 l.written = 0;
-                let _ = self.closes.push_back(LinkId(slot as u16));
+                let _ = self.closes.push_back(self.link_id(slot));
                 // Only the peer's current link takes the peer with it; the
                 // other is a duplicate the peer drops (both connected at once).
-                let current = LinkId(slot as u16);
+                let current = self.link_id(slot);
                 if let Some(p) = peer
                     && let Some(peer) = self.peers[p].as_mut()
                     && peer.link == Some(current)
@@ -1986,7 +2026,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let Some(link) = self.peers[p].as_ref().and_then(|peer| peer.link) else {
             return;
         };
-        let slot = usize::from(link.0);
+        let slot = usize::from(link.slot);
         // The header is written once, now, with the current ack and
         // credits: bytes handed to the driver never change afterwards.
         self.refresh(p, seq);
@@ -2001,10 +2041,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let Some(link) = self.peers[p].as_ref().and_then(|peer| peer.link) else {
             return;
         };
-        let waiting = self.links[usize::from(link.0)].as_ref().is_some_and(|l| {
-            l.tx.iter()
-                .any(|t| matches!(t, TxItem::Reliable { seq: s } if *s == seq))
-        });
+        let waiting = self.links[usize::from(link.slot)]
+            .as_ref()
+            .is_some_and(|l| {
+                l.tx.iter()
+                    .any(|t| matches!(t, TxItem::Reliable { seq: s } if *s == seq))
+            });
         if !waiting {
             self.enqueue_reliable(p, seq);
         }
@@ -2177,7 +2219,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         };
         peer.last_probe = now;
         if let Some(link) = peer.link {
-            self.push_ack(p, usize::from(link.0), Flags::ACK_REQUEST);
+            self.push_ack(p, usize::from(link.slot), Flags::ACK_REQUEST);
         }
     }
 
@@ -2196,7 +2238,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if mid_frame {
             // A CLOSE after part of a frame would be read as the rest of
             // that frame (into a peer's memory, for a PUT): just close.
-            let _ = self.closes.push_back(LinkId(slot as u16));
+            let _ = self.closes.push_back(l.id);
         } else {
             let mut bytes = [0u8; CONTROL_MAX];
             let len = emit_control(
@@ -2218,7 +2260,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if let Some(p) = peer
             && self.peers[p]
                 .as_ref()
-                .is_some_and(|peer| peer.link == Some(LinkId(slot as u16)))
+                .is_some_and(|peer| peer.link == Some(self.link_id(slot)))
         {
             if let Some(peer) = self.peers[p].as_mut() {
                 peer.link = None;
@@ -2264,7 +2306,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             let _ = held.push(h);
         });
         if let Some(link) = peer.link.take() {
-            let slot = usize::from(link.0);
+            let slot = usize::from(link.slot);
             if let Some(l) = self.links[slot].as_mut() {
                 l.peer = None;
             }

@@ -703,3 +703,25 @@ fn a_refused_puts_late_acks_do_not_complete_the_next_put() {
     }
     assert!(second, "put 2 never completed");
 }
+
+/// A link id outlives its connection in a driver's tables; once closed it
+/// names nothing, also after a new link takes its slot.
+#[test]
+fn a_closed_links_id_is_refused_after_its_slot_is_reused() {
+    let mut e = engine(A, None, 16);
+    let old = e.handle_accepted([1; 16], 0).expect("link");
+    e.handle_closed(old, 0);
+    let new = e.handle_accepted([2; 16], 0).expect("link");
+    assert_ne!(old, new);
+    assert_eq!(
+        e.handle_stream(old, b"stale bytes", 0),
+        Err(super::LinkError::UnknownLink)
+    );
+    assert!(e.poll_transmit(old).is_none());
+    e.handle_written(old, 1);
+    e.handle_closed(old, 0);
+    // The new link is untouched: its HELLO is still there, whole.
+    let hello = e.poll_transmit(new).expect("the new link's HELLO");
+    let len: usize = hello.segments.iter().map(|s| s.len()).sum();
+    assert_eq!(len, crate::wire::HEADER_LEN + crate::wire::HelloRepr::LEN);
+}

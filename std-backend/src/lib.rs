@@ -6,7 +6,9 @@
 //! their `mio` progress loop and the bootstrap arrive with the engine.
 #![forbid(unsafe_code)]
 
+pub mod bootstrap;
 pub mod info;
+pub mod interfaces;
 pub mod param_file;
 pub mod param_sources;
 

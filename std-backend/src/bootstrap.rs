@@ -1,0 +1,115 @@
+//! Bootstrap (Open MPI's "modex"): how the processes of a job learn where
+//! each other listens. Each process publishes a [`Card`] with its contacts
+//! (component, address, subnet prefix, port) and looks up the cards of the
+//! peers it wants to reach.
+//!
+//! Two implementations need no launcher: [`StaticPeers`], a list written in
+//! advance (environment or file), and [`SharedDir`], a directory every
+//! process can read and write (one host, or several on a shared
+//! filesystem). A launcher plugs in by implementing [`Bootstrap`] over its
+//! own key-value store (PMIx `put`/`get`, a coordinator's RPC): publish
+//! writes the card's text under the process's name, lookup reads it back.
+
+mod card;
+mod shared_dir;
+mod static_peers;
+
+use std::time::Duration;
+
+use btl_core::endpoint::ProcName;
+
+pub use card::{Card, CardError, Contact};
+pub use shared_dir::SharedDir;
+pub use static_peers::StaticPeers;
+
+/// Environment variable naming this process's job (a number).
+pub const JOB_VAR: &str = "BTL_JOB";
+/// Environment variable naming this process's rank in its job.
+pub const RANK_VAR: &str = "BTL_RANK";
+
+/// Where the processes of a job publish their cards and find each other's.
+pub trait Bootstrap: Send + Sync {
+    /// Makes `card` known to the other processes of its job.
+    fn publish(&self, card: &Card) -> Result<(), BootstrapError>;
+
+    /// The card of `proc`, waiting up to `timeout` for it to be published.
+    fn lookup(&self, proc: ProcName, timeout: Duration) -> Result<Card, BootstrapError>;
+
+    /// The contacts `proc` must listen on, when they were fixed in advance
+    /// (a static list); `None` when the process chooses and publishes them.
+    fn assigned(&self, proc: ProcName) -> Option<Card> {
+        let _ = proc;
+        None
+    }
+}
+
+/// Why the bootstrap failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// No card for the process appeared in time.
+    #[error("no card for process {proc} within {timeout:?} ({where_})")]
+    Timeout {
+        /// The process looked up.
+        proc: ProcName,
+        /// How long the lookup waited.
+        timeout: Duration,
+        /// Where it looked.
+        where_: String,
+    },
+    /// The process is not in a static list.
+    #[error("process {0} is not in the static peer list")]
+    Unknown(ProcName),
+    /// A card did not parse.
+    #[error("{source} (in {where_})")]
+    Card {
+        /// What was wrong.
+        source: CardError,
+        /// Where the card came from.
+        where_: String,
+    },
+    /// A published card differs from what a static list fixed.
+    #[error("process {proc} publishes {published}, but the static list says {listed}")]
+    Mismatch {
+        /// The process.
+        proc: ProcName,
+        /// The card it published.
+        published: String,
+        /// The card the list holds.
+        listed: String,
+    },
+    /// Reading or writing a card failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The job or rank in the environment is missing or not a number.
+    #[error("environment variable {var}: {problem}")]
+    Environment {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// This process's name from [`JOB_VAR`] and [`RANK_VAR`].
+pub fn proc_from_env() -> Result<ProcName, BootstrapError> {
+    Ok(ProcName::new(env_number(JOB_VAR)?, env_number(RANK_VAR)?))
+}
+
+fn env_number<T: std::str::FromStr>(var: &'static str) -> Result<T, BootstrapError> {
+    let value = std::env::var(var).map_err(|_| BootstrapError::Environment {
+        var,
+        problem: "not set".into(),
+    })?;
+    value
+        .trim()
+        .parse()
+        .map_err(|_| BootstrapError::Environment {
+            var,
+            problem: format!("`{value}` is not a number"),
+        })
+}

@@ -1,0 +1,294 @@
+//! The links: a connection's state and write queue, how a driver's link id
+//! finds its slot, the handshake that opens a peer over a link, and failing
+//! a link with a CLOSE.
+
+use heapless::{Deque, Vec};
+
+use super::frame::{chunk, emit_control};
+use super::peer::PeerState;
+use super::receive::Receiving;
+use super::{CONTROL_MAX, Engine, LinkError, LinkId, TX_ITEMS, WINDOW};
+use crate::btl::LostReason;
+use crate::endpoint::ProcName;
+use crate::engine::handshake::{Handshake, HandshakePacket, LocalHello};
+use crate::engine::mover::StreamReader;
+use crate::wire::{CloseReason, CloseRepr, Flags, Limits, NONCE_LEN, PacketType};
+
+#[derive(Debug)]
+pub(super) enum TxItem {
+    /// A handshake packet, ACK or CLOSE, complete in place.
+    Control { bytes: [u8; CONTROL_MAX], len: u8 },
+    /// A retained packet of the link's peer.
+    Reliable { seq: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LinkState {
+    Handshaking,
+    Open,
+    /// Sending a CLOSE, then to be closed by the driver.
+    Closing,
+}
+
+#[derive(Debug)]
+pub(super) struct Link {
+    pub(super) id: LinkId,
+    pub(super) peer: Option<usize>,
+    pub(super) state: LinkState,
+    pub(super) handshake: Handshake,
+    pub(super) reader: StreamReader,
+    pub(super) receiving: Receiving,
+    pub(super) tx: Deque<TxItem, TX_ITEMS>,
+    /// Bytes of the front item already written.
+    pub(super) written: usize,
+    pub(super) opened_at: u64,
+    /// When the handshake packets last went out (repeated over datagrams).
+    pub(super) hello_sent_at: u64,
+}
+
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
+    Engine<'r, 'm, PEERS, LINKS, REGS>
+{
+    /// The slot of a current link; `None` for an id that is stale (closed,
+    /// its slot perhaps reused) or was never handed out.
+    pub(super) fn slot_of(&self, id: LinkId) -> Option<usize> {
+        let slot = usize::from(id.slot);
+        self.links
+            .get(slot)?
+            .as_ref()
+            .is_some_and(|l| l.id == id)
+            .then_some(slot)
+    }
+
+    pub(super) fn link_mut(&mut self, id: LinkId) -> Option<&mut Link> {
+        let slot = self.slot_of(id)?;
+        self.links[slot].as_mut()
+    }
+
+    /// The id of the link in `slot` (a stale one if there is none).
+    pub(super) fn link_id(&self, slot: usize) -> LinkId {
+        self.links.get(slot).and_then(Option::as_ref).map_or(
+            LinkId {
+                slot: slot as u16,
+                generation: 0,
+            },
+            |l| l.id,
+        )
+    }
+
+    pub(super) fn new_link(
+        &mut self,
+        expected: Option<ProcName>,
+        nonce: [u8; NONCE_LEN],
+        now: u64,
+    ) -> Result<LinkId, LinkError> {
+        let slot = self
+            .links
+            .iter()
+            .position(Option::is_none)
+            .ok_or(LinkError::TooManyLinks)?;
+        let local = LocalHello {
+            me: self.config.me,
+            link_index: 0,
+            nonce,
+            checksum: self.config.checksum,
+            keyed: self.config.job_key.is_some(),
+            max_body: self.config.max_body,
+            initial_credits: self.config.initial_credits,
+        };
+        self.links_made = self.links_made.wrapping_add(1);
+        let id = LinkId {
+            slot: slot as u16,
+            generation: self.links_made,
+        };
+        self.links[slot] = Some(Link {
+            id,
+            peer: None,
+            state: LinkState::Handshaking,
+            handshake: Handshake::new(&local, expected),
+            reader: StreamReader::new(Limits::new(self.config.max_body)),
+            receiving: Receiving::None,
+            tx: Deque::new(),
+            written: 0,
+            opened_at: now,
+            hello_sent_at: now,
+        });
+        Ok(id)
+    }
+
+    /// Queues whatever handshake packets are due on a link.
+    pub(super) fn flush_handshake(&mut self, slot: usize) {
+        let key = self.config.job_key.clone();
+        while let Some(packet) = self.links[slot]
+            .as_mut()
+            .and_then(|l| l.handshake.poll_send(key.as_deref()))
+        {
+            let mut bytes = [0u8; CONTROL_MAX];
+            let len = match packet {
+                HandshakePacket::Hello(h) => emit_control(
+                    &mut bytes,
+                    PacketType::Hello,
+                    0,
+                    0,
+                    0,
+                    Flags::empty(),
+                    |b| h.emit(chunk(b)),
+                ),
+                HandshakePacket::HelloAck(a) => emit_control(
+                    &mut bytes,
+                    PacketType::HelloAck,
+                    0,
+                    0,
+                    0,
+                    Flags::empty(),
+                    |b| a.emit(chunk(b)),
+                ),
+            };
+            if let Some(l) = self.links[slot].as_mut() {
+                let _ = l.tx.push_back(TxItem::Control { bytes, len });
+            }
+        }
+        self.maybe_open(slot);
+    }
+
+    /// Opens the link's peer once its handshake completes.
+    fn maybe_open(&mut self, slot: usize) {
+        let Some(l) = self.links[slot].as_ref() else {
+            return;
+        };
+        if l.state != LinkState::Handshaking || !l.handshake.is_complete() {
+            return;
+        }
+        let Some(hello) = l.handshake.peer().copied() else {
+            return;
+        };
+        let checksum = l.handshake.checksum();
+        let proc = ProcName::new(hello.job, hello.rank);
+        // A finalized engine opens nothing more.
+        if self.finalized {
+            self.fail_link(slot, CloseReason::Shutdown);
+            return;
+        }
+        let index = match l.peer {
+            Some(p) => p,
+            None => match self.find_or_add_peer(proc) {
+                Some(p) => p,
+                None => {
+                    self.fail_link(slot, CloseReason::ResourceExhausted);
+                    return;
+                }
+            },
+        };
+        // A lost peer stays lost: reconnection is not built yet.
+        if self.peers[index]
+            .as_ref()
+            .is_some_and(|p| matches!(p.state, PeerState::Lost(_)))
+        {
+            self.fail_link(slot, CloseReason::Normal);
+            return;
+        }
+        let id = self.link_id(slot);
+        if let Some(peer) = self.peers[index].as_mut() {
+            if let Some(old) = peer.link
+                && old != id
+                && self.links[usize::from(old.slot)].is_some()
+            {
+                // Both sides connected at once: the connection opened by the
+                // lower process name survives.
+                let ours_outbound = self.links[slot].as_ref().is_some_and(|l| l.peer.is_some());
+                let initiator = if ours_outbound { self.config.me } else { proc };
+                let other = if ours_outbound { proc } else { self.config.me };
+                if initiator > other {
+                    self.fail_link(slot, CloseReason::Normal);
+                    return;
+                }
+                self.fail_link(usize::from(old.slot), CloseReason::Normal);
+            }
+            let Some(peer) = self.peers[index].as_mut() else {
+                return;
+            };
+            peer.link = Some(id);
+            peer.state = PeerState::Open;
+            if peer.was_open {
+                // A reconnect: tell the peer at once what arrived, so it
+                // resends no more than it must.
+                peer.ack_owed_since = Some(self.now);
+            }
+            peer.was_open = true;
+            peer.checksum = checksum;
+            peer.peer_max_body = hello.max_body;
+            peer.peer_initial = hello.initial_credits;
+            peer.last_heard = self.now;
+        }
+        if let Some(l) = self.links[slot].as_mut() {
+            l.peer = Some(index);
+            l.state = LinkState::Open;
+        }
+        // What the peer has not acknowledged goes out again on this link:
+        // after a switch from another one (both sides connected at once),
+        // what was written there is lost. The peer drops duplicates.
+        let mut retained: Vec<u64, WINDOW> = Vec::new();
+        if let Some(peer) = self.peers[index].as_mut() {
+            for resend in peer.send.resend_all(self.now) {
+                let _ = retained.push(resend.seq);
+            }
+        }
+        for seq in retained {
+            self.enqueue_reliable(index, seq);
+        }
+        self.progress_queues();
+    }
+
+    /// Ends a link after a protocol failure: a CLOSE goes out first.
+    pub(super) fn fail_link(&mut self, slot: usize, reason: CloseReason) {
+        let Some(l) = self.links[slot].as_mut() else {
+            return;
+        };
+        if l.state == LinkState::Closing {
+            return;
+        }
+        l.state = LinkState::Closing;
+        let mid_frame = l.written > 0;
+        l.tx.clear();
+        l.written = 0;
+        if mid_frame {
+            // A CLOSE after part of a frame would be read as the rest of
+            // that frame (into a peer's memory, for a PUT): just close.
+            let _ = self.closes.push_back(l.id);
+        } else {
+            let mut bytes = [0u8; CONTROL_MAX];
+            let len = emit_control(
+                &mut bytes,
+                PacketType::Close,
+                0,
+                0,
+                0,
+                Flags::empty(),
+                |b| CloseRepr { reason }.emit(chunk(b)),
+            );
+            let _ = l.tx.push_back(TxItem::Control { bytes, len });
+        }
+        if let Receiving::Send { frag, .. } = core::mem::replace(&mut l.receiving, Receiving::None)
+        {
+            let _ = self.pools.free(frag);
+        }
+        let peer = l.peer;
+        if let Some(p) = peer
+            && self.peers[p]
+                .as_ref()
+                .is_some_and(|peer| peer.link == Some(self.link_id(slot)))
+        {
+            if let Some(peer) = self.peers[p].as_mut() {
+                peer.link = None;
+            }
+            let lost = match reason {
+                CloseReason::VersionMismatch => LostReason::VersionMismatch,
+                CloseReason::AuthFailed => LostReason::AuthFailed,
+                CloseReason::Timeout => LostReason::Timeout,
+                CloseReason::Normal => return,
+                _ => LostReason::ProtocolViolation,
+            };
+            self.lose_peer(p, lost);
+        }
+    }
+}

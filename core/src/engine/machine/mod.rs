@@ -1,0 +1,594 @@
+//! The engine of one process over stream or datagram links: handshakes, framing,
+//! reliable numbered packets, credits, sends, puts and gets, and the `Btl`
+//! interface on top. It does no I/O: the driver reports connections,
+//! bytes and time, and carries out the writes and connects it asks for.
+//!
+//! This module holds the public types, the engine and its driver interface;
+//! one child module per concept holds the rest: `peer`, `link`, `receive`,
+//! `reliable`, `frame`, `bulk` and `interface`.
+
+mod bulk;
+mod frame;
+mod interface;
+mod link;
+mod peer;
+mod receive;
+mod reliable;
+
+use heapless::{Deque, Vec};
+
+use super::config::{EngineConfig, Framing};
+use super::mover::StreamReader;
+use crate::btl::{Attributes, BtlFlags, Completion, LostReason, Registrations, Tag};
+use crate::endpoint::{EndpointId, ProcName};
+use crate::mca::Exclusivity;
+use crate::pool::{Fragment, FragmentClass, FragmentPools};
+use crate::wire::{
+    CHECKSUM_LEN, CloseReason, HEADER_LEN, HelloRepr, Limits, NONCE_LEN, PutRepr, SendRepr,
+    WireError,
+};
+
+use bulk::Op;
+use frame::{frame_len, item_segments};
+use link::{Link, LinkState, TxItem};
+use peer::{Peer, PeerState};
+use receive::Receiving;
+
+/// Reliable packets in flight per peer.
+pub const WINDOW: usize = 64;
+/// Puts and gets outstanding at once, this side's and peers' gets served.
+pub const MAX_OPS: usize = 64;
+/// Most slices one [`Transmit`] hands out (coalesced small packets).
+pub const MAX_SEGMENTS: usize = 16;
+const EVENTS: usize = 256;
+const PENDING: usize = 64;
+/// Answers (REJECT, DONE) waiting for a peer. Each answers one of the
+/// peer's transfers, and a peer has at most `MAX_OPS` of them outstanding,
+/// plus up to a window of late packets of transfers already answered: a
+/// peer that needs more asks faster than it takes answers.
+const ANSWERS: usize = MAX_OPS + WINDOW;
+const TX_ITEMS: usize = 128;
+const SEND_PREFIX: usize = HEADER_LEN + SendRepr::LEN;
+const PUT_PREFIX: usize = HEADER_LEN + PutRepr::LEN;
+const CONTROL_MAX: usize = HEADER_LEN + HelloRepr::LEN + CHECKSUM_LEN;
+/// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
+const GET_REPLY: u64 = 1 << 63;
+
+/// A connection to one peer, as the driver and the engine name it. Valid
+/// from the `handle_connected`/`handle_accepted` that made it until the
+/// driver's `handle_closed`; after that the engine refuses it
+/// ([`LinkError::UnknownLink`]) even once its slot serves a new link, so a
+/// driver's late call about an old connection never touches a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinkId {
+    slot: u16,
+    generation: u16,
+}
+
+/// Slices the driver writes, in order, on one link (one vectored write).
+#[derive(Debug)]
+pub struct Transmit<'a> {
+    /// The link to write on.
+    pub link: LinkId,
+    /// The bytes, in order.
+    pub segments: Vec<&'a [u8], MAX_SEGMENTS>,
+}
+
+/// A connection the engine wants the driver to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectRequest {
+    /// The peer.
+    pub endpoint: EndpointId,
+    /// Its process name, for the driver's address lookup.
+    pub proc: ProcName,
+}
+
+/// Why the driver's report could not be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkError {
+    /// Every link slot is in use.
+    TooManyLinks,
+    /// No such link (closed, or never opened).
+    UnknownLink,
+    /// No such endpoint.
+    UnknownEndpoint,
+}
+
+impl core::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            LinkError::TooManyLinks => "every link slot is in use",
+            LinkError::UnknownLink => "no such link",
+            LinkError::UnknownEndpoint => "no such endpoint",
+        })
+    }
+}
+
+impl core::error::Error for LinkError {}
+
+#[derive(Debug)]
+enum Pending {
+    Received {
+        from: EndpointId,
+        tag: Tag,
+        frag: Fragment,
+        len: usize,
+    },
+    Done(Completion),
+}
+
+/// The engine of one process. `'r` is the fragment pools' region, `'m`
+/// the lifetime of registered memory; `PEERS`, `LINKS` and `REGS` bound the
+/// peers, connections and registrations.
+pub struct Engine<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> {
+    config: EngineConfig,
+    attributes: Attributes,
+    pools: FragmentPools<'r>,
+    regs: Registrations<'m, REGS>,
+    peers: [Option<Peer>; PEERS],
+    links: [Option<Link>; LINKS],
+    ops: [Option<Op>; MAX_OPS],
+    events: Deque<Pending, EVENTS>,
+    delivered: Option<(usize, Fragment)>,
+    connects: Deque<ConnectRequest, PEERS>,
+    closes: Deque<LinkId, LINKS>,
+    /// Links made so far (mod 2^16): the generation of the next one.
+    links_made: u16,
+    next_op: u64,
+    now: u64,
+    finalized: bool,
+}
+
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
+    Engine<'r, 'm, PEERS, LINKS, REGS>
+{
+    /// An engine with `config`, its descriptors and receive fragments from
+    /// `pools`.
+    pub fn new(mut config: EngineConfig, pools: FragmentPools<'r>) -> Self {
+        let mut eager = pools
+            .class_size(FragmentClass::Eager)
+            .saturating_sub(SEND_PREFIX);
+        let mut max = pools
+            .class_size(FragmentClass::Max)
+            .saturating_sub(SEND_PREFIX);
+        if let Framing::Datagram { mtu } = config.framing {
+            // One frame per datagram: messages and PUT packets fit the MTU.
+            let room = mtu.saturating_sub(SEND_PREFIX + CHECKSUM_LEN);
+            eager = eager.min(room);
+            max = max.min(room);
+            let put_room = mtu.saturating_sub(PUT_PREFIX + CHECKSUM_LEN) as u64;
+            config.put_chunk = config.put_chunk.min(put_room).max(1);
+        }
+        Engine {
+            attributes: Attributes {
+                name: "engine",
+                eager_limit: eager,
+                max_send_size: max,
+                rdma_pipeline_send_length: max,
+                rdma_pipeline_frag_size: config.put_chunk as usize,
+                put_limit: u64::MAX >> 1,
+                put_alignment: 1,
+                get_limit: u64::MAX >> 1,
+                get_alignment: 1,
+                exclusivity: Exclusivity::LOW.plus(100),
+                latency_us: 100,
+                bandwidth_mbps: 10_000,
+                flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET | BtlFlags::SEND_INPLACE,
+                registration_handle_size: 8,
+            },
+            config,
+            pools,
+            regs: Registrations::new(),
+            peers: core::array::from_fn(|_| None),
+            links: core::array::from_fn(|_| None),
+            ops: [None; MAX_OPS],
+            events: Deque::new(),
+            delivered: None,
+            connects: Deque::new(),
+            closes: Deque::new(),
+            links_made: 0,
+            next_op: 0,
+            now: 0,
+            finalized: false,
+        }
+    }
+
+    /// Sets the attributes' name (`tcp`, `udp`, ...), for the driver that
+    /// wraps the engine.
+    pub fn set_name(&mut self, name: &'static str) {
+        self.attributes.name = name;
+    }
+
+    // ----- driver interface ---------------------------------------------
+
+    /// A connection the engine wants opened, if any.
+    pub fn poll_connect(&mut self) -> Option<ConnectRequest> {
+        // A peer lost (or finalized) since it asked wants no connection.
+        while let Some(req) = self.connects.pop_front() {
+            if self
+                .peer(req.endpoint)
+                .is_some_and(|p| matches!(p.state, PeerState::Connecting { .. }))
+            {
+                return Some(req);
+            }
+        }
+        None
+    }
+
+    /// A link the driver should close now that its last bytes are written.
+    pub fn poll_close(&mut self) -> Option<LinkId> {
+        self.closes.pop_front()
+    }
+
+    /// The driver opened the connection asked for `endpoint`; `nonce` is 16
+    /// fresh random bytes for its handshake.
+    pub fn handle_connected(
+        &mut self,
+        endpoint: EndpointId,
+        nonce: [u8; NONCE_LEN],
+        now: u64,
+    ) -> Result<LinkId, LinkError> {
+        self.now = now;
+        let index = usize::from(endpoint.0);
+        let proc = self
+            .peers
+            .get(index)
+            .and_then(Option::as_ref)
+            .map(|p| p.proc)
+            .ok_or(LinkError::UnknownEndpoint)?;
+        let id = self.new_link(Some(proc), nonce, now)?;
+        if let Some(link) = self.link_mut(id) {
+            link.peer = Some(index);
+        }
+        if let Some(peer) = self.peers[index].as_mut() {
+            peer.link = Some(id);
+        }
+        self.flush_handshake(usize::from(id.slot));
+        Ok(id)
+    }
+
+    /// The driver accepted a connection from an unknown peer; it learns who
+    /// from the HELLO.
+    pub fn handle_accepted(
+        &mut self,
+        nonce: [u8; NONCE_LEN],
+        now: u64,
+    ) -> Result<LinkId, LinkError> {
+        self.now = now;
+        let id = self.new_link(None, nonce, now)?;
+        self.flush_handshake(usize::from(id.slot));
+        Ok(id)
+    }
+
+    /// The connection asked for `endpoint` could not be opened.
+    pub fn handle_connect_failed(&mut self, endpoint: EndpointId, now: u64) {
+        self.now = now;
+        let index = usize::from(endpoint.0);
+        if let Some(Some(peer)) = self.peers.get(index)
+            && matches!(peer.state, PeerState::Connecting { .. })
+        {
+            if peer.was_open {
+                self.retry_later(index);
+            } else {
+                self.lose_peer(index, LostReason::Closed);
+            }
+        }
+    }
+
+    /// Bytes read from `link`; returns how many were taken. Fewer than
+    /// given means the engine waits for receive fragments: hand the rest
+    /// again after the upper layer has polled its events.
+    pub fn handle_stream(
+        &mut self,
+        link: LinkId,
+        data: &[u8],
+        now: u64,
+    ) -> Result<usize, LinkError> {
+        self.now = now;
+        let slot = self.slot_of(link).ok_or(LinkError::UnknownLink)?;
+        let Some(taken) = self.read_all(slot, data) else {
+            return Ok(data.len());
+        };
+        self.progress_queues();
+        Ok(taken)
+    }
+
+    /// One datagram received on `link` (datagram framing): one whole frame.
+    ///
+    /// A datagram that is damaged, cut short or not a frame is dropped, as
+    /// the network might have dropped it, and retransmission repairs the
+    /// loss; only during the handshake does it fail the link, with a CLOSE
+    /// that says why. A frame that finds no receive fragment is dropped
+    /// too, unacknowledged, and comes again.
+    pub fn handle_datagram(
+        &mut self,
+        link: LinkId,
+        datagram: &[u8],
+        now: u64,
+    ) -> Result<(), LinkError> {
+        self.now = now;
+        let slot = self.slot_of(link).ok_or(LinkError::UnknownLink)?;
+        let limits = Limits::new(self.config.max_body);
+        let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else {
+            return Err(LinkError::UnknownLink);
+        };
+        if l.state == LinkState::Closing {
+            return Ok(());
+        }
+        if let Err(e) = crate::wire::parse_datagram(datagram, &limits) {
+            let damaged = matches!(e, WireError::ChecksumMismatch { .. });
+            if l.state == LinkState::Handshaking && !damaged {
+                self.fail_link(slot, e.close_reason());
+            }
+            return Ok(());
+        }
+        // A fresh reader per datagram, each one frame from its start,
+        // whose checksum parse_datagram has just checked.
+        l.reader = StreamReader::for_checked_frame(limits);
+        l.receiving = Receiving::None;
+        let Some(taken) = self.read_all(slot, datagram) else {
+            return Ok(());
+        };
+        if taken < datagram.len()
+            && let Some(l) = self.links[slot].as_mut()
+        {
+            // Waiting for a receive fragment, which holds nothing yet.
+            l.receiving = Receiving::None;
+        }
+        self.progress_queues();
+        Ok(())
+    }
+
+    /// The connection `link` broke or was closed by the peer.
+    pub fn handle_closed(&mut self, link: LinkId, now: u64) {
+        self.now = now;
+        let Some(slot) = self.slot_of(link) else {
+            return;
+        };
+        let Some(l) = self.links[slot].take() else {
+            return;
+        };
+        if let Receiving::Send { frag, .. } = l.receiving {
+            let _ = self.pools.free(frag);
+        }
+        if let Some(p) = l.peer
+            && let Some(peer) = self.peers[p].as_mut()
+            && peer.link == Some(link)
+        {
+            peer.link = None;
+            match peer.state {
+                PeerState::Open => self.reconnect(p),
+                PeerState::Connecting { .. } if peer.was_open => self.retry_later(p),
+                PeerState::Connecting { .. } => self.lose_peer(p, LostReason::Closed),
+                _ => {}
+            }
+        }
+    }
+
+    /// The next bytes to write on `link`, if any.
+    ///
+    /// Over datagrams each transmit is one datagram: send it whole, then
+    /// report it with [`handle_written`](Self::handle_written) (also if it
+    /// had to be dropped).
+    pub fn poll_transmit(&mut self, link: LinkId) -> Option<Transmit<'_>> {
+        let slot = self.slot_of(link)?;
+        self.queue_ack_if_owed(slot);
+        if self.datagram() {
+            return self.poll_datagram(link);
+        }
+        let l = self.links.get(slot)?.as_ref()?;
+        let peer = l.peer.and_then(|p| self.peers[p].as_ref());
+        let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
+        let mut skip = l.written;
+        for item in l.tx.iter() {
+            if segments.len() + 3 > MAX_SEGMENTS {
+                break;
+            }
+            item_segments(
+                item,
+                peer,
+                &self.pools,
+                &self.regs,
+                &mut segments,
+                &mut skip,
+            );
+        }
+        if segments.is_empty() {
+            return None;
+        }
+        Some(Transmit { link, segments })
+    }
+
+    /// `n` bytes of what [`poll_transmit`](Self::poll_transmit) handed out
+    /// were written (over datagrams: the datagram was sent, whatever `n`).
+    pub fn handle_written(&mut self, link: LinkId, n: usize) {
+        let Some(slot) = self.slot_of(link) else {
+            return;
+        };
+        let mut left = n;
+        let datagram = self.datagram();
+        let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        if datagram {
+            l.tx.pop_front();
+            if l.state == LinkState::Closing && l.tx.is_empty() {
+                let _ = self.closes.push_back(link);
+            }
+            return;
+        }
+        let peer = l.peer.and_then(|p| self.peers[p].as_ref());
+        let checksum = peer.is_some_and(|p| p.checksum);
+        while let Some(front) = l.tx.front() {
+            let len = match front {
+                TxItem::Control { len, .. } => usize::from(*len),
+                TxItem::Reliable { seq } => peer
+                    .and_then(|p| p.send.get(*seq))
+                    .map_or(0, |out| frame_len(out, checksum, &self.pools, &self.regs)),
+            };
+            let rest = len.saturating_sub(l.written);
+            if left < rest {
+                l.written += left;
+                return;
+            }
+            left -= rest;
+            l.written = 0;
+            l.tx.pop_front();
+        }
+        if l.state == LinkState::Closing {
+            let _ = self.closes.push_back(link);
+        }
+    }
+
+    /// Time passed: handshakes and silent peers time out, keepalives go
+    /// out, and over datagrams lost packets and handshakes go again.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.now = now;
+        let datagram = self.datagram();
+        let repeat_after = self.config.rtt.normalized().initial_rto;
+        for slot in 0..LINKS {
+            let Some(l) = self.links[slot].as_mut() else {
+                continue;
+            };
+            if l.state != LinkState::Handshaking {
+                continue;
+            }
+            if now.saturating_sub(l.opened_at) >= self.config.handshake_timeout {
+                let reconnecting = l
+                    .peer
+                    .and_then(|p| self.peers[p].as_ref())
+                    .is_some_and(|peer| peer.was_open && peer.link == Some(l.id));
+                if reconnecting {
+                    // Not the peer's fault: try again after a backoff.
+                    let p = l.peer;
+                    if let Some(p) = p
+                        && let Some(peer) = self.peers[p].as_mut()
+                    {
+                        peer.link = None;
+                    }
+                    self.fail_link(slot, CloseReason::Normal);
+                    if let Some(p) = p {
+                        self.retry_later(p);
+                    }
+                } else {
+                    self.fail_link(slot, CloseReason::Timeout);
+                }
+            } else if datagram && now.saturating_sub(l.hello_sent_at) >= repeat_after {
+                l.hello_sent_at = now;
+                l.handshake.repeat();
+                self.flush_handshake(slot);
+            }
+        }
+        for p in 0..PEERS {
+            let Some(peer) = self.peers[p].as_mut() else {
+                continue;
+            };
+            if self.config.lost_by(peer).is_some_and(|t| now >= t) {
+                self.lose_peer(p, LostReason::Timeout);
+                continue;
+            }
+            if let PeerState::Connecting {
+                since,
+                retry: Some(at),
+            } = peer.state
+                && now >= at
+            {
+                peer.state = PeerState::Connecting { since, retry: None };
+                self.request_connect(p);
+                continue;
+            }
+            if peer.state != PeerState::Open {
+                continue;
+            }
+            let mut lost: Vec<u64, WINDOW> = Vec::new();
+            if datagram {
+                let rto = peer.rtt.rto();
+                while let Some(resend) = peer.send.next_retransmit(now, rto) {
+                    let _ = lost.push(resend.seq);
+                }
+                if !lost.is_empty() {
+                    peer.rtt.on_timeout();
+                }
+            }
+            let probe = self
+                .config
+                .probe_at(peer, datagram)
+                .is_some_and(|t| now >= t);
+            if probe && datagram && peer.starved() {
+                // Asked again ever more slowly while the peer grants nothing
+                // (a receiver that stopped polling).
+                peer.rtt.on_timeout();
+            }
+            for seq in lost {
+                self.resend(p, seq);
+            }
+            if probe {
+                self.probe(p);
+            }
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due next.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let datagram = self.datagram();
+        let repeat_after = self.config.rtt.normalized().initial_rto;
+        let links = self
+            .links
+            .iter()
+            .flatten()
+            .filter(|l| l.state == LinkState::Handshaking)
+            .map(|l| {
+                let fail = l.opened_at.saturating_add(self.config.handshake_timeout);
+                if datagram {
+                    fail.min(l.hello_sent_at.saturating_add(repeat_after))
+                } else {
+                    fail
+                }
+            });
+        let peers = self.peers.iter().flatten().filter_map(|p| {
+            let retransmit = match p.state {
+                PeerState::Open if datagram => p.send.retransmit_deadline(p.rtt.rto()),
+                PeerState::Connecting { retry, .. } => retry,
+                _ => None,
+            };
+            [
+                self.config.lost_by(p),
+                retransmit,
+                self.config.probe_at(p, datagram),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+        });
+        links.chain(peers).min()
+    }
+
+    /// Whether `endpoint`'s link has finished its handshake.
+    pub fn is_connected(&self, endpoint: EndpointId) -> bool {
+        self.peer(endpoint)
+            .is_some_and(|p| p.state == PeerState::Open)
+    }
+
+    // ----- internals ---------------------------------------------------
+
+    pub(super) fn datagram(&self) -> bool {
+        matches!(self.config.framing, Framing::Datagram { .. })
+    }
+
+    /// The front packet of a datagram link, skipping retained packets
+    /// acknowledged since they were queued.
+    fn poll_datagram(&mut self, link: LinkId) -> Option<Transmit<'_>> {
+        let l = self.links.get_mut(usize::from(link.slot))?.as_mut()?;
+        let peer = l.peer.and_then(|p| self.peers[p].as_ref());
+        while let Some(TxItem::Reliable { seq }) = l.tx.front() {
+            if peer.is_some_and(|p| p.send.get(*seq).is_some()) {
+                break;
+            }
+            l.tx.pop_front();
+        }
+        let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
+        let item = l.tx.front()?;
+        item_segments(item, peer, &self.pools, &self.regs, &mut segments, &mut 0);
+        (!segments.is_empty()).then_some(Transmit { link, segments })
+    }
+}

@@ -1,0 +1,316 @@
+//! The peers: their state, and their lifecycle from the first connect
+//! request through reconnections to loss; and the timers that decide when a
+//! silent peer is asked for an acknowledgement or given up.
+
+use heapless::{Deque, Vec};
+
+use super::receive::Held;
+use super::reliable::{Answer, Outgoing, Queued};
+use super::{ANSWERS, ConnectRequest, Engine, LinkId, MAX_OPS, PENDING, Pending, WINDOW};
+use crate::btl::{BtlError, Completion, ErrorEvent, LostReason};
+use crate::endpoint::{EndpointId, ProcName};
+use crate::engine::config::EngineConfig;
+use crate::engine::rtt::RttEstimator;
+use crate::engine::window::{RecvWindow, SendWindow};
+use crate::wire::CloseReason;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PeerState {
+    /// Added; no link yet.
+    Idle,
+    /// A link is being opened or handshaken (again, after a broken one,
+    /// when the peer has been open before). `since` starts the peer
+    /// timeout; `retry` is when to ask the driver again after a failed
+    /// reconnect (`None`: a request is out).
+    Connecting { since: u64, retry: Option<u64> },
+    /// Data flows.
+    Open,
+    /// Given up: every operation failed.
+    Lost(LostReason),
+}
+
+#[derive(Debug)]
+pub(super) struct Peer {
+    pub(super) proc: ProcName,
+    pub(super) refs: u32,
+    pub(super) state: PeerState,
+    pub(super) link: Option<LinkId>,
+    pub(super) send: SendWindow<Outgoing, WINDOW>,
+    pub(super) recv: RecvWindow<Held, WINDOW>,
+    pub(super) queue: Deque<Queued, PENDING>,
+    /// Answers owed to the peer: they go before anything queued.
+    pub(super) answers: Deque<Answer, ANSWERS>,
+    /// Largest body the peer accepts; CRC trailers on this link.
+    pub(super) peer_max_body: u64,
+    pub(super) checksum: bool,
+    /// Credits: SENDs sent, the peer's initial grant and newest total.
+    pub(super) sends_sent: u32,
+    pub(super) peer_initial: u32,
+    pub(super) peer_granted: u32,
+    /// Credits this side granted beyond the initial ones (freed fragments).
+    pub(super) granted: u32,
+    /// Acknowledgement owed: received packets or grants not yet reported.
+    pub(super) ack_owed_since: Option<u64>,
+    pub(super) last_heard: u64,
+    /// When this side last asked the peer for an acknowledgement
+    /// (keepalive, or credit probe over datagrams).
+    pub(super) last_probe: u64,
+    /// Retransmission timeout from measured round trips (datagrams), and
+    /// the backoff of reconnection attempts.
+    pub(super) rtt: RttEstimator,
+    /// The peer has been open: a broken link is reconnected, not fatal.
+    pub(super) was_open: bool,
+    /// The xfer ids of this peer's refused puts already answered.
+    pub(super) last_rejected: Option<u64>,
+}
+
+impl Peer {
+    fn new(proc: ProcName, rtt: RttEstimator) -> Self {
+        Peer {
+            proc,
+            refs: 0,
+            state: PeerState::Idle,
+            link: None,
+            send: SendWindow::new(),
+            recv: RecvWindow::new(),
+            queue: Deque::new(),
+            answers: Deque::new(),
+            peer_max_body: crate::wire::MIN_MAX_BODY,
+            checksum: false,
+            sends_sent: 0,
+            peer_initial: 0,
+            peer_granted: 0,
+            granted: 0,
+            ack_owed_since: None,
+            last_heard: 0,
+            last_probe: 0,
+            rtt,
+            was_open: false,
+            last_rejected: None,
+        }
+    }
+
+    pub(super) fn has_credit(&self) -> bool {
+        let allowed = self.peer_initial.wrapping_add(self.peer_granted);
+        (allowed.wrapping_sub(self.sends_sent) as i32) > 0
+    }
+
+    /// Out of credit with nothing in flight: only the peer's next grant
+    /// lets sends go on, and over datagrams the ACK carrying it may be lost.
+    pub(super) fn starved(&self) -> bool {
+        !self.has_credit() && self.send.is_empty()
+    }
+}
+
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
+    Engine<'r, 'm, PEERS, LINKS, REGS>
+{
+    pub(super) fn peer(&self, endpoint: EndpointId) -> Option<&Peer> {
+        self.peers.get(usize::from(endpoint.0))?.as_ref()
+    }
+
+    pub(super) fn peer_proc(&self, p: usize) -> ProcName {
+        self.peers[p]
+            .as_ref()
+            .map_or(self.config.me, |peer| peer.proc)
+    }
+
+    pub(super) fn find_or_add_peer(&mut self, proc: ProcName) -> Option<usize> {
+        if let Some(i) = self
+            .peers
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| p.proc == proc))
+        {
+            return Some(i);
+        }
+        let i = self.peers.iter().position(Option::is_none)?;
+        self.peers[i] = Some(Peer::new(proc, RttEstimator::with_bounds(self.config.rtt)));
+        Some(i)
+    }
+
+    /// The peer that is process `proc`, asked to connect if it is idle, or
+    /// `None` when this engine does not know it or has lost it.
+    pub(super) fn reach(&mut self, proc: ProcName) -> Option<usize> {
+        let q = self
+            .peers
+            .iter()
+            .position(|peer| peer.as_ref().is_some_and(|peer| peer.proc == proc))?;
+        self.check_endpoint(EndpointId(q as u16)).ok()
+    }
+
+    pub(super) fn check_endpoint(&mut self, endpoint: EndpointId) -> Result<usize, BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        let p = usize::from(endpoint.0);
+        let peer = self
+            .peers
+            .get(p)
+            .and_then(Option::as_ref)
+            .ok_or(BtlError::Unreachable)?;
+        match peer.state {
+            PeerState::Lost(reason) => Err(BtlError::PeerLost(reason)),
+            PeerState::Idle => {
+                let proc = peer.proc;
+                if self
+                    .connects
+                    .push_back(ConnectRequest { endpoint, proc })
+                    .is_err()
+                {
+                    return Err(BtlError::OutOfResource);
+                }
+                if let Some(peer) = self.peers[p].as_mut() {
+                    peer.state = PeerState::Connecting {
+                        since: self.now,
+                        retry: None,
+                    };
+                }
+                Ok(p)
+            }
+            _ => Ok(p),
+        }
+    }
+
+    /// Asks the driver for a link to peer `p` (later, if the request queue
+    /// is full).
+    pub(super) fn request_connect(&mut self, p: usize) {
+        let Some(peer) = self.peers[p].as_ref() else {
+            return;
+        };
+        let req = ConnectRequest {
+            endpoint: EndpointId(p as u16),
+            proc: peer.proc,
+        };
+        if self.connects.push_back(req).is_err() {
+            self.retry_later(p);
+        }
+    }
+
+    /// A broken link of an open peer: connect again, resend what the peer
+    /// has not acknowledged once open, and give up only after the peer
+    /// timeout since it was last heard.
+    pub(super) fn reconnect(&mut self, p: usize) {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        peer.state = PeerState::Connecting {
+            since: peer.last_heard,
+            retry: None,
+        };
+        self.request_connect(p);
+    }
+
+    /// A reconnection attempt failed: the next one waits a backoff, and
+    /// the peer timeout keeps running.
+    pub(super) fn retry_later(&mut self, p: usize) {
+        let now = self.now;
+        if let Some(peer) = self.peers[p].as_mut()
+            && let PeerState::Connecting { since, .. } = peer.state
+        {
+            peer.rtt.on_timeout();
+            peer.state = PeerState::Connecting {
+                since,
+                retry: Some(now.saturating_add(peer.rtt.rto())),
+            };
+        }
+    }
+
+    /// Gives a peer up: every operation to it fails exactly once.
+    pub(super) fn lose_peer(&mut self, p: usize, reason: LostReason) {
+        self.fail_peer(p, reason, BtlError::PeerLost(reason));
+    }
+
+    /// Gives a peer up for `reason`, failing every operation to it exactly
+    /// once with `error` (`PeerLost`, or `Finalized` when the BTL shuts
+    /// down, which reports no lost peer).
+    pub(super) fn fail_peer(&mut self, p: usize, reason: LostReason, error: BtlError) {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return;
+        };
+        if matches!(peer.state, PeerState::Lost(_)) {
+            return;
+        }
+        peer.state = PeerState::Lost(reason);
+        let mut released: Vec<Outgoing, WINDOW> = Vec::new();
+        peer.send.drain(|_, out| {
+            let _ = released.push(out);
+        });
+        let mut queued: Vec<Queued, PENDING> = Vec::new();
+        while let Some(q) = peer.queue.pop_front() {
+            let _ = queued.push(q);
+        }
+        peer.answers.clear();
+        let mut held: Vec<Held, WINDOW> = Vec::new();
+        peer.recv.drain_held(|_, h| {
+            let _ = held.push(h);
+        });
+        if let Some(link) = peer.link.take() {
+            let slot = usize::from(link.slot);
+            if let Some(l) = self.links[slot].as_mut() {
+                l.peer = None;
+            }
+            self.fail_link(slot, CloseReason::Normal);
+        }
+        for out in released {
+            self.release(p, out, Err(error));
+        }
+        for q in queued {
+            if let Queued::Send(desc) = q {
+                self.complete_send(p, desc, Err(error));
+            }
+        }
+        for h in held {
+            if let Held::Send { frag, .. } = h {
+                let _ = self.pools.free(frag);
+            }
+        }
+        for i in 0..MAX_OPS {
+            if self.ops[i].is_some_and(|o| o.peer == p) {
+                self.finish_op(i, Err(error));
+            }
+        }
+        if error == BtlError::Finalized {
+            return;
+        }
+        let _ = self
+            .events
+            .push_back(Pending::Done(Completion::Error(ErrorEvent {
+                fatal: false,
+                endpoint: Some(EndpointId(p as u16)),
+                error,
+            })));
+    }
+}
+
+impl EngineConfig {
+    /// When `peer` counts as lost if nothing is heard from it: a peer
+    /// being connected, or an open one with operations outstanding (any
+    /// open one when keepalives are on), silent for the peer timeout.
+    pub(super) fn lost_by(&self, peer: &Peer) -> Option<u64> {
+        let waiting = !peer.send.is_empty() || !peer.queue.is_empty() || !peer.answers.is_empty();
+        let since = match peer.state {
+            PeerState::Open if waiting || self.keepalive > 0 => peer.last_heard,
+            PeerState::Connecting { since, .. } => since,
+            _ => return None,
+        };
+        Some(since.saturating_add(self.peer_timeout))
+    }
+
+    /// When an open `peer` is next asked for an acknowledgement: after
+    /// `keepalive` of silence (at most a third of the peer timeout, so that
+    /// a live peer has answered a probe or two before it would count as
+    /// lost), and over datagrams after a retransmission
+    /// timeout when sends wait for credits with nothing in flight (the ACK
+    /// that granted them may have been lost).
+    pub(super) fn probe_at(&self, peer: &Peer, datagram: bool) -> Option<u64> {
+        if peer.state != PeerState::Open {
+            return None;
+        }
+        let quiet_since = peer.last_heard.max(peer.last_probe);
+        let interval = self.keepalive.min(self.peer_timeout / 3).max(1);
+        let keepalive = (self.keepalive > 0).then(|| quiet_since.saturating_add(interval));
+        let credit =
+            (datagram && peer.starved()).then(|| quiet_since.saturating_add(peer.rtt.rto()));
+        [keepalive, credit].into_iter().flatten().min()
+    }
+}

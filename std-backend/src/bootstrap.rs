@@ -20,7 +20,7 @@ use btl_core::endpoint::ProcName;
 
 pub use card::{Card, CardError, Contact};
 pub use shared_dir::SharedDir;
-pub use static_peers::StaticPeers;
+pub use static_peers::{PEERS_FILE_VAR, PEERS_VAR, StaticPeers};
 
 /// Environment variable naming this process's job (a number).
 pub const JOB_VAR: &str = "BTL_JOB";

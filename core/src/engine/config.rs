@@ -61,13 +61,18 @@ pub struct EngineConfig {
     /// Bounds of the retransmission timeout over datagrams (and of the
     /// handshake's repetition there).
     pub rtt: RttConfig,
+    /// Connections per peer used in parallel over streams
+    /// (`btl_tcp_links`): PUT packets are striped across them, and when
+    /// one breaks the others carry what it had not delivered. From 1 to
+    /// [`MAX_PEER_LINKS`](super::MAX_PEER_LINKS); datagram framing uses 1.
+    pub links: u8,
 }
 
 impl EngineConfig {
     /// Defaults for process `me`: stream links, 1 MiB bodies, 16 credits,
     /// 64 KiB PUT packets, 5 s handshake, 30 s peer timeout, 10 s
-    /// keepalive, data-centre retransmission bounds, no job key, no
-    /// checksum.
+    /// keepalive, data-centre retransmission bounds, one link per peer, no
+    /// job key, no checksum.
     pub fn new(me: ProcName) -> Self {
         EngineConfig {
             me,
@@ -81,6 +86,7 @@ impl EngineConfig {
             peer_timeout: 30_000 * MS,
             keepalive: 10_000 * MS,
             rtt: RttConfig::DATA_CENTRE,
+            links: 1,
         }
     }
 

@@ -434,8 +434,7 @@ where
                 break;
             };
             if req.proc != self.names[side.other().index()] {
-                self.engine_mut(side)
-                    .handle_connect_failed(req.endpoint, now);
+                self.engine_mut(side).handle_connect_failed(req, now);
                 continue;
             }
             // One association per pair of addresses: a link that exists
@@ -444,14 +443,9 @@ where
                 continue;
             }
             let nonce = self.nonce();
-            match self
-                .engine_mut(side)
-                .handle_connected(req.endpoint, nonce, now)
-            {
+            match self.engine_mut(side).handle_connected(req, nonce, now) {
                 Ok(link) => self.links[side.index()] = Some(link),
-                Err(_) => self
-                    .engine_mut(side)
-                    .handle_connect_failed(req.endpoint, now),
+                Err(_) => self.engine_mut(side).handle_connect_failed(req, now),
             }
         }
     }

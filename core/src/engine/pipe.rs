@@ -448,6 +448,8 @@ pub struct Connection {
     /// so that the pipe ends between two frames (true until anything is
     /// written): where [`StreamPair::inject`] may put a frame of its own.
     pub whole: [bool; 2],
+    /// Bytes the engine at each end has taken from the pipe so far.
+    pub carried: [u64; 2],
 }
 
 impl Connection {
@@ -556,6 +558,7 @@ struct Meta {
     ends: [End; 2],
     closed: [Option<Closure>; 2],
     whole: [bool; 2],
+    carried: [u64; 2],
 }
 
 /// A connection slot: the pipes stay in place when the slot is reused.
@@ -956,20 +959,15 @@ where
                 let slot = self.free_slot();
                 let reachable = req.proc == self.names[target.index()] && !self.is_dead(target);
                 let Some(i) = slot.filter(|_| reachable) else {
-                    self.engine_mut(side)
-                        .handle_connect_failed(req.endpoint, now);
+                    self.engine_mut(side).handle_connect_failed(req, now);
                     activity.closed += 1;
                     continue;
                 };
                 let nonce = self.nonce();
-                let link = match self
-                    .engine_mut(side)
-                    .handle_connected(req.endpoint, nonce, now)
-                {
+                let link = match self.engine_mut(side).handle_connected(req, nonce, now) {
                     Ok(link) => link,
                     Err(_) => {
-                        self.engine_mut(side)
-                            .handle_connect_failed(req.endpoint, now);
+                        self.engine_mut(side).handle_connect_failed(req, now);
                         activity.closed += 1;
                         continue;
                     }
@@ -1123,6 +1121,7 @@ where
             closed: meta.closed,
             in_flight: [slot.to[0].len(), slot.to[1].len()],
             whole: meta.whole,
+            carried: meta.carried,
         })
     }
 
@@ -1160,6 +1159,7 @@ where
             ends,
             closed,
             whole: [true; 2],
+            carried: [0; 2],
         });
         id
     }
@@ -1209,7 +1209,10 @@ where
                 let engine = engines[side.index()].borrow_mut();
                 if !pipe.is_empty() {
                     match read_link(engine, link, pipe, now) {
-                        Ok(n) => activity.read += n,
+                        Ok(n) => {
+                            activity.read += n;
+                            meta.carried[t] += n as u64;
+                        }
                         // The engine no longer knows the link.
                         Err(_) => {
                             meta.closed[t] = Some(Closure::Closed);

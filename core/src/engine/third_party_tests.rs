@@ -105,11 +105,11 @@ impl Mesh {
             {
                 let j = self.names.iter().position(|&n| n == req.proc);
                 let Some(j) = j.filter(|&j| !self.down[j]) else {
-                    self.engines[i].handle_connect_failed(req.endpoint, now);
+                    self.engines[i].handle_connect_failed(req, now);
                     continue;
                 };
                 let (n1, n2) = (self.nonce(), self.nonce());
-                let from = self.engines[i].handle_connected(req.endpoint, n1, now);
+                let from = self.engines[i].handle_connected(req, n1, now);
                 let to = self.engines[j].handle_accepted(n2, now);
                 let (Ok(from), Ok(to)) = (from, to) else {
                     panic!("no link slot");

@@ -29,7 +29,7 @@ use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::pipe::{self, Closure, ConnId, Pipe, Role, StreamPair, write_link};
 use btl_core::engine::rtt::RttConfig;
-use btl_core::engine::{Engine, LinkId};
+use btl_core::engine::{ConnectRequest, Engine, LinkId};
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 use btl_core::wire::{
     self, CloseReason, HEADER_LEN, HeaderRepr, HelloRepr, Limits, NONCE_LEN, PacketRepr, SendRepr,
@@ -52,9 +52,9 @@ pub type PairEngine = Engine<'static, 'static, PEERS, LINKS, REGS>;
 /// Bytes each pipe holds: less than the largest frames (64 KiB sends and
 /// puts), so writes and reads are partial all the time.
 pub const PIPE: usize = 32 << 10;
-/// Connection slots: both sides connecting at once, a rogue, and room to
-/// keep closed ones visible.
-pub const CONNS: usize = 4;
+/// Connection slots: two links, each connected from both sides at once, a
+/// rogue, and room to keep closed ones visible.
+pub const CONNS: usize = 8;
 
 /// The driver of A and B.
 pub type Pair = StreamPair<PairEngine, PIPE, CONNS, Box<PairEngine>>;
@@ -139,9 +139,15 @@ impl StreamPairWorld {
     /// Two engines of one job, each knowing the other (`add_procs`), no
     /// connection yet: the first operation opens one.
     pub fn new() -> Self {
+        Self::with_links(1)
+    }
+
+    /// As [`new`](Self::new), with `links` connections per peer: puts are
+    /// striped across them.
+    pub fn with_links(links: u8) -> Self {
         let mut pair = Box::new(Pair::new(
-            engine_of(A_NAME, KEY),
-            engine_of(B_NAME, KEY),
+            engine_of(A_NAME, KEY, links),
+            engine_of(B_NAME, KEY, links),
             [A_NAME, B_NAME],
             SEED,
         ));
@@ -283,11 +289,17 @@ impl World for StreamPairWorld {
             }
             BadHandshake::Garbage => garbage(0x6A7B_0001),
             BadHandshake::WrongJobKey => {
-                let mut rogue = engine_of(ROGUE_NAME, ROGUE_KEY);
-                let ep = add(&mut rogue, [A_NAME, B_NAME][target as usize]);
+                let mut rogue = engine_of(ROGUE_NAME, ROGUE_KEY, 1);
+                let proc = [A_NAME, B_NAME][target as usize];
+                let endpoint = add(&mut rogue, proc);
+                let req = ConnectRequest {
+                    endpoint,
+                    proc,
+                    link_index: 0,
+                };
                 let nonce = self.pair.nonce();
                 let link = rogue
-                    .handle_connected(ep, nonce, self.pair.now())
+                    .handle_connected(req, nonce, self.pair.now())
                     .expect("a fresh engine has a free link");
                 engine = Some((rogue, link));
                 Vec::new()
@@ -349,7 +361,7 @@ impl World for StreamPairWorld {
 
 /// An engine of process `me` holding `key`, with CRC32C trailers, its pools
 /// carved from a leaked region.
-fn engine_of(me: ProcName, key: &[u8]) -> Box<PairEngine> {
+fn engine_of(me: ProcName, key: &[u8], links: u8) -> Box<PairEngine> {
     let pool = |payload: usize| FragmentPoolConfig {
         fragment_size: payload + PREFIX,
         num: FRAGMENTS,
@@ -366,6 +378,7 @@ fn engine_of(me: ProcName, key: &[u8]) -> Box<PairEngine> {
     let mut config = EngineConfig::new(me);
     config.job_key = Some(key.try_into().expect("a short job key"));
     config.checksum = true;
+    config.links = links;
     config.peer_timeout = PEER_TIMEOUT;
     config.rtt = RttConfig {
         initial_rto: 20 * TICK,

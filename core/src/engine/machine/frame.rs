@@ -46,9 +46,11 @@ fn frame_segments<'a, const REGS: usize>(
 
 /// The bytes of one queued item as the writer sends them, after dropping
 /// the first `skip`; nothing for a retained packet acknowledged since.
+/// `detached` is the link's detached packet.
 pub(super) fn item_segments<'a, const REGS: usize>(
     item: &'a TxItem,
     peer: Option<&'a Peer>,
+    detached: Option<&'a Outgoing>,
     pools: &'a FragmentPools<'_>,
     regs: &'a Registrations<'_, REGS>,
     segments: &mut Vec<&'a [u8], MAX_SEGMENTS>,
@@ -63,6 +65,12 @@ pub(super) fn item_segments<'a, const REGS: usize>(
                 && let Some(out) = peer.send.get(*seq)
             {
                 frame_segments(out, peer.checksum, pools, regs, segments, skip);
+            }
+        }
+        TxItem::Detached => {
+            if let Some(out) = detached {
+                let checksum = peer.is_some_and(|p| p.checksum);
+                frame_segments(out, checksum, pools, regs, segments, skip);
             }
         }
     }

@@ -7,7 +7,8 @@ use heapless::{Deque, Vec};
 use super::frame::{chunk, emit_control};
 use super::peer::PeerState;
 use super::receive::Receiving;
-use super::{CONTROL_MAX, Engine, LinkError, LinkId, TX_ITEMS, WINDOW};
+use super::reliable::Outgoing;
+use super::{CONTROL_MAX, Engine, LinkError, LinkId, MAX_PEER_LINKS, TX_ITEMS, WINDOW};
 use crate::btl::LostReason;
 use crate::endpoint::ProcName;
 use crate::engine::handshake::{Handshake, HandshakePacket, LocalHello};
@@ -20,6 +21,10 @@ pub(super) enum TxItem {
     Control { bytes: [u8; CONTROL_MAX], len: u8 },
     /// A retained packet of the link's peer.
     Reliable { seq: u64 },
+    /// The packet in [`Link::detached`]: acknowledged (it reached the peer
+    /// another way) while partly written here; its last bytes must follow
+    /// for the stream to stay framed.
+    Detached,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +39,9 @@ pub(super) enum LinkState {
 pub(super) struct Link {
     pub(super) id: LinkId,
     pub(super) peer: Option<usize>,
+    /// Which of the peer's links this is: asked for by this side, or
+    /// named by the peer's HELLO.
+    pub(super) index: u8,
     pub(super) state: LinkState,
     pub(super) handshake: Handshake,
     pub(super) reader: StreamReader,
@@ -41,6 +49,9 @@ pub(super) struct Link {
     pub(super) tx: Deque<TxItem, TX_ITEMS>,
     /// Bytes of the front item already written.
     pub(super) written: usize,
+    /// A packet the peer acknowledged while its front item was partly
+    /// written, kept until its last byte is: then it completes.
+    pub(super) detached: Option<Outgoing>,
     pub(super) opened_at: u64,
     /// When the handshake packets last went out (repeated over datagrams).
     pub(super) hello_sent_at: u64,
@@ -81,6 +92,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         expected: Option<ProcName>,
         nonce: [u8; NONCE_LEN],
         now: u64,
+        index: u8,
     ) -> Result<LinkId, LinkError> {
         let slot = self
             .links
@@ -89,7 +101,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             .ok_or(LinkError::TooManyLinks)?;
         let local = LocalHello {
             me: self.config.me,
-            link_index: 0,
+            link_index: u16::from(index),
             nonce,
             checksum: self.config.checksum,
             keyed: self.config.job_key.is_some(),
@@ -104,12 +116,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         self.links[slot] = Some(Link {
             id,
             peer: None,
+            index,
             state: LinkState::Handshaking,
             handshake: Handshake::new(&local, expected),
             reader: StreamReader::new(Limits::new(self.config.max_body)),
             receiving: Receiving::None,
             tx: Deque::new(),
             written: 0,
+            detached: None,
             opened_at: now,
             hello_sent_at: now,
         });
@@ -163,6 +177,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return;
         };
         let checksum = l.handshake.checksum();
+        let (outbound, own_index) = (l.peer.is_some(), l.index);
         let proc = ProcName::new(hello.job, hello.rank);
         // A finalized engine opens nothing more.
         if self.finalized {
@@ -179,7 +194,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 }
             },
         };
-        // A lost peer stays lost: reconnection is not built yet.
+        // A lost peer stays lost (a restarted process is not told apart
+        // from a returning one yet).
         if self.peers[index]
             .as_ref()
             .is_some_and(|p| matches!(p.state, PeerState::Lost(_)))
@@ -187,54 +203,91 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             self.fail_link(slot, CloseReason::Normal);
             return;
         }
-        let id = self.link_id(slot);
-        if let Some(peer) = self.peers[index].as_mut() {
-            if let Some(old) = peer.link
-                && old != id
-                && self.links[usize::from(old.slot)].is_some()
-            {
-                // Both sides connected at once: the connection opened by the
-                // lower process name survives.
-                let ours_outbound = self.links[slot].as_ref().is_some_and(|l| l.peer.is_some());
-                let initiator = if ours_outbound { self.config.me } else { proc };
-                let other = if ours_outbound { proc } else { self.config.me };
-                if initiator > other {
-                    self.fail_link(slot, CloseReason::Normal);
+        let link_index = if outbound {
+            own_index
+        } else {
+            match u8::try_from(hello.link_index) {
+                Ok(i) if usize::from(i) < MAX_PEER_LINKS => i,
+                _ => {
+                    self.fail_link(slot, CloseReason::ResourceExhausted);
                     return;
                 }
-                self.fail_link(usize::from(old.slot), CloseReason::Normal);
             }
-            let Some(peer) = self.peers[index].as_mut() else {
+        };
+        let id = self.link_id(slot);
+        let i = usize::from(link_index);
+        // Both sides connected link `i` at once: the connection opened by
+        // the lower process name survives, the other is closed.
+        let crossed = self.peers[index]
+            .as_ref()
+            .and_then(|peer| peer.links[i])
+            .filter(|&old| old != id)
+            .and_then(|old| self.slot_of(old));
+        if let Some(old) = crossed {
+            let initiator = if outbound { self.config.me } else { proc };
+            let other = if outbound { proc } else { self.config.me };
+            if initiator > other {
+                self.fail_link(slot, CloseReason::Normal);
                 return;
-            };
-            peer.link = Some(id);
-            peer.state = PeerState::Open;
-            if peer.was_open {
-                // A reconnect: tell the peer at once what arrived, so it
-                // resends no more than it must.
-                peer.ack_owed_since = Some(self.now);
             }
-            peer.was_open = true;
-            peer.checksum = checksum;
-            peer.peer_max_body = hello.max_body;
-            peer.peer_initial = hello.initial_credits;
-            peer.last_heard = self.now;
+            self.fail_link(old, CloseReason::Normal);
         }
+        // Whether another open link carries the peer already.
+        let carried = self.peers[index].as_ref().is_some_and(|peer| {
+            peer.state == PeerState::Open
+                && peer.links.iter().enumerate().any(|(j, l)| {
+                    j != i
+                        && l.and_then(|l| self.slot_of(l))
+                            .and_then(|s| self.links[s].as_ref())
+                            .is_some_and(|l| l.state == LinkState::Open)
+                })
+        });
+        let Some(peer) = self.peers[index].as_mut() else {
+            return;
+        };
+        peer.links[i] = Some(id);
+        peer.link_retry[i] = None;
+        peer.state = PeerState::Open;
+        if peer.was_open && !carried {
+            // A reconnect: tell the peer at once what arrived, so it
+            // resends no more than it must.
+            peer.ack_owed_since = Some(self.now);
+        }
+        peer.was_open = true;
+        peer.checksum = checksum;
+        peer.peer_max_body = hello.max_body;
+        peer.peer_initial = hello.initial_credits;
+        peer.last_heard = self.now;
         if let Some(l) = self.links[slot].as_mut() {
             l.peer = Some(index);
+            l.index = link_index;
             l.state = LinkState::Open;
         }
-        // What the peer has not acknowledged goes out again on this link:
-        // after a switch from another one (both sides connected at once),
-        // what was written there is lost. The peer drops duplicates.
-        let mut retained: Vec<u64, WINDOW> = Vec::new();
-        if let Some(peer) = self.peers[index].as_mut() {
-            for resend in peer.send.resend_all(self.now) {
-                let _ = retained.push(resend.seq);
+        // What the peer has not acknowledged goes out again when no other
+        // link carried the peer (a reconnect) or this link replaced one
+        // (both sides connected at once): what was written on the old one
+        // may be lost. The peer drops duplicates.
+        if !carried || crossed.is_some() {
+            let mut retained: Vec<u64, WINDOW> = Vec::new();
+            if let Some(peer) = self.peers[index].as_mut() {
+                for resend in peer.send.resend_all(self.now) {
+                    let _ = retained.push(resend.seq);
+                }
+            }
+            for seq in retained {
+                self.resend(index, seq);
             }
         }
-        for seq in retained {
-            self.enqueue_reliable(index, seq);
+        // The side that opened the link asks for the peer's other links.
+        if outbound {
+            for j in 0..self.config.links {
+                if self.peers[index]
+                    .as_ref()
+                    .is_some_and(|peer| peer.links[usize::from(j)].is_none())
+                {
+                    self.request_connect(index, j);
+                }
+            }
         }
         self.progress_queues();
     }
@@ -251,6 +304,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let mid_frame = l.written > 0;
         l.tx.clear();
         l.written = 0;
+        let detached = l.detached.take();
         if mid_frame {
             // A CLOSE after part of a frame would be read as the rest of
             // that frame (into a peer's memory, for a PUT): just close.
@@ -272,15 +326,16 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         {
             let _ = self.pools.free(frag);
         }
-        let peer = l.peer;
+        let (peer, id) = (l.peer, l.id);
+        if let (Some(p), Some(out)) = (peer, detached) {
+            // The peer has it: only the rest of its frame is not written.
+            self.release(p, out, Ok(()));
+        }
         if let Some(p) = peer
             && self.peers[p]
-                .as_ref()
-                .is_some_and(|peer| peer.link == Some(self.link_id(slot)))
+                .as_mut()
+                .is_some_and(|peer| peer.forget_link(id))
         {
-            if let Some(peer) = self.peers[p].as_mut() {
-                peer.link = None;
-            }
             let lost = match reason {
                 CloseReason::VersionMismatch => LostReason::VersionMismatch,
                 CloseReason::AuthFailed => LostReason::AuthFailed,

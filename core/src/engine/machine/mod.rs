@@ -51,6 +51,8 @@ const TX_ITEMS: usize = 128;
 const SEND_PREFIX: usize = HEADER_LEN + SendRepr::LEN;
 const PUT_PREFIX: usize = HEADER_LEN + PutRepr::LEN;
 const CONTROL_MAX: usize = HEADER_LEN + HelloRepr::LEN + CHECKSUM_LEN;
+/// Most connections per peer ([`EngineConfig::links`]).
+pub const MAX_PEER_LINKS: usize = 4;
 /// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
 const GET_REPLY: u64 = 1 << 63;
 
@@ -81,6 +83,9 @@ pub struct ConnectRequest {
     pub endpoint: EndpointId,
     /// Its process name, for the driver's address lookup.
     pub proc: ProcName,
+    /// Which of the peer's links this is, from 0 (below
+    /// [`EngineConfig::links`]): the driver pairs addresses by it.
+    pub link_index: u8,
 }
 
 /// Why the driver's report could not be taken.
@@ -151,8 +156,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let mut max = pools
             .class_size(FragmentClass::Max)
             .saturating_sub(SEND_PREFIX);
+        config.links = config.links.clamp(1, MAX_PEER_LINKS as u8);
         if let Framing::Datagram { mtu } = config.framing {
-            // One frame per datagram: messages and PUT packets fit the MTU.
+            // One frame per datagram: messages and PUT packets fit the MTU;
+            // one association per peer.
+            config.links = 1;
             let room = mtu.saturating_sub(SEND_PREFIX + CHECKSUM_LEN);
             eager = eager.min(room);
             max = max.min(room);
@@ -203,12 +211,13 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
 
     /// A connection the engine wants opened, if any.
     pub fn poll_connect(&mut self) -> Option<ConnectRequest> {
-        // A peer lost (or finalized) since it asked wants no connection.
+        // A peer lost (or finalized) since it asked wants no connection,
+        // nor does a link index that has one again.
         while let Some(req) = self.connects.pop_front() {
-            if self
-                .peer(req.endpoint)
-                .is_some_and(|p| matches!(p.state, PeerState::Connecting { .. }))
-            {
+            if self.peer(req.endpoint).is_some_and(|p| {
+                matches!(p.state, PeerState::Connecting { .. } | PeerState::Open)
+                    && p.links[usize::from(req.link_index)].is_none()
+            }) {
                 return Some(req);
             }
         }
@@ -220,28 +229,34 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         self.closes.pop_front()
     }
 
-    /// The driver opened the connection asked for `endpoint`; `nonce` is 16
+    /// The driver opened the connection `req` asked for; `nonce` is 16
     /// fresh random bytes for its handshake.
     pub fn handle_connected(
         &mut self,
-        endpoint: EndpointId,
+        req: ConnectRequest,
         nonce: [u8; NONCE_LEN],
         now: u64,
     ) -> Result<LinkId, LinkError> {
         self.now = now;
-        let index = usize::from(endpoint.0);
+        let index = usize::from(req.endpoint.0);
         let proc = self
             .peers
             .get(index)
             .and_then(Option::as_ref)
             .map(|p| p.proc)
             .ok_or(LinkError::UnknownEndpoint)?;
-        let id = self.new_link(Some(proc), nonce, now)?;
+        let link_index = usize::from(req.link_index);
+        if link_index >= MAX_PEER_LINKS {
+            return Err(LinkError::UnknownEndpoint);
+        }
+        let id = self.new_link(Some(proc), nonce, now, req.link_index)?;
         if let Some(link) = self.link_mut(id) {
             link.peer = Some(index);
         }
-        if let Some(peer) = self.peers[index].as_mut() {
-            peer.link = Some(id);
+        if let Some(peer) = self.peers[index].as_mut()
+            && peer.links[link_index].is_none()
+        {
+            peer.links[link_index] = Some(id);
         }
         self.flush_handshake(usize::from(id.slot));
         Ok(id)
@@ -255,23 +270,24 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         now: u64,
     ) -> Result<LinkId, LinkError> {
         self.now = now;
-        let id = self.new_link(None, nonce, now)?;
+        let id = self.new_link(None, nonce, now, 0)?;
         self.flush_handshake(usize::from(id.slot));
         Ok(id)
     }
 
-    /// The connection asked for `endpoint` could not be opened.
-    pub fn handle_connect_failed(&mut self, endpoint: EndpointId, now: u64) {
+    /// The connection `req` asked for could not be opened.
+    pub fn handle_connect_failed(&mut self, req: ConnectRequest, now: u64) {
         self.now = now;
-        let index = usize::from(endpoint.0);
-        if let Some(Some(peer)) = self.peers.get(index)
-            && matches!(peer.state, PeerState::Connecting { .. })
-        {
-            if peer.was_open {
-                self.retry_later(index);
-            } else {
-                self.lose_peer(index, LostReason::Closed);
-            }
+        let index = usize::from(req.endpoint.0);
+        let Some(Some(peer)) = self.peers.get(index) else {
+            return;
+        };
+        match peer.state {
+            // Another link carries the peer: try this one again later.
+            PeerState::Open => self.retry_link_later(index, req.link_index),
+            PeerState::Connecting { .. } if peer.was_open => self.retry_later(index),
+            PeerState::Connecting { .. } => self.lose_peer(index, LostReason::Closed),
+            _ => {}
         }
     }
 
@@ -351,17 +367,16 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if let Receiving::Send { frag, .. } = l.receiving {
             let _ = self.pools.free(frag);
         }
+        if let (Some(p), Some(out)) = (l.peer, l.detached) {
+            // The peer has it: only the rest of its frame was not written.
+            self.release(p, out, Ok(()));
+        }
         if let Some(p) = l.peer
-            && let Some(peer) = self.peers[p].as_mut()
-            && peer.link == Some(link)
+            && self.peers[p]
+                .as_mut()
+                .is_some_and(|peer| peer.forget_link(link))
         {
-            peer.link = None;
-            match peer.state {
-                PeerState::Open => self.reconnect(p),
-                PeerState::Connecting { .. } if peer.was_open => self.retry_later(p),
-                PeerState::Connecting { .. } => self.lose_peer(p, LostReason::Closed),
-                _ => {}
-            }
+            self.link_gone(p, l.index);
         }
     }
 
@@ -376,6 +391,16 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if self.datagram() {
             return self.poll_datagram(link);
         }
+        let l = self.links.get_mut(slot)?.as_mut()?;
+        let peer = l.peer.and_then(|p| self.peers[p].as_ref());
+        // Packets acknowledged since they were queued (sent on another
+        // link too) are not written at all, unless begun.
+        while l.written == 0
+            && let Some(TxItem::Reliable { seq }) = l.tx.front()
+            && peer.is_some_and(|p| p.send.get(*seq).is_none())
+        {
+            l.tx.pop_front();
+        }
         let l = self.links.get(slot)?.as_ref()?;
         let peer = l.peer.and_then(|p| self.peers[p].as_ref());
         let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
@@ -387,6 +412,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             item_segments(
                 item,
                 peer,
+                l.detached.as_ref(),
                 &self.pools,
                 &self.regs,
                 &mut segments,
@@ -417,26 +443,38 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             }
             return;
         }
-        let peer = l.peer.and_then(|p| self.peers[p].as_ref());
+        let p = l.peer;
+        let peer = p.and_then(|p| self.peers[p].as_ref());
         let checksum = peer.is_some_and(|p| p.checksum);
+        let mut finished = None;
         while let Some(front) = l.tx.front() {
             let len = match front {
                 TxItem::Control { len, .. } => usize::from(*len),
                 TxItem::Reliable { seq } => peer
                     .and_then(|p| p.send.get(*seq))
                     .map_or(0, |out| frame_len(out, checksum, &self.pools, &self.regs)),
+                TxItem::Detached => l
+                    .detached
+                    .as_ref()
+                    .map_or(0, |out| frame_len(out, checksum, &self.pools, &self.regs)),
             };
             let rest = len.saturating_sub(l.written);
             if left < rest {
                 l.written += left;
-                return;
+                break;
             }
             left -= rest;
             l.written = 0;
-            l.tx.pop_front();
+            if let Some(TxItem::Detached) = l.tx.pop_front() {
+                finished = l.detached.take();
+            }
         }
-        if l.state == LinkState::Closing {
+        if l.state == LinkState::Closing && l.tx.is_empty() {
             let _ = self.closes.push_back(link);
+        }
+        if let (Some(p), Some(out)) = (p, finished) {
+            // Its last byte is written: the acknowledged packet completes.
+            self.release(p, out, Ok(()));
         }
     }
 
@@ -454,22 +492,19 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 continue;
             }
             if now.saturating_sub(l.opened_at) >= self.config.handshake_timeout {
-                let reconnecting = l
-                    .peer
-                    .and_then(|p| self.peers[p].as_ref())
-                    .is_some_and(|peer| peer.was_open && peer.link == Some(l.id));
-                if reconnecting {
+                let (id, index) = (l.id, l.index);
+                let reconnecting = l.peer.filter(|&p| {
+                    self.peers[p]
+                        .as_ref()
+                        .is_some_and(|peer| peer.was_open && peer.links.contains(&Some(id)))
+                });
+                if let Some(p) = reconnecting {
                     // Not the peer's fault: try again after a backoff.
-                    let p = l.peer;
-                    if let Some(p) = p
-                        && let Some(peer) = self.peers[p].as_mut()
-                    {
-                        peer.link = None;
+                    if let Some(peer) = self.peers[p].as_mut() {
+                        peer.forget_link(id);
                     }
                     self.fail_link(slot, CloseReason::Normal);
-                    if let Some(p) = p {
-                        self.retry_later(p);
-                    }
+                    self.link_gone(p, index);
                 } else {
                     self.fail_link(slot, CloseReason::Timeout);
                 }
@@ -494,12 +529,23 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 && now >= at
             {
                 peer.state = PeerState::Connecting { since, retry: None };
-                self.request_connect(p);
+                self.request_connect(p, 0);
                 continue;
             }
             if peer.state != PeerState::Open {
                 continue;
             }
+            for index in 0..MAX_PEER_LINKS {
+                if let Some(peer) = self.peers[p].as_mut()
+                    && peer.link_retry[index].is_some_and(|at| now >= at)
+                {
+                    peer.link_retry[index] = None;
+                    self.request_connect(p, index as u8);
+                }
+            }
+            let Some(peer) = self.peers[p].as_mut() else {
+                continue;
+            };
             let mut lost: Vec<u64, WINDOW> = Vec::new();
             if datagram {
                 let rto = peer.rtt.rto();
@@ -551,10 +597,15 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 PeerState::Connecting { retry, .. } => retry,
                 _ => None,
             };
+            let link_retry = match p.state {
+                PeerState::Open => p.link_retry.iter().flatten().copied().min(),
+                _ => None,
+            };
             [
                 self.config.lost_by(p),
                 retransmit,
                 self.config.probe_at(p, datagram),
+                link_retry,
             ]
             .into_iter()
             .flatten()
@@ -588,7 +639,15 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
         let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
         let item = l.tx.front()?;
-        item_segments(item, peer, &self.pools, &self.regs, &mut segments, &mut 0);
+        item_segments(
+            item,
+            peer,
+            None,
+            &self.pools,
+            &self.regs,
+            &mut segments,
+            &mut 0,
+        );
         (!segments.is_empty()).then_some(Transmit { link, segments })
     }
 }

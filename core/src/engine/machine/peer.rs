@@ -4,9 +4,12 @@
 
 use heapless::{Deque, Vec};
 
+use super::link::LinkState;
 use super::receive::Held;
 use super::reliable::{Answer, Outgoing, Queued};
-use super::{ANSWERS, ConnectRequest, Engine, LinkId, MAX_OPS, PENDING, Pending, WINDOW};
+use super::{
+    ANSWERS, ConnectRequest, Engine, LinkId, MAX_OPS, MAX_PEER_LINKS, PENDING, Pending, WINDOW,
+};
 use crate::btl::{BtlError, Completion, ErrorEvent, LostReason};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::engine::config::EngineConfig;
@@ -34,7 +37,13 @@ pub(super) struct Peer {
     pub(super) proc: ProcName,
     pub(super) refs: u32,
     pub(super) state: PeerState,
-    pub(super) link: Option<LinkId>,
+    /// The peer's links by link index: open, or being opened.
+    pub(super) links: [Option<LinkId>; MAX_PEER_LINKS],
+    /// When to ask again for a link index that broke or failed to connect
+    /// while another link carries the peer.
+    pub(super) link_retry: [Option<u64>; MAX_PEER_LINKS],
+    /// PUT packets go to the open links in turn.
+    pub(super) stripe: u8,
     pub(super) send: SendWindow<Outgoing, WINDOW>,
     pub(super) recv: RecvWindow<Held, WINDOW>,
     pub(super) queue: Deque<Queued, PENDING>,
@@ -70,7 +79,9 @@ impl Peer {
             proc,
             refs: 0,
             state: PeerState::Idle,
-            link: None,
+            links: [None; MAX_PEER_LINKS],
+            link_retry: [None; MAX_PEER_LINKS],
+            stripe: 0,
             send: SendWindow::new(),
             recv: RecvWindow::new(),
             queue: Deque::new(),
@@ -93,6 +104,17 @@ impl Peer {
     pub(super) fn has_credit(&self) -> bool {
         let allowed = self.peer_initial.wrapping_add(self.peer_granted);
         (allowed.wrapping_sub(self.sends_sent) as i32) > 0
+    }
+
+    /// Takes `link` out of the peer's links; whether it was one of them.
+    pub(super) fn forget_link(&mut self, link: LinkId) -> bool {
+        match self.links.iter_mut().find(|l| **l == Some(link)) {
+            Some(entry) => {
+                *entry = None;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Out of credit with nothing in flight: only the peer's next grant
@@ -152,11 +174,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             PeerState::Lost(reason) => Err(BtlError::PeerLost(reason)),
             PeerState::Idle => {
                 let proc = peer.proc;
-                if self
-                    .connects
-                    .push_back(ConnectRequest { endpoint, proc })
-                    .is_err()
-                {
+                let req = ConnectRequest {
+                    endpoint,
+                    proc,
+                    link_index: 0,
+                };
+                if self.connects.push_back(req).is_err() {
                     return Err(BtlError::OutOfResource);
                 }
                 if let Some(peer) = self.peers[p].as_mut() {
@@ -171,24 +194,67 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
     }
 
-    /// Asks the driver for a link to peer `p` (later, if the request queue
-    /// is full).
-    pub(super) fn request_connect(&mut self, p: usize) {
+    /// Asks the driver for link `link_index` to peer `p` (later, if the
+    /// request queue is full).
+    pub(super) fn request_connect(&mut self, p: usize, link_index: u8) {
         let Some(peer) = self.peers[p].as_ref() else {
             return;
         };
         let req = ConnectRequest {
             endpoint: EndpointId(p as u16),
             proc: peer.proc,
+            link_index,
         };
         if self.connects.push_back(req).is_err() {
-            self.retry_later(p);
+            if peer.state == PeerState::Open {
+                self.retry_link_later(p, link_index);
+            } else {
+                self.retry_later(p);
+            }
         }
     }
 
-    /// A broken link of an open peer: connect again, resend what the peer
-    /// has not acknowledged once open, and give up only after the peer
-    /// timeout since it was last heard.
+    /// Link `link_index` of peer `p` is gone (broke, or its reconnection's
+    /// handshake timed out) and no longer counts among its links. If
+    /// another open link carries the peer, what the peer has not
+    /// acknowledged goes out there (what was written on the lost link may
+    /// be lost with it; the peer drops duplicates) and the link is asked
+    /// for again after a backoff. Otherwise the peer reconnects, or, if it
+    /// has never been open, is lost.
+    pub(super) fn link_gone(&mut self, p: usize, link_index: u8) {
+        let Some(peer) = self.peers[p].as_ref() else {
+            return;
+        };
+        let carried = peer.state == PeerState::Open
+            && peer.links.iter().flatten().any(|&id| {
+                self.slot_of(id)
+                    .and_then(|s| self.links[s].as_ref())
+                    .is_some_and(|l| l.state == LinkState::Open)
+            });
+        match peer.state {
+            PeerState::Open if carried => {
+                let now = self.now;
+                let mut retained: Vec<u64, WINDOW> = Vec::new();
+                if let Some(peer) = self.peers[p].as_mut() {
+                    for resend in peer.send.resend_all(now) {
+                        let _ = retained.push(resend.seq);
+                    }
+                }
+                for seq in retained {
+                    self.resend(p, seq);
+                }
+                self.retry_link_later(p, link_index);
+            }
+            PeerState::Open => self.reconnect(p),
+            PeerState::Connecting { .. } if peer.was_open => self.retry_later(p),
+            PeerState::Connecting { .. } => self.lose_peer(p, LostReason::Closed),
+            _ => {}
+        }
+    }
+
+    /// A broken link of an open peer that no other link carries: connect
+    /// again, resend what the peer has not acknowledged once open, and
+    /// give up only after the peer timeout since it was last heard.
     pub(super) fn reconnect(&mut self, p: usize) {
         let Some(peer) = self.peers[p].as_mut() else {
             return;
@@ -197,7 +263,20 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             since: peer.last_heard,
             retry: None,
         };
-        self.request_connect(p);
+        self.request_connect(p, 0);
+    }
+
+    /// Link `link_index` of an open peer could not be had: ask for it again
+    /// after a backoff (doubling, up to the largest retransmission
+    /// timeout), while the peer's other links carry it.
+    pub(super) fn retry_link_later(&mut self, p: usize, link_index: u8) {
+        let now = self.now;
+        if let Some(peer) = self.peers[p].as_mut()
+            && let Some(retry) = peer.link_retry.get_mut(usize::from(link_index))
+        {
+            peer.rtt.on_timeout();
+            *retry = Some(now.saturating_add(peer.rtt.rto()));
+        }
     }
 
     /// A reconnection attempt failed: the next one waits a backoff, and
@@ -244,8 +323,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         peer.recv.drain_held(|_, h| {
             let _ = held.push(h);
         });
-        if let Some(link) = peer.link.take() {
-            let slot = usize::from(link.slot);
+        peer.link_retry = [None; MAX_PEER_LINKS];
+        let links = core::mem::take(&mut peer.links);
+        for link in links.into_iter().flatten() {
+            let Some(slot) = self.slot_of(link) else {
+                continue;
+            };
             if let Some(l) = self.links[slot].as_mut() {
                 l.peer = None;
             }

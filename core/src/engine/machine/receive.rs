@@ -349,10 +349,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 // other is a duplicate the peer drops (both connected at once).
                 let current = self.link_id(slot);
                 if let Some(p) = peer
-                    && let Some(peer) = self.peers[p].as_mut()
-                    && peer.link == Some(current)
+                    && self.peers[p]
+                        .as_mut()
+                        .is_some_and(|peer| peer.forget_link(current))
                 {
-                    peer.link = None;
                     self.deliver(p, Held::Close(reason));
                 }
                 Ok(())

@@ -8,7 +8,9 @@ use super::bulk::OpKind;
 use super::frame::{chunk, chunk_mut, emit_control};
 use super::link::{LinkState, TxItem};
 use super::peer::PeerState;
-use super::{CONTROL_MAX, Engine, MAX_OPS, PUT_PREFIX, Pending, SEND_PREFIX, WINDOW};
+use super::{
+    CONTROL_MAX, Engine, MAX_OPS, MAX_PEER_LINKS, PUT_PREFIX, Pending, SEND_PREFIX, WINDOW,
+};
 use crate::btl::{BtlError, Completion, MemSlice};
 use crate::desc::{DescFlags, Descriptor};
 use crate::endpoint::EndpointId;
@@ -237,12 +239,37 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
     }
 
-    /// Puts a retained packet on its peer's link.
+    /// The slot of the open link that carries the peer's next packet: PUT
+    /// packets (`stripe`) go to its open links in turn, everything else to
+    /// the first, so small messages queued together leave in one write.
+    pub(super) fn send_slot(&mut self, p: usize, stripe: bool) -> Option<usize> {
+        let peer = self.peers[p].as_ref()?;
+        let mut open: Vec<usize, MAX_PEER_LINKS> = Vec::new();
+        for id in peer.links.iter().flatten() {
+            if let Some(s) = self.slot_of(*id)
+                && self.links[s]
+                    .as_ref()
+                    .is_some_and(|l| l.state == LinkState::Open)
+            {
+                let _ = open.push(s);
+            }
+        }
+        if !stripe || open.len() < 2 {
+            return open.first().copied();
+        }
+        let peer = self.peers[p].as_mut()?;
+        peer.stripe = peer.stripe.wrapping_add(1);
+        open.get(usize::from(peer.stripe) % open.len()).copied()
+    }
+
+    /// Puts a retained packet on one of its peer's open links.
     pub(super) fn enqueue_reliable(&mut self, p: usize, seq: u64) {
-        let Some(link) = self.peers[p].as_ref().and_then(|peer| peer.link) else {
+        let stripe = self.peers[p]
+            .as_ref()
+            .is_some_and(|peer| matches!(peer.send.get(seq), Some(Outgoing::Put { .. })));
+        let Some(slot) = self.send_slot(p, stripe) else {
             return;
         };
-        let slot = usize::from(link.slot);
         // The header is written once, now, with the current ack and
         // credits: bytes handed to the driver never change afterwards.
         self.refresh(p, seq);
@@ -251,18 +278,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
     }
 
-    /// Puts a retained packet on its peer's link again (datagrams), unless
-    /// it still waits there: its bytes must not change under the driver.
+    /// Puts a retained packet on a link of its peer again (lost over
+    /// datagrams, or with a link that broke), unless it still waits on one:
+    /// its bytes must not change under the driver.
     pub(super) fn resend(&mut self, p: usize, seq: u64) {
-        let Some(link) = self.peers[p].as_ref().and_then(|peer| peer.link) else {
+        let Some(peer) = self.peers[p].as_ref() else {
             return;
         };
-        let waiting = self.links[usize::from(link.slot)]
-            .as_ref()
-            .is_some_and(|l| {
-                l.tx.iter()
-                    .any(|t| matches!(t, TxItem::Reliable { seq: s } if *s == seq))
-            });
+        let waiting = peer.links.iter().flatten().any(|id| {
+            self.slot_of(*id)
+                .and_then(|s| self.links[s].as_ref())
+                .is_some_and(|l| {
+                    l.tx.iter()
+                        .any(|t| matches!(t, TxItem::Reliable { seq: s } if *s == seq))
+                })
+        });
         if !waiting {
             self.enqueue_reliable(p, seq);
         }
@@ -399,14 +429,40 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 let _ = lost.push(resend.seq);
             }
         }
-        for (_, out) in released {
-            self.release(p, out, Ok(()));
+        for (seq, out) in released {
+            self.release_or_detach(p, seq, out);
         }
         for seq in lost {
             self.resend(p, seq);
         }
         self.progress_queues();
         Ok(())
+    }
+
+    /// An acknowledged packet completes, unless a link of its peer is
+    /// partway through writing it (sent there again after another link
+    /// broke, it reached the peer first the other way): then it stays with
+    /// that link until its last byte is written, for the stream's framing
+    /// and because its bytes must not change meanwhile.
+    fn release_or_detach(&mut self, p: usize, seq: u64, out: Outgoing) {
+        let writing = self.peers[p].as_ref().and_then(|peer| {
+            peer.links.iter().flatten().find_map(|id| {
+                let s = self.slot_of(*id)?;
+                let l = self.links[s].as_ref()?;
+                let mid = l.written > 0
+                    && matches!(l.tx.front(), Some(TxItem::Reliable { seq: f }) if *f == seq);
+                mid.then_some(s)
+            })
+        });
+        match writing.and_then(|s| self.links[s].as_mut()) {
+            Some(l) => {
+                if let Some(front) = l.tx.front_mut() {
+                    *front = TxItem::Detached;
+                }
+                l.detached = Some(out);
+            }
+            None => self.release(p, out, Ok(())),
+        }
     }
 
     /// A retained packet is done with: its operation may complete.
@@ -536,8 +592,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return;
         };
         peer.last_probe = now;
-        if let Some(link) = peer.link {
-            self.push_ack(p, usize::from(link.slot), Flags::ACK_REQUEST);
+        if let Some(slot) = self.send_slot(p, false) {
+            self.push_ack(p, slot, Flags::ACK_REQUEST);
         }
     }
 }

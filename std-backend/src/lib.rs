@@ -1,16 +1,21 @@
 //! `btl-std`: btl on an operating system.
 //!
-//! Today it supplies what `btl-core` cannot do without `std`: the
-//! environment and config-file sources of parameters ([`param_sources`]),
-//! and the `btl` command's reports ([`info`]). The TCP and UDP components,
-//! their `mio` progress loop and the bootstrap arrive with the engine.
+//! It supplies what `btl-core` cannot do without `std`: the environment and
+//! config-file sources of parameters ([`param_sources`]), the bootstrap
+//! that lets processes find each other ([`bootstrap`]), interface
+//! selection ([`interfaces`]), the engine over OS sockets ([`module`],
+//! [`tcp`]), and the `btl` command's reports ([`info`]).
 #![forbid(unsafe_code)]
 
 pub mod bootstrap;
+pub mod engine_cell;
 pub mod info;
 pub mod interfaces;
+pub mod module;
 pub mod param_file;
 pub mod param_sources;
+pub mod params;
+pub mod tcp;
 
 use btl_core::loopback::SelfComponent;
 use btl_core::mca::{Component, Params, RegisterError, Registry, register_framework_params};
@@ -30,5 +35,7 @@ pub fn register_all(params: &mut dyn Params) -> Result<Vec<ComponentInfo>, Regis
     register_framework_params(params)?;
     let mut loopback = SelfComponent::default();
     loopback.register(params)?;
-    Ok(vec![ComponentInfo::of(&loopback)])
+    let mut tcp = tcp::TcpComponent::default();
+    tcp.register(params)?;
+    Ok(vec![ComponentInfo::of(&loopback), ComponentInfo::of(&tcp)])
 }

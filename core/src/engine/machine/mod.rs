@@ -614,6 +614,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         links.chain(peers).min()
     }
 
+    /// Events ready for [`Btl::poll_event`], without moving
+    /// anything: what a driver checks before it waits.
+    ///
+    /// [`Btl::poll_event`]: crate::btl::Btl::poll_event
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
+    }
+
     /// Whether `endpoint`'s link has finished its handshake.
     pub fn is_connected(&self, endpoint: EndpointId) -> bool {
         self.peer(endpoint)

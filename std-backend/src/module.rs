@@ -1,0 +1,351 @@
+//! A BTL module over operating-system sockets: the engine, a `mio` poller
+//! and a [`Transport`] (TCP or UDP) that turns the engine's requests into
+//! socket calls and socket events into engine input.
+//!
+//! Two progress modes, as callers need them:
+//! - the caller drives [`Btl::progress`]: it polls the sockets without
+//!   waiting (lowest latency; what MPI-like callers do);
+//! - or it calls [`Module::wait`] when it has nothing else to do: that
+//!   spins for a bounded time (`spin`), then blocks in the poller until a
+//!   socket or a timer needs it. Spinning keeps latency close to
+//!   busy-polling when a core is free; blocking keeps two processes that
+//!   share a core from starving each other.
+//!
+//! Nothing here takes a lock: a module belongs to one thread at a time,
+//! and events are handed out by [`Btl::poll_event`], never called back.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use btl_core::btl::{
+    Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RemoteSlice, SendError,
+    SendStatus, Tag,
+};
+use btl_core::desc::{DescFlags, Descriptor, Order};
+use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::engine::{ConnectRequest, LinkId};
+use btl_core::pool::FragmentPools;
+use mio::{Events, Poll, Registry};
+
+use crate::engine_cell::{EngineCell, StdEngine};
+
+/// Socket events taken from the poller at once.
+const EVENTS: usize = 256;
+
+/// What a module asks of its sockets; implemented by TCP and UDP.
+pub trait Transport {
+    /// Whether this transport reaches `proc` (it has an address for it
+    /// that pairs with a local one); called before the engine learns of it.
+    fn resolve(&mut self, proc: ProcName) -> bool;
+
+    /// A readiness event of the poller for one of this transport's tokens.
+    fn on_event(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &Registry,
+        event: &mio::event::Event,
+        now: u64,
+    );
+
+    /// Opens the connection the engine asks for (reporting success or
+    /// failure to the engine, now or once the socket says).
+    fn connect(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &Registry,
+        req: ConnectRequest,
+        now: u64,
+    );
+
+    /// Closes a link the engine is done with and tells the engine.
+    fn close(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, link: LinkId, now: u64);
+
+    /// Moves bytes both ways as far as the sockets and the engine allow
+    /// without waiting: what the engine has to send, and input held back
+    /// earlier because the engine had no receive fragment for it.
+    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64);
+}
+
+/// A BTL module: the engine over transport `T`.
+pub struct Module<T> {
+    cell: EngineCell,
+    transport: T,
+    poll: Poll,
+    events: Events,
+    epoch: Instant,
+    spin: Duration,
+}
+
+impl<T: Transport> Module<T> {
+    /// A module of `cell`'s engine over `transport`, whose sockets are
+    /// already registered with `poll`.
+    pub fn new(cell: EngineCell, transport: T, poll: Poll, spin: Duration) -> Self {
+        Module {
+            cell,
+            transport,
+            poll,
+            events: Events::with_capacity(EVENTS),
+            epoch: Instant::now(),
+            spin,
+        }
+    }
+
+    /// The transport, to inspect it (its addresses, its connections).
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// Nanoseconds since the module was made: the engine's clock.
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// One pass over sockets and timers, the poller waiting up to `wait`
+    /// for a socket; returns whether a socket event came.
+    fn pass(&mut self, wait: Option<Duration>) -> io::Result<bool> {
+        let wait = match wait {
+            Some(w) => {
+                // Not past the engine's next timer.
+                let now = self.now();
+                let timer = self.cell.engine(|e| e.poll_timeout());
+                let until_timer = timer.map(|t| Duration::from_nanos(t.saturating_sub(now)));
+                Some(until_timer.map_or(w, |t| t.min(w)))
+            }
+            None => Some(Duration::ZERO),
+        };
+        match self.poll.poll(&mut self.events, wait) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        let now = self.now();
+        let Module {
+            cell,
+            transport,
+            poll,
+            events,
+            ..
+        } = self;
+        let registry = poll.registry();
+        let any = !events.is_empty();
+        cell.engine_mut(|engine| {
+            for event in events.iter() {
+                transport.on_event(engine, registry, event, now);
+            }
+            if engine.poll_timeout().is_some_and(|t| t <= now) {
+                engine.handle_timeout(now);
+            }
+            while let Some(req) = engine.poll_connect() {
+                transport.connect(engine, registry, req, now);
+            }
+            transport.flush(engine, registry, now);
+            while let Some(link) = engine.poll_close() {
+                transport.close(engine, registry, link, now);
+            }
+            engine.progress();
+        });
+        Ok(any)
+    }
+
+    /// Waits for something to do, at most `timeout`: progresses without
+    /// waiting for up to the spin time, then blocks in the poller. Returns
+    /// how many events are ready to poll.
+    pub fn wait(&mut self, timeout: Duration) -> io::Result<usize> {
+        let start = Instant::now();
+        loop {
+            self.pass(None)?;
+            let ready = self.cell.engine(|e| e.pending_events());
+            if ready > 0 {
+                return Ok(ready);
+            }
+            let elapsed = start.elapsed();
+            if elapsed >= timeout {
+                return Ok(0);
+            }
+            if elapsed >= self.spin {
+                self.pass(Some(timeout - elapsed))?;
+                let ready = self.cell.engine(|e| e.pending_events());
+                if ready > 0 || start.elapsed() >= timeout {
+                    return Ok(ready);
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+impl<T: Transport> Btl<'static> for Module<T> {
+    fn attributes(&self) -> &Attributes {
+        self.cell.engine(|e| e.attributes())
+    }
+
+    fn pools(&self) -> &FragmentPools<'_> {
+        self.cell.engine(|e| e.pools())
+    }
+
+    /// Looks each process up with the transport (its card, an address
+    /// that pairs with a local one) and adds those it reaches.
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
+            *ep = None;
+            if !self.transport.resolve(*proc) {
+                continue;
+            }
+            let mut one = [None];
+            let mut word = [0u64];
+            self.cell.engine_mut(|e| {
+                e.add_procs(
+                    core::slice::from_ref(proc),
+                    &mut one,
+                    &mut Reachability::new(&mut word),
+                )
+            })?;
+            if one[0].is_some() && reachable.set(i) {
+                *ep = one[0];
+            }
+        }
+        Ok(())
+    }
+
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        self.cell.engine_mut(|e| e.del_procs(endpoints))
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.cell
+            .engine_mut(|e| e.alloc(endpoint, order, size, flags))
+    }
+
+    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
+        self.cell.engine_mut(|e| e.free(desc))
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.cell
+            .engine_mut(|e| e.prepare_src(endpoint, data, reserve, order, flags))
+    }
+
+    fn prepare_src_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.cell
+            .engine_mut(|e| e.prepare_src_registered(endpoint, data, reserve, order, flags))
+    }
+
+    fn send(
+        &mut self,
+        endpoint: EndpointId,
+        desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError> {
+        let status = self.cell.engine_mut(|e| e.send(endpoint, desc, tag))?;
+        // Out now, not at the next progress: the latency of a ping-pong.
+        let _ = self.pass(None);
+        Ok(status)
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<(), BtlError> {
+        self.cell
+            .engine_mut(|e| e.sendi(endpoint, header, payload, tag, order, flags))?;
+        let _ = self.pass(None);
+        Ok(())
+    }
+
+    fn register_mem(
+        &mut self,
+        region: &'static mut [u8],
+        access: btl_core::btl::Access,
+    ) -> Result<MemHandle, BtlError> {
+        self.cell.engine_mut(|e| e.register_mem(region, access))
+    }
+
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<&'static mut [u8], BtlError> {
+        self.cell.engine_mut(|e| e.deregister_mem(handle))
+    }
+
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
+        self.cell.engine(|e| e.region(handle))
+    }
+
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
+        self.cell.engine_mut(|e| e.region_mut(handle))
+    }
+
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let op = self
+            .cell
+            .engine_mut(|e| e.put(endpoint, local, remote, ctx))?;
+        let _ = self.pass(None);
+        Ok(op)
+    }
+
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let op = self
+            .cell
+            .engine_mut(|e| e.get(endpoint, local, remote, ctx))?;
+        let _ = self.pass(None);
+        Ok(op)
+    }
+
+    /// Polls the sockets without waiting, then returns how many events are
+    /// ready. A socket error of the poller itself is reported as an
+    /// `Error` event by the engine's peers timing out; it is not expected.
+    fn progress(&mut self) -> usize {
+        let _ = self.pass(None);
+        self.cell.engine(|e| e.pending_events())
+    }
+
+    fn poll_event(&mut self) -> Option<Event<'_>> {
+        self.cell.engine_mut(|e| e.poll_event())
+    }
+
+    fn finalize(&mut self) {
+        self.cell.engine_mut(|e| e.finalize());
+        // The CLOSEs go out before the sockets are dropped.
+        let _ = self.pass(None);
+    }
+}

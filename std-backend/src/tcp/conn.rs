@@ -1,0 +1,150 @@
+//! One TCP connection of a module: its socket, where it stands (connecting
+//! or carrying an engine link), and the bytes read but not yet taken by the
+//! engine.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::time::Instant;
+
+use btl_core::engine::{ConnectRequest, LinkId};
+use mio::net::TcpStream;
+
+use crate::engine_cell::StdEngine;
+
+/// Bytes read ahead of the engine per connection: one large frame's worth
+/// of slack, so a socket is drained in few reads.
+pub const RX_BYTES: usize = 256 << 10;
+
+/// Where a connection stands.
+#[derive(Debug, Clone, Copy)]
+pub enum ConnState {
+    /// Our connect is in progress; the engine learns of it once it is up.
+    Connecting { req: ConnectRequest, since: Instant },
+    /// Carrying an engine link.
+    Open(LinkId),
+}
+
+/// What reading a connection came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// Everything the socket had was read and handed on.
+    Drained,
+    /// The engine took less than it was given (no receive fragment free):
+    /// the rest waits here, and reading resumes once it is taken.
+    Held,
+    /// The peer closed or the connection broke.
+    Closed,
+}
+
+/// Bytes read from the socket, waiting for the engine.
+#[derive(Debug)]
+pub struct RxBuffer {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl RxBuffer {
+    fn new() -> Self {
+        RxBuffer {
+            buf: vec![0; RX_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// One connection.
+#[derive(Debug)]
+pub struct Conn {
+    /// Its socket.
+    pub stream: TcpStream,
+    /// Connecting or open.
+    pub state: ConnState,
+    rx: RxBuffer,
+    /// The poller watches for writability (something waits to be sent).
+    pub write_interest: bool,
+}
+
+impl Conn {
+    /// A connection over `stream`.
+    pub fn new(stream: TcpStream, state: ConnState) -> Self {
+        Conn {
+            stream,
+            state,
+            rx: RxBuffer::new(),
+            write_interest: false,
+        }
+    }
+
+    /// The engine link, once open.
+    pub fn link(&self) -> Option<LinkId> {
+        match self.state {
+            ConnState::Open(link) => Some(link),
+            ConnState::Connecting { .. } => None,
+        }
+    }
+
+    /// Whether bytes wait here for the engine.
+    pub fn holds_input(&self) -> bool {
+        !self.rx.is_empty()
+    }
+
+    /// Hands held bytes to the engine, then reads the socket until it would
+    /// block, handing each read on, unless the engine stops taking.
+    pub fn read(&mut self, engine: &mut StdEngine<'_>, link: LinkId, now: u64) -> ReadOutcome {
+        loop {
+            if !self.rx.is_empty() {
+                let data = &self.rx.buf[self.rx.start..self.rx.end];
+                match engine.handle_stream(link, data, now) {
+                    Ok(n) => self.rx.start += n.min(data.len()),
+                    Err(_) => return ReadOutcome::Closed,
+                }
+                if !self.rx.is_empty() {
+                    return ReadOutcome::Held;
+                }
+            }
+            self.rx.start = 0;
+            self.rx.end = 0;
+            match self.stream.read(&mut self.rx.buf) {
+                Ok(0) => return ReadOutcome::Closed,
+                Ok(n) => self.rx.end = n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Drained,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return ReadOutcome::Closed,
+            }
+        }
+    }
+
+    /// Writes what the engine has for `link` until it has nothing more or
+    /// the socket would block; returns whether bytes still wait, or an
+    /// error when the connection broke.
+    pub fn write(&mut self, engine: &mut StdEngine<'_>, link: LinkId) -> io::Result<bool> {
+        loop {
+            let (n, total) = {
+                let Some(t) = engine.poll_transmit(link) else {
+                    return Ok(false);
+                };
+                let slices: heapless::Vec<IoSlice<'_>, { btl_core::engine::MAX_SEGMENTS }> =
+                    t.segments.iter().map(|s| IoSlice::new(s)).collect();
+                let total: usize = t.segments.iter().map(|s| s.len()).sum();
+                match self.stream.write_vectored(&slices) {
+                    Ok(n) => (n, total),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => (0, total),
+                    Err(e) => return Err(e),
+                }
+            };
+            if n > 0 {
+                engine.handle_written(link, n);
+            }
+            if n < total {
+                // A partial write: the socket's buffer is full for now.
+                return Ok(true);
+            }
+        }
+    }
+}

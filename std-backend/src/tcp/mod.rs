@@ -1,0 +1,238 @@
+//! The TCP component (`btl_tcp_*`): its parameters, and modules that run
+//! the engine in stream framing over TCP connections.
+
+mod conn;
+mod transport;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use btl_core::endpoint::ProcName;
+use btl_core::engine::config::EngineConfig;
+use btl_core::mca::{
+    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
+    ParamSpec, Params, RegisterError, Version,
+};
+use btl_core::pool::{PoolDefaults, PoolParams, pool_param_specs};
+use mio::Poll;
+
+pub use transport::{LOOKUP_TIMEOUT, NAME, Tcp};
+
+use crate::bootstrap::Bootstrap;
+use crate::engine_cell::EngineCell;
+use crate::interfaces::{Selection, SelectionError};
+use crate::module::Module;
+use crate::params::{EngineParams, engine_param_specs, register_specs};
+
+/// A module of the TCP component.
+pub type TcpModule = Module<Tcp>;
+
+/// Headroom each fragment keeps for the engine's packet header.
+const HEADER_RESERVE: usize = 40;
+
+/// The TCP component's pool parameters (`btl_tcp_eager_limit`, ...).
+pub static TCP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
+    NAME,
+    PoolDefaults {
+        small_size: "256",
+        eager_limit: "64k",
+        max_send_size: "256k",
+        free_list_num: "16",
+        free_list_max: "256",
+        free_list_inc: "16",
+    },
+);
+
+/// The engine parameters of the TCP component (`btl_tcp_peer_timeout`, ...).
+pub static TCP_ENGINE_PARAMS: [ParamSpec; 4] = engine_param_specs(NAME);
+
+const LIST: ParamKind = ParamKind::List;
+const PORT: ParamKind = ParamKind::Int { min: 0, max: 65535 };
+
+/// The TCP component's own parameters.
+pub static TCP_PARAMS: [ParamSpec; 8] = [
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "if_include", LIST, "")
+        .help("Interfaces to use, by name (eth0, ib*) or subnet (10.1.0.0/16); exclusive with if_exclude")
+        .level(1),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "if_exclude", LIST, "")
+        .help("Interfaces not to use; with neither list set, loopback and virtual bridges (docker*, virbr*, veth*) are left out unless nothing else is up")
+        .level(1),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "port_min", PORT, "0")
+        .help("Lowest port to listen on; 0 takes any free port (firewalled sites set a range)")
+        .level(2),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "port_range", ParamKind::Int { min: 1, max: 65535 }, "100")
+        .help("Ports tried from port_min on")
+        .level(2),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "links", ParamKind::Int { min: 1, max: 4 }, "1")
+        .help("Connections per peer used in parallel: large puts are striped across them, and one carries on when another breaks")
+        .level(4),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "sndbuf", ParamKind::Size { min: 0, max: 1 << 30 }, "0")
+        .help("Socket send buffer; 0 leaves the kernel's autotuning, which a fixed size can halve on fast links")
+        .level(5),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "rcvbuf", ParamKind::Size { min: 0, max: 1 << 30 }, "0")
+        .help("Socket receive buffer; 0 leaves the kernel's autotuning")
+        .level(5),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "link_timeout", ParamKind::Int { min: 0, max: 3_600_000 }, "10000")
+        .help("Milliseconds a link's data may stay unacknowledged before the link is given up (TCP_USER_TIMEOUT); the peer's other links carry on; 0 leaves the kernel's")
+        .level(5),
+];
+
+/// What a TCP module is built with, read from the parameters.
+#[derive(Debug, Clone)]
+pub struct TcpConfig {
+    /// Which local interfaces to use.
+    pub selection: Selection,
+    /// Lowest listening port, 0 for any.
+    pub port_min: u16,
+    /// Ports tried from `port_min`.
+    pub port_range: u16,
+    /// Connections per peer.
+    pub links: u8,
+    /// Socket buffers, 0 for the kernel's autotuning.
+    pub sndbuf: usize,
+    /// See `sndbuf`.
+    pub rcvbuf: usize,
+    /// `TCP_USER_TIMEOUT`; zero leaves the kernel's.
+    pub user_timeout: Duration,
+    /// How long a connect may take before it counts as failed.
+    pub connect_timeout: Duration,
+    /// How long `add_procs` waits for a peer's card.
+    pub lookup_timeout: Duration,
+    /// How long [`Module::wait`] spins before it blocks.
+    pub spin: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            selection: Selection::default(),
+            port_min: 0,
+            port_range: 100,
+            links: 1,
+            sndbuf: 0,
+            rcvbuf: 0,
+            user_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            lookup_timeout: LOOKUP_TIMEOUT,
+            spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// The TCP component.
+#[derive(Debug, Default)]
+pub struct TcpComponent {
+    ids: Option<TcpIds>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TcpIds {
+    own: [ParamId; 8],
+    pools: PoolParams,
+    engine: EngineParams,
+}
+
+/// Everything a TCP module needs from the parameters; `build` adds the
+/// process, its job key and the bootstrap.
+#[derive(Debug, Clone)]
+pub struct TcpSetup {
+    /// Socket-level settings.
+    pub tcp: TcpConfig,
+    /// Fragment pools.
+    pub pools: btl_core::pool::FragmentPoolsConfig,
+    /// Engine timers and checks, without the process's name and key.
+    pub engine: EngineConfig,
+}
+
+impl TcpSetup {
+    /// A module for process `me` of a job whose key is `job_key`, listening
+    /// as the setup says and publishing its card through `bootstrap`.
+    pub fn build(
+        &self,
+        me: ProcName,
+        job_key: Option<&[u8]>,
+        bootstrap: Arc<dyn Bootstrap>,
+    ) -> std::io::Result<TcpModule> {
+        let mut config = self.engine.clone();
+        config.me = me;
+        config.job_key = match job_key {
+            Some(k) => Some(heapless::Vec::from_slice(k).map_err(|_| {
+                std::io::Error::other(format!(
+                    "job key longer than {} bytes",
+                    btl_core::engine::config::MAX_KEY_LEN
+                ))
+            })?),
+            None => None,
+        };
+        config.links = self.tcp.links;
+        let mut cell = EngineCell::build(config, self.pools)?;
+        cell.engine_mut(|e| e.set_name(NAME));
+        let poll = Poll::new()?;
+        let tcp = Tcp::start(me, self.tcp.clone(), bootstrap, poll.registry())?;
+        Ok(Module::new(cell, tcp, poll, self.tcp.spin))
+    }
+}
+
+impl Component for TcpComponent {
+    type Module = TcpSetup;
+
+    fn framework(&self) -> &'static str {
+        BTL_FRAMEWORK
+    }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn version(&self) -> Version {
+        Version::new(0, 1, 0)
+    }
+
+    fn framework_version(&self) -> Version {
+        BTL_FRAMEWORK_VERSION
+    }
+
+    fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
+        self.ids = Some(TcpIds {
+            own: register_specs(params, &TCP_PARAMS)?,
+            pools: PoolParams::register(params, &TCP_POOL_PARAMS)?,
+            engine: EngineParams::register(params, &TCP_ENGINE_PARAMS)?,
+        });
+        Ok(())
+    }
+
+    fn init(&mut self, params: &dyn Params) -> Result<Modules<TcpSetup>, NotAvailable> {
+        let ids = self
+            .ids
+            .ok_or(NotAvailable::new("tcp: parameters were not registered"))?;
+        let na =
+            |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("tcp: {what}"));
+        let list = |i: usize| -> Result<String, NotAvailable> {
+            params
+                .list(ids.own[i])
+                .map(|l| l.as_str().to_string())
+                .map_err(|e| na(&e))
+        };
+        let int = |i: usize| params.int(ids.own[i]).map_err(|e| na(&e));
+        let size = |i: usize| params.size(ids.own[i]).map_err(|e| na(&e));
+        let selection = Selection::new(&list(0)?, &list(1)?).map_err(|e: SelectionError| na(&e))?;
+        let tcp = TcpConfig {
+            selection,
+            port_min: u16::try_from(int(2)?).unwrap_or(0),
+            port_range: u16::try_from(int(3)?).unwrap_or(1),
+            links: u8::try_from(int(4)?).unwrap_or(1),
+            sndbuf: usize::try_from(size(5)?).unwrap_or(0),
+            rcvbuf: usize::try_from(size(6)?).unwrap_or(0),
+            user_timeout: Duration::from_millis(u64::try_from(int(7)?).unwrap_or(0)),
+            ..TcpConfig::default()
+        };
+        let pools = ids
+            .pools
+            .read(params, HEADER_RESERVE)
+            .map_err(|e| na(&format_args!("{e:?}")))?;
+        let engine = ids.engine.read(params).map_err(|e| na(&e))?;
+        let mut modules = Modules::new();
+        let _ = modules.push(TcpSetup { tcp, pools, engine });
+        Ok(modules)
+    }
+}

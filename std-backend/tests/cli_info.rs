@@ -98,7 +98,15 @@ fn json_is_valid_and_filters_apply() {
         &[],
     );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(json["params"].as_array().map(Vec::len), Some(0));
+    let names: Vec<&str> = json["params"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(names.contains(&"btl_tcp_if_include"), "{names:?}");
+    assert!(names.contains(&"btl_tcp_peer_timeout"), "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("btl_tcp_")), "{names:?}");
 }
 
 #[test]

@@ -15,7 +15,10 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use btl_core::endpoint::ProcName;
 use ipnet::IpNet;
+
+use crate::bootstrap::Contact;
 
 /// Interfaces left out unless named or the only ones up.
 pub const DEFAULT_EXCLUDED: &[&str] = &["lo", "docker*", "virbr*", "veth*"];
@@ -236,6 +239,37 @@ pub fn pair(lower: &[Endpoint], higher: &[Endpoint], links: usize) -> Vec<(Endpo
             (lower[i], higher[j])
         })
         .collect()
+}
+
+/// A contact's address with its subnet prefix.
+pub fn net_of(c: &Contact) -> IpNet {
+    IpNet::new(c.addr.ip(), c.prefix).unwrap_or_else(|_| IpNet::from(c.addr.ip()))
+}
+
+/// The (local, remote) addresses of link `index` between `me` and `peer`
+/// (each a process and its contacts of one component), from the pairs both
+/// compute alike ([`pair`], the lower name's list first). `None` when no
+/// pair is usable.
+pub fn link_addresses(
+    me: (ProcName, &[Contact]),
+    peer: (ProcName, &[Contact]),
+    links: u8,
+    index: u8,
+) -> Option<(IpNet, std::net::SocketAddr)> {
+    let mine: Vec<IpNet> = me.1.iter().map(net_of).collect();
+    let theirs: Vec<IpNet> = peer.1.iter().map(net_of).collect();
+    let links = usize::from(links.max(1));
+    let pairs: Vec<(IpNet, IpNet)> = if me.0 < peer.0 {
+        pair(&mine, &theirs, links)
+    } else {
+        pair(&theirs, &mine, links)
+            .into_iter()
+            .map(|(a, b)| (b, a))
+            .collect()
+    };
+    let (local, remote) = *pairs.get(usize::from(index) % pairs.len().max(1))?;
+    let port = peer.1.iter().find(|c| net_of(c) == remote)?.addr.port();
+    Some((local, std::net::SocketAddr::new(remote.addr(), port)))
 }
 
 #[cfg(test)]

@@ -11,11 +11,13 @@ pub mod bootstrap;
 pub mod engine_cell;
 pub mod info;
 pub mod interfaces;
+pub mod listen;
 pub mod module;
 pub mod param_file;
 pub mod param_sources;
 pub mod params;
 pub mod tcp;
+pub mod udp;
 
 use btl_core::loopback::SelfComponent;
 use btl_core::mca::{Component, Params, RegisterError, Registry, register_framework_params};
@@ -37,5 +39,11 @@ pub fn register_all(params: &mut dyn Params) -> Result<Vec<ComponentInfo>, Regis
     loopback.register(params)?;
     let mut tcp = tcp::TcpComponent::default();
     tcp.register(params)?;
-    Ok(vec![ComponentInfo::of(&loopback), ComponentInfo::of(&tcp)])
+    let mut udp = udp::UdpComponent::default();
+    udp.register(params)?;
+    Ok(vec![
+        ComponentInfo::of(&loopback),
+        ComponentInfo::of(&tcp),
+        ComponentInfo::of(&udp),
+    ])
 }

@@ -66,6 +66,15 @@ pub trait Transport {
     fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64);
 }
 
+/// Sixteen fresh random bytes for a handshake.
+pub(crate) fn nonce() -> [u8; 16] {
+    let mut n = [0u8; 16];
+    // The OS generator does not fail once the system is up; were it to,
+    // a zero nonce still works, only less fresh.
+    let _ = getrandom::fill(&mut n);
+    n
+}
+
 /// A BTL module: the engine over transport `T`.
 pub struct Module<T> {
     cell: EngineCell,

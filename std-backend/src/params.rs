@@ -77,3 +77,18 @@ pub fn register_specs<const N: usize>(
         .try_into()
         .unwrap_or_else(|_| unreachable!("one id per spec")))
 }
+
+/// A job key as the engine keeps it, or why it cannot be one.
+pub fn job_key(
+    key: Option<&[u8]>,
+) -> std::io::Result<Option<heapless::Vec<u8, { btl_core::engine::config::MAX_KEY_LEN }>>> {
+    key.map(|k| {
+        heapless::Vec::from_slice(k).map_err(|_| {
+            std::io::Error::other(format!(
+                "job key longer than {} bytes",
+                btl_core::engine::config::MAX_KEY_LEN
+            ))
+        })
+    })
+    .transpose()
+}

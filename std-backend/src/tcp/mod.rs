@@ -155,15 +155,7 @@ impl TcpSetup {
     ) -> std::io::Result<TcpModule> {
         let mut config = self.engine.clone();
         config.me = me;
-        config.job_key = match job_key {
-            Some(k) => Some(heapless::Vec::from_slice(k).map_err(|_| {
-                std::io::Error::other(format!(
-                    "job key longer than {} bytes",
-                    btl_core::engine::config::MAX_KEY_LEN
-                ))
-            })?),
-            None => None,
-        };
+        config.job_key = crate::params::job_key(job_key)?;
         config.links = self.tcp.links;
         let mut cell = EngineCell::build(config, self.pools)?;
         cell.engine_mut(|e| e.set_name(NAME));

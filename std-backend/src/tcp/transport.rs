@@ -18,8 +18,9 @@ use super::TcpConfig;
 use super::conn::{Conn, ConnState, ReadOutcome};
 use crate::bootstrap::{Bootstrap, BootstrapError, Card, Contact};
 use crate::engine_cell::StdEngine;
-use crate::interfaces::{self, LocalAddr};
-use crate::module::Transport;
+use crate::interfaces;
+use crate::listen::{Ports, listen_all};
+use crate::module::{Transport, nonce};
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "tcp";
@@ -50,23 +51,15 @@ impl Tcp {
         bootstrap: Arc<dyn Bootstrap>,
         registry: &Registry,
     ) -> io::Result<Self> {
-        let assigned: Vec<Contact> = bootstrap
-            .assigned(me)
-            .map(|c| c.contacts_of(NAME).cloned().collect())
-            .unwrap_or_default();
-        let mut listeners = Vec::new();
-        if assigned.is_empty() {
-            let all = interfaces::local_addrs()?;
-            let chosen = config.selection.apply(&all).map_err(io::Error::other)?;
-            for addr in chosen {
-                listeners.push(listen_on(&addr, &config)?);
-            }
-        } else {
-            for c in assigned {
-                let listener = bind_listener(c.addr)?;
-                listeners.push((listener, c));
-            }
-        }
+        let ports = Ports {
+            min: config.port_min,
+            range: config.port_range,
+        };
+        let mut listeners = listen_all(me, NAME, &*bootstrap, &config.selection, ports, |at| {
+            let listener = bind_listener(at)?;
+            let bound = listener.local_addr()?;
+            Ok((listener, bound))
+        })?;
         let mut card = Card::new(me);
         for (i, (listener, contact)) in listeners.iter_mut().enumerate() {
             registry.register(listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
@@ -98,24 +91,15 @@ impl Tcp {
             .count()
     }
 
-    /// The (local, remote) addresses of link `index` to `proc`: the pairs
-    /// both processes compute alike from both address lists.
+    /// The (local, remote) addresses of link `index` to `proc`.
     fn pair_for(&self, proc: ProcName, index: u8) -> Option<(IpNet, SocketAddr)> {
-        let theirs = self.peers.get(&proc)?;
-        let mine: Vec<IpNet> = self.listeners.iter().map(|(_, c)| net_of(c)).collect();
-        let other: Vec<IpNet> = theirs.iter().map(net_of).collect();
-        let links = usize::from(self.config.links.max(1));
-        let pairs = if self.me < proc {
-            interfaces::pair(&mine, &other, links)
-        } else {
-            interfaces::pair(&other, &mine, links)
-                .into_iter()
-                .map(|(a, b)| (b, a))
-                .collect()
-        };
-        let (local, remote) = *pairs.get(usize::from(index) % pairs.len().max(1))?;
-        let port = theirs.iter().find(|c| net_of(c) == remote)?.addr.port();
-        Some((local, SocketAddr::new(remote.addr(), port)))
+        let mine: Vec<Contact> = self.contacts().cloned().collect();
+        interfaces::link_addresses(
+            (self.me, &mine),
+            (proc, self.peers.get(&proc)?),
+            self.config.links,
+            index,
+        )
     }
 
     fn insert(&mut self, conn: Conn, registry: &Registry) -> io::Result<usize> {
@@ -391,20 +375,6 @@ impl Transport for Tcp {
     }
 }
 
-/// A contact's address with its subnet prefix.
-fn net_of(c: &Contact) -> IpNet {
-    IpNet::new(c.addr.ip(), c.prefix).unwrap_or_else(|_| IpNet::from(c.addr.ip()))
-}
-
-/// Sixteen fresh random bytes for a handshake.
-fn nonce() -> [u8; 16] {
-    let mut n = [0u8; 16];
-    // The OS generator does not fail on Linux once booted; a zero nonce
-    // would still be refused by no one, only less fresh.
-    let _ = getrandom::fill(&mut n);
-    n
-}
-
 /// TCP_NODELAY always; buffer sizes only when set (0 leaves the kernel's
 /// autotuning, which a fixed size can halve on fast links); the user
 /// timeout that gives up a link whose data stays unacknowledged.
@@ -454,44 +424,6 @@ fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.bind(&SockAddr::from(addr))?;
     socket.listen(BACKLOG)?;
     Ok(TcpListener::from_std(socket.into()))
-}
-
-/// A listener on a selected local address, on a port of the configured
-/// range or any free one.
-fn listen_on(addr: &LocalAddr, config: &TcpConfig) -> io::Result<(TcpListener, Contact)> {
-    let ports: Vec<u16> = if config.port_min == 0 {
-        vec![0]
-    } else {
-        (0..config.port_range.max(1))
-            .filter_map(|k| config.port_min.checked_add(k))
-            .collect()
-    };
-    let mut last = io::Error::new(io::ErrorKind::AddrInUse, "no port in range");
-    for port in ports {
-        match bind_listener(SocketAddr::new(addr.ip(), port)) {
-            Ok(listener) => {
-                let bound = listener.local_addr()?;
-                return Ok((
-                    listener,
-                    Contact {
-                        component: NAME.to_string(),
-                        addr: bound,
-                        prefix: addr.net.prefix_len(),
-                    },
-                ));
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(io::Error::new(
-        last.kind(),
-        format!(
-            "tcp: no port to listen on {} in {}..{}: {last}",
-            addr.ip(),
-            config.port_min,
-            u32::from(config.port_min) + u32::from(config.port_range)
-        ),
-    ))
 }
 
 /// How long a lookup waits for a peer's card by default.

@@ -1,6 +1,6 @@
-//! Two TCP modules of one process over loopback: messages both ways, a put
-//! and a get of registered memory, found through a shared-directory
-//! bootstrap.
+//! Two modules of one process over loopback, TCP and UDP: messages, a put
+//! and a get of registered memory, the peers found through a
+//! shared-directory bootstrap.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,18 +11,31 @@ use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_std::bootstrap::SharedDir;
 use btl_std::interfaces::Selection;
 use btl_std::tcp::{TcpModule, TcpSetup};
+use btl_std::udp::{UdpModule, UdpSetup};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-fn setup(links: u8) -> TcpSetup {
-    let mut engine = btl_core::engine::config::EngineConfig::new(ProcName::new(0, 0));
-    engine.checksum = true;
+fn pools() -> btl_core::pool::FragmentPoolsConfig {
     let payload = |p: usize| btl_core::pool::FragmentPoolConfig {
         fragment_size: p + 40,
         num: 32,
         max: 64,
         inc: 16,
     };
+    btl_core::pool::FragmentPoolsConfig {
+        small: payload(256),
+        eager: payload(4096),
+        max: payload(64 << 10),
+    }
+}
+
+fn engine() -> btl_core::engine::config::EngineConfig {
+    let mut engine = btl_core::engine::config::EngineConfig::new(ProcName::new(0, 0));
+    engine.checksum = true;
+    engine
+}
+
+fn tcp(links: u8) -> TcpSetup {
     TcpSetup {
         tcp: btl_std::tcp::TcpConfig {
             selection: Selection::new("lo", "").expect("lo"),
@@ -30,44 +43,46 @@ fn setup(links: u8) -> TcpSetup {
             lookup_timeout: Duration::from_secs(5),
             ..Default::default()
         },
-        pools: btl_core::pool::FragmentPoolsConfig {
-            small: payload(256),
-            eager: payload(4096),
-            max: payload(64 << 10),
-        },
-        engine,
+        pools: pools(),
+        engine: engine(),
     }
 }
 
-/// Modules A and B of a fresh job, each knowing the other; returns them
-/// with B's endpoint at A and A's at B.
-fn pair(job: u64, links: u8) -> (TcpModule, TcpModule, EndpointId, EndpointId) {
-    let dir = std::env::temp_dir().join(format!("btl-tcp-test-{}-{job}", std::process::id()));
+fn udp() -> UdpSetup {
+    UdpSetup {
+        udp: btl_std::udp::UdpConfig {
+            selection: Selection::new("lo", "").expect("lo"),
+            lookup_timeout: Duration::from_secs(5),
+            ..Default::default()
+        },
+        pools: pools(),
+        engine: engine(),
+    }
+}
+
+/// A fresh job's bootstrap directory and process names A and B.
+fn job(job: u64) -> (Arc<SharedDir>, std::path::PathBuf, ProcName, ProcName) {
+    let dir = std::env::temp_dir().join(format!("btl-sockets-test-{}-{job}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let boot = Arc::new(SharedDir::new(&dir));
-    let (na, nb) = (ProcName::new(job, 0), ProcName::new(job, 1));
-    let s = setup(links);
-    let mut a = s.build(na, Some(b"k"), boot.clone()).expect("module A");
-    let mut b = s.build(nb, Some(b"k"), boot).expect("module B");
-    let add = |m: &mut TcpModule, p: ProcName| {
-        let mut ep = [None];
-        let mut w = [0u64];
-        m.add_procs(&[p], &mut ep, &mut Reachability::new(&mut w))
-            .expect("add_procs");
-        ep[0].expect("reachable over loopback")
-    };
-    let b_at_a = add(&mut a, nb);
-    let a_at_b = add(&mut b, na);
-    let _ = std::fs::remove_dir_all(&dir);
-    (a, b, b_at_a, a_at_b)
+    (
+        Arc::new(SharedDir::new(&dir)),
+        dir,
+        ProcName::new(job, 0),
+        ProcName::new(job, 1),
+    )
+}
+
+/// Makes `p` known to `m`; returns its endpoint.
+fn add<M: Btl<'static>>(m: &mut M, p: ProcName) -> EndpointId {
+    let mut ep = [None];
+    let mut w = [0u64];
+    m.add_procs(&[p], &mut ep, &mut Reachability::new(&mut w))
+        .expect("add_procs");
+    ep[0].expect("reachable over loopback")
 }
 
 /// Progresses both until `done` says so, within the deadline.
-fn run(
-    a: &mut TcpModule,
-    b: &mut TcpModule,
-    mut done: impl FnMut(&mut TcpModule, &mut TcpModule) -> bool,
-) {
+fn run<M: Btl<'static>>(a: &mut M, b: &mut M, mut done: impl FnMut(&mut M, &mut M) -> bool) {
     let start = Instant::now();
     while !done(a, b) {
         assert!(
@@ -79,10 +94,11 @@ fn run(
     }
 }
 
-fn exchange(links: u8, job: u64) {
-    let (mut a, mut b, b_at_a, a_at_b) = pair(job, links);
+/// Messages from A to B, then a put of 3 MiB and a get of it back.
+fn exchange<M: Btl<'static>>(mut a: M, mut b: M, b_at_a: EndpointId) -> (M, M) {
+    let max = a.attributes().max_send_size as u32;
     for i in 0..50u32 {
-        let data: Vec<u8> = (0..(i * 997) % 60_000).map(|x| (x ^ i) as u8).collect();
+        let data: Vec<u8> = (0..(i * 997) % max).map(|x| (x ^ i) as u8).collect();
         let d = a
             .prepare_src(b_at_a, &data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
             .expect("descriptor");
@@ -99,7 +115,7 @@ fn exchange(links: u8, job: u64) {
     });
     for (i, d) in got.iter().enumerate() {
         let i = i as u32;
-        assert_eq!(d.len() as u32, (i * 997) % 60_000, "message {i} in order");
+        assert_eq!(d.len() as u32, (i * 997) % max, "message {i} in order");
         assert!(
             d.iter()
                 .enumerate()
@@ -129,7 +145,7 @@ fn exchange(links: u8, job: u64) {
     };
     a.put(b_at_a, whole(hs), remote, 1).expect("put");
     let mut events = Vec::new();
-    let poll = |a: &mut TcpModule, events: &mut Vec<String>| {
+    let poll = |a: &mut M, events: &mut Vec<String>| {
         while let Some(ev) = a.poll_event() {
             events.push(format!("{ev:?}"));
         }
@@ -154,16 +170,41 @@ fn exchange(links: u8, job: u64) {
         "{events:?}"
     );
     assert_eq!(a.region(hb).expect("back"), a.region(hs).expect("src"));
-    let _ = a_at_b;
-    assert_eq!(a.transport().open_connections(), usize::from(links));
+    (a, b)
+}
+
+fn tcp_pair(links: u8, n: u64) -> (TcpModule, TcpModule, EndpointId) {
+    let (boot, dir, na, nb) = job(n);
+    let mut a = tcp(links).build(na, Some(b"k"), boot.clone()).expect("A");
+    let mut b = tcp(links).build(nb, Some(b"k"), boot).expect("B");
+    let b_at_a = add(&mut a, nb);
+    add(&mut b, na);
+    let _ = std::fs::remove_dir_all(dir);
+    (a, b, b_at_a)
 }
 
 #[test]
-fn messages_put_and_get_over_one_link() {
-    exchange(1, 0x7c01);
+fn tcp_messages_put_and_get_over_one_link() {
+    let (a, b, b_at_a) = tcp_pair(1, 0x7c01);
+    let (a, _) = exchange(a, b, b_at_a);
+    assert_eq!(a.transport().open_connections(), 1);
 }
 
 #[test]
-fn messages_put_and_get_over_three_links() {
-    exchange(3, 0x7c03);
+fn tcp_messages_put_and_get_over_three_links() {
+    let (a, b, b_at_a) = tcp_pair(3, 0x7c03);
+    let (a, _) = exchange(a, b, b_at_a);
+    assert_eq!(a.transport().open_connections(), 3, "one per link");
+}
+
+#[test]
+fn udp_messages_put_and_get() {
+    let (boot, dir, na, nb) = job(0x7d01);
+    let mut a: UdpModule = udp().build(na, Some(b"k"), boot.clone()).expect("A");
+    let mut b = udp().build(nb, Some(b"k"), boot).expect("B");
+    let b_at_a = add(&mut a, nb);
+    add(&mut b, na);
+    let _ = std::fs::remove_dir_all(dir);
+    let (a, _) = exchange(a, b, b_at_a);
+    assert_eq!(a.transport().links(), 1);
 }

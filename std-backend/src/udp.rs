@@ -1,0 +1,457 @@
+//! The UDP component (`btl_udp_*`): the engine in datagram framing over UDP
+//! sockets, so delivery is reliable, ordered and exactly-once as over TCP,
+//! with packets sized to `btl_udp_mtu`.
+//!
+//! One socket per selected address. A peer is one link, named by its
+//! socket address: a datagram from an address without a link is a new
+//! link (the engine learns who it is from its HELLO), and a connect request
+//! for a peer that already has one is left alone (the engine takes the
+//! link it has).
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use btl_core::endpoint::ProcName;
+use btl_core::engine::config::{EngineConfig, Framing};
+use btl_core::engine::{ConnectRequest, LinkId};
+use btl_core::mca::{
+    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
+    ParamSpec, Params, RegisterError, Version,
+};
+use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, PoolParams, pool_param_specs};
+use mio::net::UdpSocket;
+use mio::{Interest, Poll, Registry, Token};
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
+
+use crate::bootstrap::{Bootstrap, BootstrapError, Card, Contact};
+use crate::engine_cell::{EngineCell, StdEngine};
+use crate::interfaces::{self, Selection};
+use crate::listen::{Ports, listen_all};
+use crate::module::{Module, Transport, nonce};
+use crate::params::{EngineParams, engine_param_specs, register_specs};
+
+/// Component name in cards and parameters.
+pub const NAME: &str = "udp";
+/// Largest datagram a socket reads.
+const RECV_BYTES: usize = 64 << 10;
+/// Headroom each fragment keeps for the engine's packet header.
+const HEADER_RESERVE: usize = 40;
+
+/// A module of the UDP component.
+pub type UdpModule = Module<Udp>;
+
+/// The UDP component's pool parameters (`btl_udp_eager_limit`, ...): no
+/// fragment need be larger than the MTU.
+pub static UDP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
+    NAME,
+    PoolDefaults {
+        small_size: "256",
+        eager_limit: "9000",
+        max_send_size: "9000",
+        free_list_num: "16",
+        free_list_max: "256",
+        free_list_inc: "16",
+    },
+);
+
+/// The engine parameters of the UDP component.
+pub static UDP_ENGINE_PARAMS: [ParamSpec; 4] = engine_param_specs(NAME);
+
+const PORT: ParamKind = ParamKind::Int { min: 0, max: 65535 };
+
+/// The UDP component's own parameters.
+pub static UDP_PARAMS: [ParamSpec; 5] = [
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "if_include", ParamKind::List, "")
+        .help("Interfaces to use, by name (eth0, ib*) or subnet (10.1.0.0/16); exclusive with if_exclude")
+        .level(1),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "if_exclude", ParamKind::List, "")
+        .help("Interfaces not to use; with neither list set, loopback and virtual bridges are left out unless nothing else is up")
+        .level(1),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "port_min", PORT, "0")
+        .help("Lowest port to listen on; 0 takes any free port")
+        .level(2),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "port_range", ParamKind::Int { min: 1, max: 65535 }, "100")
+        .help("Ports tried from port_min on")
+        .level(2),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "mtu", ParamKind::Int { min: 576, max: 65507 }, "1472")
+        .help("Largest datagram sent, headers of btl included (1472 fits a 1500-byte Ethernet MTU; 8972 a jumbo one)")
+        .level(3),
+];
+
+/// What a UDP module is built with, besides the engine and pools.
+#[derive(Debug, Clone)]
+pub struct UdpConfig {
+    /// Which local interfaces to use.
+    pub selection: Selection,
+    /// Where to listen.
+    pub ports: Ports,
+    /// Largest datagram.
+    pub mtu: usize,
+    /// How long `add_procs` waits for a peer's card.
+    pub lookup_timeout: Duration,
+    /// How long [`Module::wait`] spins before it blocks.
+    pub spin: Duration,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        UdpConfig {
+            selection: Selection::default(),
+            ports: Ports { min: 0, range: 100 },
+            mtu: 1472,
+            lookup_timeout: crate::tcp::LOOKUP_TIMEOUT,
+            spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// The UDP side of a module.
+pub struct Udp {
+    me: ProcName,
+    config: UdpConfig,
+    bootstrap: Arc<dyn Bootstrap>,
+    sockets: Vec<(UdpSocket, Contact)>,
+    /// The link of each remote address, and each link's socket and address.
+    by_addr: HashMap<SocketAddr, LinkId>,
+    by_link: HashMap<LinkId, (usize, SocketAddr)>,
+    peers: HashMap<ProcName, Vec<Contact>>,
+    recv: Box<[u8]>,
+    /// Sockets that would block on a send: they wait for writability.
+    write_interest: Vec<bool>,
+}
+
+impl Udp {
+    /// Binds the selected (or assigned) addresses, registers the sockets
+    /// and publishes this process's card.
+    pub fn start(
+        me: ProcName,
+        config: UdpConfig,
+        bootstrap: Arc<dyn Bootstrap>,
+        registry: &Registry,
+    ) -> io::Result<Self> {
+        let mut sockets = listen_all(
+            me,
+            NAME,
+            &*bootstrap,
+            &config.selection,
+            config.ports,
+            |at| {
+                let socket = bind_socket(at)?;
+                let bound = socket.local_addr()?;
+                Ok((socket, bound))
+            },
+        )?;
+        let mut card = Card::new(me);
+        for (i, (socket, contact)) in sockets.iter_mut().enumerate() {
+            registry.register(socket, Token(i), Interest::READABLE)?;
+            card.contacts.push(contact.clone());
+        }
+        bootstrap.publish(&card).map_err(io::Error::other)?;
+        let n = sockets.len();
+        Ok(Udp {
+            me,
+            config,
+            bootstrap,
+            sockets,
+            by_addr: HashMap::new(),
+            by_link: HashMap::new(),
+            peers: HashMap::new(),
+            recv: vec![0; RECV_BYTES].into_boxed_slice(),
+            write_interest: vec![false; n],
+        })
+    }
+
+    /// The contacts this process listens on.
+    pub fn contacts(&self) -> impl Iterator<Item = &Contact> {
+        self.sockets.iter().map(|(_, c)| c)
+    }
+
+    /// Peers with a link, for tests and reports.
+    pub fn links(&self) -> usize {
+        self.by_link.len()
+    }
+
+    fn pair_for(&self, proc: ProcName) -> Option<(usize, SocketAddr)> {
+        let mine: Vec<Contact> = self.contacts().cloned().collect();
+        let (local, remote) =
+            interfaces::link_addresses((self.me, &mine), (proc, self.peers.get(&proc)?), 1, 0)?;
+        let socket = mine.iter().position(|c| interfaces::net_of(c) == local)?;
+        Some((socket, remote))
+    }
+
+    fn forget(&mut self, link: LinkId) {
+        if let Some((_, addr)) = self.by_link.remove(&link) {
+            self.by_addr.remove(&addr);
+        }
+    }
+
+    /// Reads socket `s` until it would block, each datagram to its link.
+    fn receive(&mut self, engine: &mut StdEngine<'_>, s: usize, now: u64) {
+        loop {
+            let Some((socket, _)) = self.sockets.get(s) else {
+                return;
+            };
+            let (n, from) = match socket.recv_from(&mut self.recv) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // An ICMP error for an earlier send (port unreachable):
+                // the engine's timers deal with a peer that is gone.
+                Err(_) => continue,
+            };
+            let link = match self.by_addr.get(&from) {
+                Some(&link) => link,
+                None => match engine.handle_accepted(nonce(), now) {
+                    Ok(link) => {
+                        self.by_addr.insert(from, link);
+                        self.by_link.insert(link, (s, from));
+                        link
+                    }
+                    // Every link slot is in use: the datagram is dropped.
+                    Err(_) => continue,
+                },
+            };
+            if engine.handle_datagram(link, &self.recv[..n], now).is_err() {
+                self.forget(link);
+            }
+        }
+    }
+}
+
+impl Transport for Udp {
+    fn resolve(&mut self, proc: ProcName) -> bool {
+        if proc == self.me {
+            return false;
+        }
+        if !self.peers.contains_key(&proc) {
+            match self.bootstrap.lookup(proc, self.config.lookup_timeout) {
+                Ok(card) => {
+                    let contacts: Vec<Contact> = card.contacts_of(NAME).cloned().collect();
+                    if contacts.is_empty() {
+                        return false;
+                    }
+                    self.peers.insert(proc, contacts);
+                }
+                Err(BootstrapError::Unknown(_)) => return false,
+                Err(e) => {
+                    tracing::warn!("udp: no address for {proc}: {e}");
+                    return false;
+                }
+            }
+        }
+        self.pair_for(proc).is_some()
+    }
+
+    fn on_event(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &Registry,
+        event: &mio::event::Event,
+        now: u64,
+    ) {
+        let s = event.token().0;
+        if event.is_readable() {
+            self.receive(engine, s, now);
+        }
+        if event.is_writable() {
+            self.flush(engine, registry, now);
+        }
+    }
+
+    fn connect(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        _registry: &Registry,
+        req: ConnectRequest,
+        now: u64,
+    ) {
+        let Some((s, remote)) = self.pair_for(req.proc) else {
+            engine.handle_connect_failed(req, now);
+            return;
+        };
+        if self.by_addr.contains_key(&remote) {
+            // The peer's datagrams made a link already; it carries the peer.
+            return;
+        }
+        match engine.handle_connected(req, nonce(), now) {
+            Ok(link) => {
+                self.by_addr.insert(remote, link);
+                self.by_link.insert(link, (s, remote));
+            }
+            Err(_) => engine.handle_connect_failed(req, now),
+        }
+    }
+
+    fn close(&mut self, engine: &mut StdEngine<'_>, _registry: &Registry, link: LinkId, now: u64) {
+        self.forget(link);
+        engine.handle_closed(link, now);
+    }
+
+    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, _now: u64) {
+        let mut blocked = vec![false; self.sockets.len()];
+        let links: Vec<(LinkId, usize, SocketAddr)> =
+            self.by_link.iter().map(|(&l, &(s, a))| (l, s, a)).collect();
+        for (link, s, addr) in links {
+            if blocked[s] {
+                continue;
+            }
+            let Some((socket, _)) = self.sockets.get(s) else {
+                continue;
+            };
+            let to = SockAddr::from(addr);
+            loop {
+                let sent = {
+                    let Some(t) = engine.poll_transmit(link) else {
+                        break;
+                    };
+                    let slices: heapless::Vec<IoSlice<'_>, { btl_core::engine::MAX_SEGMENTS }> =
+                        t.segments.iter().map(|s| IoSlice::new(s)).collect();
+                    SockRef::from(socket).send_to_vectored(&slices, &to)
+                };
+                match sent {
+                    Ok(n) => engine.handle_written(link, n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        blocked[s] = true;
+                        break;
+                    }
+                    // Too large, unreachable, ...: dropped, as the network
+                    // may drop any datagram; the engine sends it again.
+                    Err(_) => engine.handle_written(link, 0),
+                }
+            }
+        }
+        for (s, &want) in blocked.iter().enumerate() {
+            if want != self.write_interest[s]
+                && let Some((socket, _)) = self.sockets.get_mut(s)
+            {
+                let interest = if want {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                if registry.reregister(socket, Token(s), interest).is_ok() {
+                    self.write_interest[s] = want;
+                }
+            }
+        }
+    }
+}
+
+/// A non-blocking UDP socket bound to `addr`.
+fn bind_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_nonblocking(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&SockAddr::from(addr))?;
+    Ok(UdpSocket::from_std(socket.into()))
+}
+
+/// The UDP component.
+#[derive(Debug, Default)]
+pub struct UdpComponent {
+    ids: Option<UdpIds>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct UdpIds {
+    own: [ParamId; 5],
+    pools: PoolParams,
+    engine: EngineParams,
+}
+
+/// Everything a UDP module needs from the parameters.
+#[derive(Debug, Clone)]
+pub struct UdpSetup {
+    /// Socket-level settings.
+    pub udp: UdpConfig,
+    /// Fragment pools.
+    pub pools: FragmentPoolsConfig,
+    /// Engine timers and checks, without the process's name and key.
+    pub engine: EngineConfig,
+}
+
+impl UdpSetup {
+    /// A module for process `me` of a job whose key is `job_key`.
+    pub fn build(
+        &self,
+        me: ProcName,
+        job_key: Option<&[u8]>,
+        bootstrap: Arc<dyn Bootstrap>,
+    ) -> io::Result<UdpModule> {
+        let mut config = self.engine.clone();
+        config.me = me;
+        config.job_key = crate::params::job_key(job_key)?;
+        config.framing = Framing::Datagram { mtu: self.udp.mtu };
+        let mut cell = EngineCell::build(config, self.pools)?;
+        cell.engine_mut(|e| e.set_name(NAME));
+        let poll = Poll::new()?;
+        let udp = Udp::start(me, self.udp.clone(), bootstrap, poll.registry())?;
+        Ok(Module::new(cell, udp, poll, self.udp.spin))
+    }
+}
+
+impl Component for UdpComponent {
+    type Module = UdpSetup;
+
+    fn framework(&self) -> &'static str {
+        BTL_FRAMEWORK
+    }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn version(&self) -> Version {
+        Version::new(0, 1, 0)
+    }
+
+    fn framework_version(&self) -> Version {
+        BTL_FRAMEWORK_VERSION
+    }
+
+    fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
+        self.ids = Some(UdpIds {
+            own: register_specs(params, &UDP_PARAMS)?,
+            pools: PoolParams::register(params, &UDP_POOL_PARAMS)?,
+            engine: EngineParams::register(params, &UDP_ENGINE_PARAMS)?,
+        });
+        Ok(())
+    }
+
+    fn init(&mut self, params: &dyn Params) -> Result<Modules<UdpSetup>, NotAvailable> {
+        let ids = self
+            .ids
+            .ok_or(NotAvailable::new("udp: parameters were not registered"))?;
+        let na =
+            |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("udp: {what}"));
+        let list = |i: usize| -> Result<String, NotAvailable> {
+            params
+                .list(ids.own[i])
+                .map(|l| l.as_str().to_string())
+                .map_err(|e| na(&e))
+        };
+        let int = |i: usize| params.int(ids.own[i]).map_err(|e| na(&e));
+        let udp = UdpConfig {
+            selection: Selection::new(&list(0)?, &list(1)?).map_err(|e| na(&e))?,
+            ports: Ports {
+                min: u16::try_from(int(2)?).unwrap_or(0),
+                range: u16::try_from(int(3)?).unwrap_or(1),
+            },
+            mtu: usize::try_from(int(4)?).unwrap_or(1472),
+            ..UdpConfig::default()
+        };
+        let pools = ids
+            .pools
+            .read(params, HEADER_RESERVE)
+            .map_err(|e| na(&format_args!("{e:?}")))?;
+        let engine = ids.engine.read(params).map_err(|e| na(&e))?;
+        let mut modules = Modules::new();
+        let _ = modules.push(UdpSetup { udp, pools, engine });
+        Ok(modules)
+    }
+}

@@ -7,10 +7,12 @@
 //! [`tcp`]), and the `btl` command's reports ([`info`]).
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod bootstrap;
 pub mod engine_cell;
 pub mod info;
 pub mod interfaces;
+pub mod launch;
 pub mod listen;
 pub mod module;
 pub mod param_file;

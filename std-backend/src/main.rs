@@ -4,9 +4,14 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use btl_core::endpoint::ProcName;
 use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
+use btl_std::bench::{self, Driven, Plan, Test, Waiting};
+use btl_std::bootstrap::{Card, Contact, SharedDir, StaticPeers};
 use btl_std::info::{Filter, Report};
+use btl_std::launch::{ParamSources, RunDir, reach, self_module, tcp_module, udp_module};
 use btl_std::param_sources::{apply_environment, apply_file, default_param_file};
 use btl_std::{ParamRegistry, register_all};
 use clap::{Parser, Subcommand};
@@ -24,6 +29,128 @@ enum Command {
     /// List the components of this build and every parameter with its
     /// current value, source, level and help (as ompi_info does).
     Info(InfoArgs),
+    /// One-way latency by ping-pong, 1 B to 4 MiB. With no peer given it
+    /// starts one as a second process on loopback.
+    Pingpong(RunArgs),
+    /// Bandwidth with a window of messages in flight (as osu_bw).
+    Bw(RunArgs),
+    /// Message rate of small messages, with a window in flight.
+    Rate(RunArgs),
+    /// Wait for `btl connect` from another host and answer its runs.
+    Serve(ServeArgs),
+    /// Run a measurement against `btl serve` on HOST:PORT.
+    Connect(ConnectArgs),
+    /// The second process of a local run (started by the first).
+    #[command(hide = true)]
+    Peer(PeerArgs),
+}
+
+/// The BTL a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Which {
+    /// TCP over the kernel's sockets.
+    Tcp,
+    /// UDP, made reliable by the engine.
+    Udp,
+    /// Within the process (no second process).
+    #[value(name = "self")]
+    SelfBtl,
+}
+
+/// How a waiting process moves the BTL forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WaitMode {
+    /// Busy-poll (lowest latency; a core each).
+    Poll,
+    /// Spin briefly, then block in the poller.
+    Block,
+}
+
+impl From<WaitMode> for Waiting {
+    fn from(w: WaitMode) -> Self {
+        match w {
+            WaitMode::Poll => Waiting::Poll,
+            WaitMode::Block => Waiting::Block,
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct RunArgs {
+    /// The BTL to measure.
+    #[arg(long = "btl", value_enum, default_value = "tcp")]
+    which: Which,
+    /// Smallest message size (k, M suffixes).
+    #[arg(long, default_value = "1", value_parser = parse_size)]
+    min_size: usize,
+    /// Largest message size (k, M suffixes).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    max_size: usize,
+    /// Timed iterations per size (default: fewer for larger sizes).
+    #[arg(long)]
+    iters: Option<u32>,
+    /// Untimed iterations per size first (default: a tenth of them).
+    #[arg(long)]
+    warmup: Option<u32>,
+    /// Messages in flight per window (bw, rate).
+    #[arg(long, default_value_t = 64)]
+    window: u32,
+    /// How both processes wait.
+    #[arg(long, value_enum, default_value = "poll")]
+    wait: WaitMode,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Read parameters from this file.
+    #[arg(long, value_name = "PATH")]
+    param_file: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// The BTL to serve on.
+    #[arg(long = "btl", value_enum, default_value = "tcp")]
+    which: Which,
+    /// How to wait between messages.
+    #[arg(long, value_enum, default_value = "block")]
+    wait: WaitMode,
+    /// Read parameters from this file.
+    #[arg(long, value_name = "PATH")]
+    param_file: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ConnectArgs {
+    /// `btl serve`'s address, as it printed it.
+    address: std::net::SocketAddr,
+    /// The measurement.
+    #[arg(long, value_enum, default_value = "pingpong")]
+    test: TestName,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum TestName {
+    Pingpong,
+    Bw,
+    Rate,
+}
+
+#[derive(Debug, clap::Args)]
+struct PeerArgs {
+    #[arg(long = "btl", value_enum)]
+    which: Which,
+    #[arg(long)]
+    job: u64,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    window: u32,
+    #[arg(long, value_enum)]
+    wait: WaitMode,
+    #[arg(long)]
+    param_file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -48,6 +175,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => info(args),
+        Command::Pingpong(args) => run_local(Test::PingPong, args),
+        Command::Bw(args) => run_local(Test::Bandwidth, args),
+        Command::Rate(args) => run_local(Test::Rate, args),
+        Command::Serve(args) => serve(args),
+        Command::Connect(args) => connect(args),
+        Command::Peer(args) => peer(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -114,5 +247,287 @@ fn write_stdout(text: &str) -> Result<(), String> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string()),
         _ => Ok(()),
+    }
+}
+
+/// A size with an optional k/M/G suffix.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let bytes = btl_core::mca::parse_size(text).map_err(|e| e.to_string())?;
+    usize::try_from(bytes).map_err(|_| format!("{text} is too large"))
+}
+
+/// Job number of `btl serve` and `btl connect`: both must agree on it.
+const REMOTE_JOB: u64 = 0x6274_6c00;
+/// How long a local run's peer may take to appear.
+const PEER_START: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn plan(test: Test, args: &RunArgs) -> Plan {
+    let sizes = match test {
+        // The rate of small messages: 8 bytes unless told otherwise.
+        Test::Rate if args.min_size == 1 => vec![8],
+        Test::Rate => vec![args.min_size],
+        _ => bench::sizes(args.min_size, args.max_size),
+    };
+    let iters = args.iters.unwrap_or(match test {
+        Test::PingPong => 1000,
+        Test::Bandwidth => 20,
+        Test::Rate => 200,
+    });
+    Plan {
+        test,
+        sizes,
+        warmup: args.warmup.unwrap_or((iters / 10).max(2)),
+        iters,
+        window: args.window.max(1),
+    }
+}
+
+fn test_name(test: Test) -> &'static str {
+    match test {
+        Test::PingPong => "pingpong",
+        Test::Bandwidth => "bw",
+        Test::Rate => "rate",
+    }
+}
+
+fn which_name(which: Which) -> &'static str {
+    match which {
+        Which::Tcp => "tcp",
+        Which::Udp => "udp",
+        Which::SelfBtl => "self",
+    }
+}
+
+/// Runs `plan` on `btl` against `peer`, printing as it goes.
+fn lead<B: Driven>(
+    btl: &mut B,
+    peer: btl_core::endpoint::EndpointId,
+    plan: &Plan,
+    args: &RunArgs,
+    title: &str,
+) -> Result<(), String> {
+    let table = !args.json;
+    let bar = progress_bar(plan.sizes.len() as u64, args.json);
+    if table {
+        say(format!("# {title}"));
+        say(format!(
+            "# {:>9} {:>7} {:>12} {:>12} {:>12} {:>12}",
+            "size", "iters", "median_us", "p99_us", "MiB/s", "msg/s"
+        ));
+    }
+    let rows = bench::lead(btl, peer, plan, args.wait.into(), |r| {
+        if table {
+            bar.suspend(|| {
+                say(format!(
+                    "  {:>9} {:>7} {:>12.2} {:>12.2} {:>12.1} {:>12.0}",
+                    r.size, r.iters, r.median_us, r.p99_us, r.mib_per_s, r.msgs_per_s
+                ))
+            });
+        }
+        bar.inc(1);
+    })
+    .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+    if args.json {
+        let doc = serde_json::json!({
+            "test": test_name(plan.test),
+            "btl": title,
+            "rows": rows,
+        });
+        say(format!("{doc}"));
+    }
+    Ok(())
+}
+
+/// Prints a line of a report; a reader that went away (`| head`) is no
+/// error.
+fn say(line: String) {
+    let _ = write_stdout(&(line + "\n"));
+}
+
+/// A progress bar on stderr when it is a terminal and JSON is not asked.
+fn progress_bar(len: u64, json: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if json || !std::io::stderr().is_terminal() || len < 4 {
+        return indicatif::ProgressBar::hidden();
+    }
+    indicatif::ProgressBar::new(len)
+}
+
+/// `btl pingpong|bw|rate`: the second process is started here, on
+/// loopback, unless the BTL is `self`.
+fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
+    let plan = plan(test, &args);
+    let sources = ParamSources::new(args.param_file.clone(), true);
+    let me = ProcName::new(0, 0);
+    let mode = match args.wait {
+        WaitMode::Poll => "busy-polling",
+        WaitMode::Block => "blocking",
+    };
+    if args.which == Which::SelfBtl {
+        let mut m = self_module(&sources, me)?;
+        let ep = reach(&mut m, me)?;
+        let title = format!("btl {} over self, one process, {mode}", test_name(test));
+        return lead(&mut m, ep, &plan, &args, &title);
+    }
+    let job = u64::from(std::process::id()) << 16 | 0xb7;
+    let dir = RunDir::new(job);
+    let boot = Arc::new(SharedDir::new(dir.path()));
+    let peer_name = ProcName::new(job, 1);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("peer")
+        .args(["--btl", which_name(args.which)])
+        .args(["--job", &job.to_string()])
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--window", &plan.window.to_string()])
+        .args([
+            "--wait",
+            if args.wait == WaitMode::Poll {
+                "poll"
+            } else {
+                "block"
+            },
+        ]);
+    if let Some(f) = &sources.file {
+        cmd.arg("--param-file").arg(f);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting the peer process: {e}"))?;
+    let me = ProcName::new(job, 0);
+    let title = format!(
+        "btl {} over {}, 2 processes on loopback, {mode}",
+        test_name(test),
+        which_name(args.which)
+    );
+    let result = match args.which {
+        Which::Tcp => {
+            let mut m = tcp_module(&sources, me, boot)?;
+            let ep = reach(&mut m, peer_name)?;
+            lead(&mut m, ep, &plan, &args, &title)
+        }
+        Which::Udp => {
+            let mut m = udp_module(&sources, me, boot)?;
+            let ep = reach(&mut m, peer_name)?;
+            lead(&mut m, ep, &plan, &args, &title)
+        }
+        Which::SelfBtl => unreachable!("handled above"),
+    };
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    result?;
+    if !status.success() {
+        return Err(format!("the peer process failed: {status}"));
+    }
+    Ok(())
+}
+
+/// The second process of a local run: answers until the first is done.
+fn peer(args: PeerArgs) -> Result<(), String> {
+    let sources = ParamSources::new(args.param_file, true);
+    let boot = Arc::new(SharedDir::new(&args.dir));
+    let me = ProcName::new(args.job, 1);
+    let lead_name = ProcName::new(args.job, 0);
+    let wait = args.wait.into();
+    match args.which {
+        Which::Tcp => {
+            let mut m = tcp_module(&sources, me, boot)?;
+            reach(&mut m, lead_name)?;
+            bench::answer(&mut m, args.window, wait, PEER_START).map_err(|e| e.to_string())
+        }
+        Which::Udp => {
+            let mut m = udp_module(&sources, me, boot)?;
+            reach(&mut m, lead_name)?;
+            bench::answer(&mut m, args.window, wait, PEER_START).map_err(|e| e.to_string())
+        }
+        Which::SelfBtl => Err("a self run has no peer process".into()),
+    }
+}
+
+/// `btl serve`: listens on the selected interfaces, prints how to connect,
+/// and answers one run after another.
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let sources = ParamSources::new(args.param_file, false);
+    let dir = RunDir::new(REMOTE_JOB ^ u64::from(std::process::id()));
+    let boot = Arc::new(SharedDir::new(dir.path()));
+    let me = ProcName::new(REMOTE_JOB, 0);
+    let wait: Waiting = args.wait.into();
+    let forever = std::time::Duration::from_secs(u64::MAX / 4);
+    match args.which {
+        Which::Tcp => {
+            let mut m = tcp_module(&sources, me, boot)?;
+            announce(m.transport().contacts());
+            loop {
+                bench::answer(&mut m, 0, wait, forever).map_err(|e| e.to_string())?;
+            }
+        }
+        Which::Udp => {
+            let mut m = udp_module(&sources, me, boot)?;
+            announce(m.transport().contacts());
+            loop {
+                bench::answer(&mut m, 0, wait, forever).map_err(|e| e.to_string())?;
+            }
+        }
+        Which::SelfBtl => Err("serve needs tcp or udp".into()),
+    }
+}
+
+/// Prints where `btl serve` listens; a reader that went away is no error.
+fn announce<'a>(contacts: impl Iterator<Item = &'a Contact>) {
+    let mut out = std::io::stdout().lock();
+    for c in contacts {
+        let _ = writeln!(
+            out,
+            "listening on {} {}: btl connect {} --btl {}",
+            c.component, c.addr, c.addr, c.component
+        );
+    }
+    let _ = out.flush();
+}
+
+/// `btl connect HOST:PORT`: runs a measurement against `btl serve`.
+fn connect(args: ConnectArgs) -> Result<(), String> {
+    let test = match args.test {
+        TestName::Pingpong => Test::PingPong,
+        TestName::Bw => Test::Bandwidth,
+        TestName::Rate => Test::Rate,
+    };
+    let run = args.run;
+    let plan = plan(test, &run);
+    let sources = ParamSources::new(run.param_file.clone(), false);
+    let server = ProcName::new(REMOTE_JOB, 0);
+    let me = ProcName::new(REMOTE_JOB, 1 + std::process::id());
+    let prefix = if args.address.is_ipv4() { 32 } else { 128 };
+    let mut card = Card::new(server);
+    card.contacts.push(Contact {
+        component: which_name(run.which).to_string(),
+        addr: args.address,
+        prefix,
+    });
+    let boot = Arc::new(
+        StaticPeers::parse(&card.to_string(), "the address given").map_err(|e| e.to_string())?,
+    );
+    let title = format!(
+        "btl {} over {} to {}",
+        test_name(test),
+        which_name(run.which),
+        args.address
+    );
+    match run.which {
+        Which::Tcp => {
+            let mut m = tcp_module(&sources, me, boot)?;
+            let ep = reach(&mut m, server)?;
+            lead(&mut m, ep, &plan, &run, &title)
+        }
+        Which::Udp => {
+            let mut m = udp_module(&sources, me, boot)?;
+            let ep = reach(&mut m, server)?;
+            lead(&mut m, ep, &plan, &run, &title)
+        }
+        Which::SelfBtl => Err("connect needs tcp or udp".into()),
     }
 }

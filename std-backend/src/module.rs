@@ -11,6 +11,9 @@
 //!   busy-polling when a core is free; blocking keeps two processes that
 //!   share a core from starving each other.
 //!
+//! Sends, puts and gets are queued in the engine and leave at the next
+//! progress, so that messages posted together go out in one write.
+//!
 //! Nothing here takes a lock: a module belongs to one thread at a time,
 //! and events are handed out by [`Btl::poll_event`], never called back.
 
@@ -271,10 +274,7 @@ impl<T: Transport> Btl<'static> for Module<T> {
         desc: Descriptor,
         tag: Tag,
     ) -> Result<SendStatus, SendError> {
-        let status = self.cell.engine_mut(|e| e.send(endpoint, desc, tag))?;
-        // Out now, not at the next progress: the latency of a ping-pong.
-        let _ = self.pass(None);
-        Ok(status)
+        self.cell.engine_mut(|e| e.send(endpoint, desc, tag))
     }
 
     fn sendi(
@@ -287,9 +287,7 @@ impl<T: Transport> Btl<'static> for Module<T> {
         flags: DescFlags,
     ) -> Result<(), BtlError> {
         self.cell
-            .engine_mut(|e| e.sendi(endpoint, header, payload, tag, order, flags))?;
-        let _ = self.pass(None);
-        Ok(())
+            .engine_mut(|e| e.sendi(endpoint, header, payload, tag, order, flags))
     }
 
     fn register_mem(
@@ -319,11 +317,8 @@ impl<T: Transport> Btl<'static> for Module<T> {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        let op = self
-            .cell
-            .engine_mut(|e| e.put(endpoint, local, remote, ctx))?;
-        let _ = self.pass(None);
-        Ok(op)
+        self.cell
+            .engine_mut(|e| e.put(endpoint, local, remote, ctx))
     }
 
     fn get(
@@ -333,11 +328,8 @@ impl<T: Transport> Btl<'static> for Module<T> {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        let op = self
-            .cell
-            .engine_mut(|e| e.get(endpoint, local, remote, ctx))?;
-        let _ = self.pass(None);
-        Ok(op)
+        self.cell
+            .engine_mut(|e| e.get(endpoint, local, remote, ctx))
     }
 
     /// Polls the sockets without waiting, then returns how many events are

@@ -1,0 +1,152 @@
+//! The measuring commands as a user runs them: the real `btl` binary, which
+//! starts its own peer process (or, for serve/connect, two of them here).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn btl_cmd(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_btl"));
+    cmd.args(args)
+        .env_remove("BTL_PARAM_FILE")
+        .env_remove("BTL_JOB_KEY")
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("btl-cli-test-no-config"),
+        );
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    let out = btl_cmd(args).output().expect("btl runs");
+    assert!(
+        out.status.success(),
+        "btl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The JSON rows of a run.
+fn rows(out: &Output) -> Vec<serde_json::Value> {
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    json["rows"].as_array().expect("rows").clone()
+}
+
+#[test]
+fn pingpong_over_tcp_prints_a_row_per_size() {
+    let out = run(&["pingpong", "--max-size", "64k", "--iters", "20"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("btl pingpong over tcp, 2 processes on loopback"),
+        "{text}"
+    );
+    // 1 B .. 64 KiB: 17 sizes, each a row with a positive latency.
+    let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 17, "{text}");
+    for row in rows {
+        let median: f64 = row
+            .split_whitespace()
+            .nth(2)
+            .expect("median")
+            .parse()
+            .expect("number");
+        assert!(median > 0.0, "{row}");
+    }
+}
+
+#[test]
+fn every_btl_and_test_reports_json() {
+    for which in ["tcp", "udp", "self"] {
+        for test in ["pingpong", "bw", "rate"] {
+            let out = run(&[
+                test,
+                "--btl",
+                which,
+                "--min-size",
+                "8",
+                "--max-size",
+                "4k",
+                "--iters",
+                "10",
+                "--window",
+                "8",
+                "--json",
+            ]);
+            let rows = rows(&out);
+            assert!(!rows.is_empty(), "{which} {test}");
+            for r in &rows {
+                assert!(
+                    r["msgs_per_s"].as_f64().is_some_and(|v| v > 0.0),
+                    "{which} {test}: {r}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn blocking_waits_work_too() {
+    let out = run(&[
+        "pingpong",
+        "--wait",
+        "block",
+        "--max-size",
+        "1k",
+        "--iters",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(rows(&out).len(), 11);
+}
+
+/// Kills a child when dropped: a test that fails leaves no process behind.
+struct Reaper(Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn connect_runs_against_serve() {
+    for which in ["tcp", "udp"] {
+        let mut server = Reaper(
+            btl_cmd(&["serve", "--btl", which])
+                .env(format!("BTL_{}_IF_INCLUDE", which.to_uppercase()), "lo")
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("serve starts"),
+        );
+        let stdout = server.0.stdout.take().expect("piped");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("serve prints its address");
+        let address = line
+            .split_whitespace()
+            .find(|w| w.parse::<std::net::SocketAddr>().is_ok())
+            .unwrap_or_else(|| panic!("an address in {line:?}"))
+            .to_string();
+        let start = Instant::now();
+        for test in ["pingpong", "bw"] {
+            let out = run(&[
+                "connect",
+                &address,
+                "--btl",
+                which,
+                "--test",
+                test,
+                "--max-size",
+                "4k",
+                "--iters",
+                "10",
+                "--json",
+            ]);
+            assert!(!rows(&out).is_empty());
+        }
+        assert!(start.elapsed() < Duration::from_secs(60));
+    }
+}

@@ -5,4 +5,5 @@
 
 pub mod datagram_pair;
 pub mod loopback;
+pub mod sockets;
 pub mod stream_pair;

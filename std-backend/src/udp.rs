@@ -121,6 +121,9 @@ pub struct Udp {
     recv: Box<[u8]>,
     /// Sockets that would block on a send: they wait for writability.
     write_interest: Vec<bool>,
+    /// Scratch of `flush`, kept so that a flush allocates nothing.
+    scratch_links: Vec<(LinkId, usize, SocketAddr)>,
+    scratch_blocked: Vec<bool>,
 }
 
 impl Udp {
@@ -161,6 +164,8 @@ impl Udp {
             peers: HashMap::new(),
             recv: vec![0; RECV_BYTES].into_boxed_slice(),
             write_interest: vec![false; n],
+            scratch_links: Vec::new(),
+            scratch_blocked: vec![false; n],
         })
     }
 
@@ -291,10 +296,13 @@ impl Transport for Udp {
     }
 
     fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, _now: u64) {
-        let mut blocked = vec![false; self.sockets.len()];
-        let links: Vec<(LinkId, usize, SocketAddr)> =
-            self.by_link.iter().map(|(&l, &(s, a))| (l, s, a)).collect();
-        for (link, s, addr) in links {
+        let mut links = std::mem::take(&mut self.scratch_links);
+        let mut blocked = std::mem::take(&mut self.scratch_blocked);
+        links.clear();
+        links.extend(self.by_link.iter().map(|(&l, &(s, a))| (l, s, a)));
+        blocked.clear();
+        blocked.resize(self.sockets.len(), false);
+        for &(link, s, addr) in &links {
             if blocked[s] {
                 continue;
             }
@@ -337,6 +345,8 @@ impl Transport for Udp {
                 }
             }
         }
+        self.scratch_links = links;
+        self.scratch_blocked = blocked;
     }
 }
 

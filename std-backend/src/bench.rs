@@ -461,7 +461,13 @@ pub fn answer<B: Driven>(
 
 /// Median, 99th percentile and rates of one size's timed samples, which
 /// took `elapsed` in all.
-fn row(test: Test, window: u32, size: usize, samples: &mut [Duration], elapsed: Duration) -> Row {
+pub(crate) fn row(
+    test: Test,
+    window: u32,
+    size: usize,
+    samples: &mut [Duration],
+    elapsed: Duration,
+) -> Row {
     samples.sort_unstable();
     let pick = |q: f64| {
         if samples.is_empty() {

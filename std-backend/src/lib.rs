@@ -18,6 +18,8 @@ pub mod module;
 pub mod param_file;
 pub mod param_sources;
 pub mod params;
+pub mod plot;
+pub mod raw;
 pub mod tcp;
 pub mod udp;
 

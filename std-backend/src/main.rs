@@ -43,6 +43,9 @@ enum Command {
     /// The second process of a local run (started by the first).
     #[command(hide = true)]
     Peer(PeerArgs),
+    /// A CPU-bound process for `--load` (spins until killed).
+    #[command(hide = true)]
+    Spin,
 }
 
 /// The BTL a run uses.
@@ -104,6 +107,18 @@ struct RunArgs {
     /// Read parameters from this file.
     #[arg(long, value_name = "PATH")]
     param_file: Option<PathBuf>,
+    /// Also run the same measurement over a plain TCP socket (one write
+    /// per message) between the same two processes, and print the ratios
+    /// (tcp only).
+    #[arg(long)]
+    baseline: bool,
+    /// With --baseline: draw both as an SVG chart at this path.
+    #[arg(long, value_name = "PATH", requires = "baseline")]
+    svg: Option<PathBuf>,
+    /// Start this many CPU-bound processes for the length of the run, to
+    /// see how waiting holds up when cores are shared.
+    #[arg(long, default_value_t = 0)]
+    load: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -151,6 +166,8 @@ struct PeerArgs {
     wait: WaitMode,
     #[arg(long)]
     param_file: Option<PathBuf>,
+    #[arg(long)]
+    baseline: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -181,6 +198,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Connect(args) => connect(args),
         Command::Peer(args) => peer(args),
+        Command::Spin => loop {
+            std::hint::spin_loop();
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -305,7 +325,7 @@ fn lead<B: Driven>(
     plan: &Plan,
     args: &RunArgs,
     title: &str,
-) -> Result<(), String> {
+) -> Result<Vec<bench::Row>, String> {
     let table = !args.json;
     let bar = progress_bar(plan.sizes.len() as u64, args.json);
     if table {
@@ -336,7 +356,7 @@ fn lead<B: Driven>(
         });
         say(format!("{doc}"));
     }
-    Ok(())
+    Ok(rows)
 }
 
 /// Prints a line of a report; a reader that went away (`| head`) is no
@@ -368,8 +388,12 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
         let mut m = self_module(&sources, me)?;
         let ep = reach(&mut m, me)?;
         let title = format!("btl {} over self, one process, {mode}", test_name(test));
-        return lead(&mut m, ep, &plan, &args, &title);
+        return lead(&mut m, ep, &plan, &args, &title).map(|_| ());
     }
+    if args.baseline && args.which != Which::Tcp {
+        return Err("--baseline compares with plain TCP: use it with --btl tcp".into());
+    }
+    let _load = Load::start(args.load)?;
     let job = u64::from(std::process::id()) << 16 | 0xb7;
     let dir = RunDir::new(job);
     let boot = Arc::new(SharedDir::new(dir.path()));
@@ -393,6 +417,9 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
     if let Some(f) = &sources.file {
         cmd.arg("--param-file").arg(f);
     }
+    if args.baseline {
+        cmd.arg("--baseline");
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting the peer process: {e}"))?;
@@ -415,6 +442,10 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
         }
         Which::SelfBtl => unreachable!("handled above"),
     };
+    let result = match result {
+        Ok(rows) if args.baseline => baseline(&plan, &args, dir.path(), &rows, &title),
+        other => other.map(|_| ()),
+    };
     if result.is_err() {
         let _ = child.kill();
     }
@@ -426,8 +457,112 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Where the second process of a `--baseline` run tells its raw port.
+const RAW_PORT_FILE: &str = "raw.port";
+
+/// The raw-socket half of a `--baseline` run, after the BTL's: the same
+/// plan over a plain TCP connection to the peer process, then the ratios.
+fn baseline(
+    plan: &Plan,
+    args: &RunArgs,
+    dir: &std::path::Path,
+    btl_rows: &[bench::Row],
+    title: &str,
+) -> Result<(), String> {
+    let file = dir.join(RAW_PORT_FILE);
+    let start = std::time::Instant::now();
+    let port: u16 = loop {
+        if let Some(p) = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break p;
+        }
+        if start.elapsed() > PEER_START {
+            return Err("the peer process never opened its raw socket".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    if !args.json {
+        say("# the same over a plain TCP socket, one write per message".into());
+    }
+    let raw_rows = btl_std::raw::lead(stream, plan, args.wait.into(), |r| {
+        if !args.json {
+            say(format!(
+                "  {:>9} {:>7} {:>12.2} {:>12.2} {:>12.1} {:>12.0}",
+                r.size, r.iters, r.median_us, r.p99_us, r.mib_per_s, r.msgs_per_s
+            ));
+        }
+    })
+    .map_err(|e| format!("raw socket: {e}"))?;
+    if args.json {
+        say(serde_json::json!({ "baseline": "raw tcp", "rows": raw_rows }).to_string());
+    } else {
+        say("# btl / raw: latency (lower is better), bandwidth and rate (higher is better)".into());
+        say(format!(
+            "# {:>9} {:>12} {:>12} {:>12}",
+            "size", "latency", "MiB/s", "msg/s"
+        ));
+        for (b, r) in btl_rows.iter().zip(&raw_rows) {
+            say(format!(
+                "  {:>9} {:>12.2} {:>12.2} {:>12.2}",
+                b.size,
+                b.median_us / r.median_us.max(1e-9),
+                b.mib_per_s / r.mib_per_s.max(1e-9),
+                b.msgs_per_s / r.msgs_per_s.max(1e-9)
+            ));
+        }
+    }
+    if let Some(path) = &args.svg {
+        btl_std::plot::compare(path, title, plan.test, btl_rows, &raw_rows)
+            .map_err(|e| format!("drawing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// CPU-bound processes running for as long as this lives (`--load`).
+struct Load(Vec<std::process::Child>);
+
+impl Load {
+    fn start(n: u32) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let children = (0..n)
+            .map(|_| {
+                std::process::Command::new(&exe)
+                    .arg("spin")
+                    .spawn()
+                    .map_err(|e| format!("starting a load process: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Load(children))
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Opens the raw socket of a `--baseline` run and tells its port through
+/// the run's directory.
+fn raw_listener(dir: &std::path::Path) -> Result<std::net::TcpListener, String> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(|e| e.to_string())?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let temp = dir.join(format!(".{RAW_PORT_FILE}"));
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    std::fs::write(&temp, port.to_string()).map_err(|e| e.to_string())?;
+    std::fs::rename(&temp, dir.join(RAW_PORT_FILE)).map_err(|e| e.to_string())?;
+    Ok(listener)
+}
+
 /// The second process of a local run: answers until the first is done.
 fn peer(args: PeerArgs) -> Result<(), String> {
+    let raw = args.baseline.then(|| raw_listener(&args.dir)).transpose()?;
     let sources = ParamSources::new(args.param_file, true);
     let boot = Arc::new(SharedDir::new(&args.dir));
     let me = ProcName::new(args.job, 1);
@@ -437,15 +572,20 @@ fn peer(args: PeerArgs) -> Result<(), String> {
         Which::Tcp => {
             let mut m = tcp_module(&sources, me, boot)?;
             reach(&mut m, lead_name)?;
-            bench::answer(&mut m, args.window, wait, PEER_START).map_err(|e| e.to_string())
+            bench::answer(&mut m, args.window, wait, PEER_START).map_err(|e| e.to_string())?;
         }
         Which::Udp => {
             let mut m = udp_module(&sources, me, boot)?;
             reach(&mut m, lead_name)?;
-            bench::answer(&mut m, args.window, wait, PEER_START).map_err(|e| e.to_string())
+            bench::answer(&mut m, args.window, wait, PEER_START).map_err(|e| e.to_string())?;
         }
-        Which::SelfBtl => Err("a self run has no peer process".into()),
+        Which::SelfBtl => return Err("a self run has no peer process".into()),
     }
+    if let Some(listener) = raw {
+        let (stream, _) = listener.accept().map_err(|e| e.to_string())?;
+        btl_std::raw::answer(stream, wait).map_err(|e| format!("raw socket: {e}"))?;
+    }
+    Ok(())
 }
 
 /// `btl serve`: listens on the selected interfaces, prints how to connect,
@@ -521,12 +661,12 @@ fn connect(args: ConnectArgs) -> Result<(), String> {
         Which::Tcp => {
             let mut m = tcp_module(&sources, me, boot)?;
             let ep = reach(&mut m, server)?;
-            lead(&mut m, ep, &plan, &run, &title)
+            lead(&mut m, ep, &plan, &run, &title).map(|_| ())
         }
         Which::Udp => {
             let mut m = udp_module(&sources, me, boot)?;
             let ep = reach(&mut m, server)?;
-            lead(&mut m, ep, &plan, &run, &title)
+            lead(&mut m, ep, &plan, &run, &title).map(|_| ())
         }
         Which::SelfBtl => Err("connect needs tcp or udp".into()),
     }

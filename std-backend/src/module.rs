@@ -34,6 +34,13 @@ use crate::engine_cell::{EngineCell, StdEngine};
 
 /// Socket events taken from the poller at once.
 const EVENTS: usize = 256;
+/// How often a busy-polling module asks the engine for its next timer:
+/// finding it scans every peer and link, and the finest timer (the
+/// acknowledgement delay) is coarser than this.
+const TIMER_CHECK: u64 = 20_000;
+/// A busy-polling module with few sockets asks the poller only every this
+/// many passes (for new connections); in between it reads them directly.
+const POLLER_EVERY: u32 = 32;
 
 /// What a module asks of its sockets; implemented by TCP and UDP.
 pub trait Transport {
@@ -67,6 +74,15 @@ pub trait Transport {
     /// without waiting: what the engine has to send, and input held back
     /// earlier because the engine had no receive fragment for it.
     fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64);
+
+    /// Sockets a busy-polling module reads directly, without asking the
+    /// poller first (one system call instead of two), or `false` when
+    /// there are too many for that to pay.
+    fn few_sockets(&self) -> bool;
+
+    /// Reads every socket directly, without the poller; see
+    /// [`few_sockets`](Self::few_sockets).
+    fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64);
 }
 
 /// Sixteen fresh random bytes for a handshake.
@@ -86,6 +102,10 @@ pub struct Module<T> {
     events: Events,
     epoch: Instant,
     spin: Duration,
+    /// When to look at the engine's timers next.
+    timer_check_at: u64,
+    /// Passes made, to ask the poller only every [`POLLER_EVERY`].
+    passes: u32,
 }
 
 impl<T: Transport> Module<T> {
@@ -99,6 +119,8 @@ impl<T: Transport> Module<T> {
             events: Events::with_capacity(EVENTS),
             epoch: Instant::now(),
             spin,
+            timer_check_at: 0,
+            passes: 0,
         }
     }
 
@@ -115,6 +137,12 @@ impl<T: Transport> Module<T> {
     /// One pass over sockets and timers, the poller waiting up to `wait`
     /// for a socket; returns whether a socket event came.
     fn pass(&mut self, wait: Option<Duration>) -> io::Result<bool> {
+        self.passes = self.passes.wrapping_add(1);
+        let direct =
+            wait.is_none() && self.passes % POLLER_EVERY != 0 && self.transport.few_sockets();
+        if direct {
+            return Ok(self.direct_pass());
+        }
         let wait = match wait {
             Some(w) => {
                 // Not past the engine's next timer.
@@ -131,6 +159,10 @@ impl<T: Transport> Module<T> {
             Err(e) => return Err(e),
         }
         let now = self.now();
+        let check_timers = now >= self.timer_check_at;
+        if check_timers {
+            self.timer_check_at = now.saturating_add(TIMER_CHECK);
+        }
         let Module {
             cell,
             transport,
@@ -144,7 +176,7 @@ impl<T: Transport> Module<T> {
             for event in events.iter() {
                 transport.on_event(engine, registry, event, now);
             }
-            if engine.poll_timeout().is_some_and(|t| t <= now) {
+            if check_timers && engine.poll_timeout().is_some_and(|t| t <= now) {
                 engine.handle_timeout(now);
             }
             while let Some(req) = engine.poll_connect() {
@@ -157,6 +189,38 @@ impl<T: Transport> Module<T> {
             engine.progress();
         });
         Ok(any)
+    }
+
+    /// A busy-polling pass without the poller: sockets read directly.
+    fn direct_pass(&mut self) -> bool {
+        let now = self.now();
+        let check_timers = now >= self.timer_check_at;
+        if check_timers {
+            self.timer_check_at = now.saturating_add(TIMER_CHECK);
+        }
+        let Module {
+            cell,
+            transport,
+            poll,
+            ..
+        } = self;
+        let registry = poll.registry();
+        cell.engine_mut(|engine| {
+            let before = engine.pending_events();
+            transport.read_directly(engine, registry, now);
+            if check_timers && engine.poll_timeout().is_some_and(|t| t <= now) {
+                engine.handle_timeout(now);
+            }
+            while let Some(req) = engine.poll_connect() {
+                transport.connect(engine, registry, req, now);
+            }
+            transport.flush(engine, registry, now);
+            while let Some(link) = engine.poll_close() {
+                transport.close(engine, registry, link, now);
+            }
+            engine.progress();
+            engine.pending_events() > before
+        })
     }
 
     /// Waits for something to do, at most `timeout`: progresses without

@@ -295,6 +295,16 @@ impl Transport for Udp {
         engine.handle_closed(link, now);
     }
 
+    fn few_sockets(&self) -> bool {
+        self.sockets.len() <= 8
+    }
+
+    fn read_directly(&mut self, engine: &mut StdEngine<'_>, _registry: &Registry, now: u64) {
+        for s in 0..self.sockets.len() {
+            self.receive(engine, s, now);
+        }
+    }
+
     fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, _now: u64) {
         let mut links = std::mem::take(&mut self.scratch_links);
         let mut blocked = std::mem::take(&mut self.scratch_blocked);

@@ -61,6 +61,12 @@ pub struct EngineConfig {
     /// Bounds of the retransmission timeout over datagrams (and of the
     /// handshake's repetition there).
     pub rtt: RttConfig,
+    /// Over streams, how long an acknowledgement may wait for a packet
+    /// going the other way to carry it (a reply usually does) before it
+    /// goes alone; a run of received packets or grants, a probe, or a
+    /// duplicate send it at once. Over datagrams acknowledgements never
+    /// wait: they time the sender's retransmissions.
+    pub ack_delay: u64,
     /// Connections per peer used in parallel over streams
     /// (`btl_tcp_links`): PUT packets are striped across them, and when
     /// one breaks the others carry what it had not delivered. From 1 to
@@ -71,8 +77,8 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// Defaults for process `me`: stream links, 1 MiB bodies, 16 credits,
     /// 64 KiB PUT packets, 5 s handshake, 30 s peer timeout, 10 s
-    /// keepalive, data-centre retransmission bounds, one link per peer, no
-    /// job key, no checksum.
+    /// keepalive, data-centre retransmission bounds, 50 µs acknowledgement
+    /// delay, one link per peer, no job key, no checksum.
     pub fn new(me: ProcName) -> Self {
         EngineConfig {
             me,
@@ -86,6 +92,7 @@ impl EngineConfig {
             peer_timeout: 30_000 * MS,
             keepalive: 10_000 * MS,
             rtt: RttConfig::DATA_CENTRE,
+            ack_delay: 50_000,
             links: 1,
         }
     }

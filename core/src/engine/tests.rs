@@ -414,6 +414,9 @@ fn simultaneous_connects_keep_the_lower_names_link_and_lose_nothing() {
     assert!(pair.connection(ca).expect("A's connection").is_open());
     let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
     for _ in 0..10 {
+        // Time passes: delayed acknowledgements go out.
+        pair.advance(60_000);
+        pair.serve_timeouts();
         shuttle(&mut pair, ca, Role::Acceptor);
         shuttle(&mut pair, ca, Role::Opener);
         got_a.extend(drain(pair.a()));

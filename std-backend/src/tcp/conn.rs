@@ -94,8 +94,16 @@ impl Conn {
     }
 
     /// Hands held bytes to the engine, then reads the socket until it would
-    /// block, handing each read on, unless the engine stops taking.
-    pub fn read(&mut self, engine: &mut StdEngine<'_>, link: LinkId, now: u64) -> ReadOutcome {
+    /// block, handing each read on, unless the engine stops taking. With
+    /// `closing` (the poller saw the peer's end of the stream) it reads
+    /// until it finds that end; otherwise a short read counts as drained.
+    pub fn read(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        link: LinkId,
+        now: u64,
+        closing: bool,
+    ) -> ReadOutcome {
         loop {
             if !self.rx.is_empty() {
                 let data = &self.rx.buf[self.rx.start..self.rx.end];
@@ -111,6 +119,22 @@ impl Conn {
             self.rx.end = 0;
             match self.stream.read(&mut self.rx.buf) {
                 Ok(0) => return ReadOutcome::Closed,
+                // A short read drained the socket: the next bytes bring a
+                // new readiness event, so no read to learn it would block.
+                Ok(n) if n < self.rx.buf.len() && !closing => {
+                    self.rx.end = n;
+                    return match engine.handle_stream(link, &self.rx.buf[..n], now) {
+                        Ok(taken) => {
+                            self.rx.start = taken.min(n);
+                            if self.rx.is_empty() {
+                                ReadOutcome::Drained
+                            } else {
+                                ReadOutcome::Held
+                            }
+                        }
+                        Err(_) => ReadOutcome::Closed,
+                    };
+                }
                 Ok(n) => self.rx.end = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

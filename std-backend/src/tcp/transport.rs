@@ -211,15 +211,23 @@ impl Tcp {
         }
     }
 
-    /// Reads connection `i` into the engine.
-    fn read(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, i: usize, now: u64) {
+    /// Reads connection `i` into the engine (`closing`: the poller saw the
+    /// peer's end of the stream or an error).
+    fn read(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &Registry,
+        i: usize,
+        now: u64,
+        closing: bool,
+    ) {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
         let Some(link) = conn.link() else {
             return;
         };
-        if conn.read(engine, link, now) == ReadOutcome::Closed {
+        if conn.read(engine, link, now, closing) == ReadOutcome::Closed {
             self.broken(engine, registry, i, now);
         }
     }
@@ -309,8 +317,9 @@ impl Transport for Tcp {
             }
             return;
         }
-        if event.is_readable() || event.is_read_closed() || event.is_error() {
-            self.read(engine, registry, token, now);
+        let closing = event.is_read_closed() || event.is_error();
+        if event.is_readable() || closing {
+            self.read(engine, registry, token, now, closing);
         }
         if event.is_writable() {
             self.write(engine, registry, token, now);
@@ -352,6 +361,18 @@ impl Transport for Tcp {
         engine.handle_closed(link, now);
     }
 
+    fn few_sockets(&self) -> bool {
+        self.by_link.len() <= 8
+    }
+
+    fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) {
+        for i in 0..self.conns.len() {
+            if self.conns[i].as_ref().is_some_and(|c| c.link().is_some()) {
+                self.read(engine, registry, i, now, false);
+            }
+        }
+    }
+
     fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) {
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_ref() else {
@@ -366,7 +387,7 @@ impl Transport for Tcp {
                 }
                 ConnState::Open(_) => {
                     if conn.holds_input() {
-                        self.read(engine, registry, i, now);
+                        self.read(engine, registry, i, now, false);
                     }
                     self.write(engine, registry, i, now);
                 }

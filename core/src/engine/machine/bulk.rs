@@ -164,6 +164,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             next_index: 0,
             reply_to: None,
         });
+        self.update_sending(i);
         if local.len == 0 {
             self.finish_op(i, Ok(()));
         } else if remote.offset.checked_add(remote.len).is_none() {
@@ -245,10 +246,24 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             .position(|o| o.is_some_and(|o| o.kind == kind && o.peer == peer && o.id == id))
     }
 
+    /// Keeps [`sending`](Engine::sending) in step with slot `i`: its bit is
+    /// set while the operation there still has packets to hand out.
+    pub(super) fn update_sending(&mut self, i: usize) {
+        let bit = 1u64 << i;
+        let active = self.ops[i]
+            .is_some_and(|o| matches!(o.kind, OpKind::Put | OpKind::Serve) && o.queued < o.len);
+        if active {
+            self.sending |= bit;
+        } else {
+            self.sending &= !bit;
+        }
+    }
+
     pub(super) fn finish_op(&mut self, i: usize, result: Result<(), BtlError>) {
         let Some(op) = self.ops[i].take() else {
             return;
         };
+        self.update_sending(i);
         let (op_id, ctx) = (OpId(op.id), op.ctx);
         let done = match op.kind {
             OpKind::Put => Completion::Put {
@@ -345,6 +360,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             next_index: 0,
             reply_to,
         });
+        self.update_sending(i);
         if get.len == 0 {
             self.finish_op(i, Ok(()));
         }

@@ -64,6 +64,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             if peer.refs == 0 {
                 self.lose_peer(p, LostReason::Removed);
                 self.peers[p] = None;
+                self.present_peers.retain(|&i| usize::from(i) != p);
             }
         }
         Ok(())
@@ -345,10 +346,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         if self.finalized {
             return;
         }
-        for p in 0..PEERS {
-            if self.peers[p].is_some() {
-                self.fail_peer(p, LostReason::Removed, BtlError::Finalized);
-            }
+        for p in self.present_peers.clone() {
+            self.fail_peer(usize::from(p), LostReason::Removed, BtlError::Finalized);
         }
         self.finalized = true;
     }
@@ -374,7 +373,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             let _ = self.pools.free(frag);
             if let Some(peer) = self.peers[p].as_mut() {
                 peer.granted = peer.granted.wrapping_add(1);
-                peer.ack_owed_since.get_or_insert(self.now);
+                peer.owe_ack(self.now, false);
             }
         }
     }

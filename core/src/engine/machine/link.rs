@@ -113,6 +113,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             slot: slot as u16,
             generation: self.links_made,
         };
+        let _ = self.present_links.push(slot as u16);
         self.links[slot] = Some(Link {
             id,
             peer: None,
@@ -251,7 +252,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if peer.was_open && !carried {
             // A reconnect: tell the peer at once what arrived, so it
             // resends no more than it must.
-            peer.ack_owed_since = Some(self.now);
+            peer.owe_ack(self.now, true);
         }
         peer.was_open = true;
         peer.checksum = checksum;

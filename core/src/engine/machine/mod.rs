@@ -36,8 +36,10 @@ use receive::Receiving;
 
 /// Reliable packets in flight per peer.
 pub const WINDOW: usize = 64;
-/// Puts and gets outstanding at once, this side's and peers' gets served.
+/// Puts and gets outstanding at once, this side's and peers' gets served
+/// (at most 64: one bit each in a word).
 pub const MAX_OPS: usize = 64;
+const _: () = assert!(MAX_OPS <= 64);
 /// Most slices one [`Transmit`] hands out (coalesced small packets).
 pub const MAX_SEGMENTS: usize = 16;
 const EVENTS: usize = 256;
@@ -136,6 +138,13 @@ pub struct Engine<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: us
     events: Deque<Pending, EVENTS>,
     delivered: Option<(usize, Fragment)>,
     connects: Deque<ConnectRequest, PEERS>,
+    /// The peer and link slots in use: what the per-call scans visit, so
+    /// that an engine sized for many peers costs little with few.
+    present_peers: Vec<u16, PEERS>,
+    present_links: Vec<u16, LINKS>,
+    /// Bit `i`: the operation in slot `i` still has packets to hand out
+    /// (a put, or a get served); what the bulk scan visits.
+    sending: u64,
     closes: Deque<LinkId, LINKS>,
     /// Links made so far (mod 2^16): the generation of the next one.
     links_made: u16,
@@ -193,6 +202,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             events: Deque::new(),
             delivered: None,
             connects: Deque::new(),
+            present_peers: Vec::new(),
+            present_links: Vec::new(),
+            sending: 0,
             closes: Deque::new(),
             links_made: 0,
             next_op: 0,
@@ -364,6 +376,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let Some(l) = self.links[slot].take() else {
             return;
         };
+        self.present_links.retain(|&s| usize::from(s) != slot);
         if let Receiving::Send { frag, .. } = l.receiving {
             let _ = self.pools.free(frag);
         }
@@ -484,7 +497,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         self.now = now;
         let datagram = self.datagram();
         let repeat_after = self.config.rtt.normalized().initial_rto;
-        for slot in 0..LINKS {
+        for slot in self.present_links.clone().into_iter().map(usize::from) {
             let Some(l) = self.links[slot].as_mut() else {
                 continue;
             };
@@ -514,7 +527,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 self.flush_handshake(slot);
             }
         }
-        for p in 0..PEERS {
+        for p in self.present_peers.clone().into_iter().map(usize::from) {
             let Some(peer) = self.peers[p].as_mut() else {
                 continue;
             };
@@ -542,6 +555,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     peer.link_retry[index] = None;
                     self.request_connect(p, index as u8);
                 }
+            }
+            if !datagram
+                && self.peers[p]
+                    .as_ref()
+                    .and_then(|peer| peer.ack_owed_since)
+                    .is_some_and(|since| now >= since.saturating_add(self.config.ack_delay))
+            {
+                self.flush_ack(p);
             }
             let Some(peer) = self.peers[p].as_mut() else {
                 continue;
@@ -579,9 +600,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let datagram = self.datagram();
         let repeat_after = self.config.rtt.normalized().initial_rto;
         let links = self
-            .links
+            .present_links
             .iter()
-            .flatten()
+            .filter_map(|&s| self.links[usize::from(s)].as_ref())
             .filter(|l| l.state == LinkState::Handshaking)
             .map(|l| {
                 let fail = l.opened_at.saturating_add(self.config.handshake_timeout);
@@ -591,26 +612,37 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     fail
                 }
             });
-        let peers = self.peers.iter().flatten().filter_map(|p| {
-            let retransmit = match p.state {
-                PeerState::Open if datagram => p.send.retransmit_deadline(p.rtt.rto()),
-                PeerState::Connecting { retry, .. } => retry,
-                _ => None,
-            };
-            let link_retry = match p.state {
-                PeerState::Open => p.link_retry.iter().flatten().copied().min(),
-                _ => None,
-            };
-            [
-                self.config.lost_by(p),
-                retransmit,
-                self.config.probe_at(p, datagram),
-                link_retry,
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-        });
+        let peers = self
+            .present_peers
+            .iter()
+            .filter_map(|&p| self.peers[usize::from(p)].as_ref())
+            .filter_map(|p| {
+                let retransmit = match p.state {
+                    PeerState::Open if datagram => p.send.retransmit_deadline(p.rtt.rto()),
+                    PeerState::Connecting { retry, .. } => retry,
+                    _ => None,
+                };
+                let link_retry = match p.state {
+                    PeerState::Open => p.link_retry.iter().flatten().copied().min(),
+                    _ => None,
+                };
+                let ack = match p.state {
+                    PeerState::Open if !datagram => p
+                        .ack_owed_since
+                        .map(|since| since.saturating_add(self.config.ack_delay)),
+                    _ => None,
+                };
+                [
+                    self.config.lost_by(p),
+                    retransmit,
+                    self.config.probe_at(p, datagram),
+                    link_retry,
+                    ack,
+                ]
+                .into_iter()
+                .flatten()
+                .min()
+            });
         links.chain(peers).min()
     }
 

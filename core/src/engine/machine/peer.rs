@@ -58,8 +58,11 @@ pub(super) struct Peer {
     pub(super) peer_granted: u32,
     /// Credits this side granted beyond the initial ones (freed fragments).
     pub(super) granted: u32,
-    /// Acknowledgement owed: received packets or grants not yet reported.
+    /// Acknowledgement owed: received packets or grants not yet reported,
+    /// since when, how many, and whether it must go at once.
     pub(super) ack_owed_since: Option<u64>,
+    pub(super) acks_pending: u32,
+    pub(super) ack_urgent: bool,
     pub(super) last_heard: u64,
     /// When this side last asked the peer for an acknowledgement
     /// (keepalive, or credit probe over datagrams).
@@ -93,6 +96,8 @@ impl Peer {
             peer_granted: 0,
             granted: 0,
             ack_owed_since: None,
+            acks_pending: 0,
+            ack_urgent: false,
             last_heard: 0,
             last_probe: 0,
             rtt,
@@ -104,6 +109,21 @@ impl Peer {
     pub(super) fn has_credit(&self) -> bool {
         let allowed = self.peer_initial.wrapping_add(self.peer_granted);
         (allowed.wrapping_sub(self.sends_sent) as i32) > 0
+    }
+
+    /// Notes an acknowledgement owed (a packet received, credits granted);
+    /// `urgent` when it must not wait (a probe, a duplicate, a reconnect).
+    pub(super) fn owe_ack(&mut self, now: u64, urgent: bool) {
+        self.ack_owed_since.get_or_insert(now);
+        self.acks_pending = self.acks_pending.saturating_add(1);
+        self.ack_urgent |= urgent;
+    }
+
+    /// The acknowledgement owed goes out (with a packet, or alone).
+    pub(super) fn ack_sent(&mut self) {
+        self.ack_owed_since = None;
+        self.acks_pending = 0;
+        self.ack_urgent = false;
     }
 
     /// Takes `link` out of the peer's links; whether it was one of them.
@@ -147,6 +167,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
         let i = self.peers.iter().position(Option::is_none)?;
         self.peers[i] = Some(Peer::new(proc, RttEstimator::with_bounds(self.config.rtt)));
+        let _ = self.present_peers.push(i as u16);
         Some(i)
     }
 

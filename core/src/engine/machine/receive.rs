@@ -384,7 +384,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             if header.flags.contains(Flags::ACK_REQUEST)
                 || matches!(receiving, Receiving::Duplicate)
             {
-                peer.ack_owed_since.get_or_insert(now);
+                peer.owe_ack(now, true);
             }
         }
         let ack = Ack {
@@ -439,7 +439,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             }
         }
         if let Some(peer) = self.peers[p].as_mut() {
-            peer.ack_owed_since.get_or_insert(now);
+            peer.owe_ack(now, false);
         }
         while let Some((_, item)) = self.peers[p].as_mut().and_then(|peer| peer.recv.pop()) {
             self.deliver(p, item);

@@ -4,13 +4,10 @@
 
 use heapless::Vec;
 
-use super::bulk::OpKind;
 use super::frame::{chunk, chunk_mut, emit_control};
 use super::link::{LinkState, TxItem};
 use super::peer::PeerState;
-use super::{
-    CONTROL_MAX, Engine, MAX_OPS, MAX_PEER_LINKS, PUT_PREFIX, Pending, SEND_PREFIX, WINDOW,
-};
+use super::{CONTROL_MAX, Engine, MAX_PEER_LINKS, PUT_PREFIX, Pending, SEND_PREFIX, WINDOW};
 use crate::btl::{BtlError, Completion, MemSlice};
 use crate::desc::{DescFlags, Descriptor};
 use crate::endpoint::EndpointId;
@@ -19,6 +16,10 @@ use crate::wire::{
     AckRepr, CHECKSUM_LEN, CloseReason, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN, HeaderRepr,
     PacketType, PutRepr, RejectRepr, SendRepr,
 };
+
+/// Received packets and grants after which a stream's acknowledgement goes
+/// at once, without waiting for its delay: the sender keeps going.
+const ACK_BATCH: u32 = 8;
 
 /// A retained reliable packet, kept until the peer acknowledges it.
 #[derive(Debug)]
@@ -89,7 +90,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// Moves queued packets and bulk transfers into the send windows and
     /// onto the links, as credits, windows and links allow.
     pub(super) fn progress_queues(&mut self) {
-        for p in 0..PEERS {
+        for p in self.present_peers.clone().into_iter().map(usize::from) {
             let Some(peer) = self.peers[p].as_ref() else {
                 continue;
             };
@@ -122,19 +123,17 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     None => break,
                 }
             }
-            // Bulk packets.
-            for i in 0..MAX_OPS {
-                while let Some(op) = self.ops[i] {
-                    let window_full = self.peers[p]
+            // Bulk packets of the operations that have some left.
+            let mut bits = self.sending;
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                while self.sending & (1 << i) != 0
+                    && self.ops[i].as_ref().is_some_and(|op| op.peer == p)
+                    && self.peers[p]
                         .as_ref()
-                        .is_none_or(|peer| peer.send.is_full());
-                    if op.peer != p
-                        || !matches!(op.kind, OpKind::Put | OpKind::Serve)
-                        || op.queued >= op.len
-                        || window_full
-                    {
-                        break;
-                    }
+                        .is_some_and(|peer| !peer.send.is_full())
+                {
                     self.transmit_put(i);
                 }
             }
@@ -235,6 +234,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 o.queued += len;
                 o.next_index += 1;
             }
+            self.update_sending(i);
             self.enqueue_reliable(op.peer, seq);
         }
     }
@@ -307,7 +307,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let (ack, credits) = (peer.recv.ack().cumulative, peer.granted);
         // This packet carries the acknowledgement and credits: no bare ACK
         // is owed for them any more.
-        peer.ack_owed_since = None;
+        peer.ack_sent();
         let flags = if checksum {
             Flags::CHECKSUM
         } else {
@@ -544,7 +544,16 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         if l.state != LinkState::Open || (!l.tx.is_empty() && !holes) {
             return;
         }
-        if peer.ack_owed_since.is_none() {
+        let Some(since) = peer.ack_owed_since else {
+            return;
+        };
+        // Over a stream an acknowledgement may wait a little for a packet
+        // going back to carry it, unless it is urgent or a run built up.
+        let waits = !datagram
+            && !peer.ack_urgent
+            && peer.acks_pending < ACK_BATCH
+            && self.now.saturating_sub(since) < self.config.ack_delay;
+        if waits {
             return;
         }
         let reject_waiting = peer.answers.iter().any(|a| matches!(a, Answer::Reject(_)));
@@ -562,7 +571,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let Some(peer) = self.peers[p].as_mut() else {
             return;
         };
-        peer.ack_owed_since = None;
+        peer.ack_sent();
         let ack = peer.recv.ack();
         let credits = peer.granted;
         let flags = if peer.checksum {
@@ -582,6 +591,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         );
         if let Some(l) = self.links[slot].as_mut() {
             let _ = l.tx.push_back(TxItem::Control { bytes, len });
+        }
+    }
+
+    /// Sends the acknowledgement owed to peer `p` on one of its links: its
+    /// delay ran out with no packet going back to carry it.
+    pub(super) fn flush_ack(&mut self, p: usize) {
+        if let Some(slot) = self.send_slot(p, false) {
+            self.queue_ack_if_owed(slot);
         }
     }
 

@@ -1,0 +1,163 @@
+//! The baseline the `btl` command compares against: the same measurements
+//! over a plain `std::net` TCP connection, one `write` per message, as a
+//! program without a BTL would do it. Busy-polling reads spin on a
+//! non-blocking socket; blocking reads block.
+//!
+//! Before each size the lead sends a 17-byte header (test, size, window,
+//! rounds); a size of `u64::MAX` ends the run.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::bench::{Plan, Row, Test, Waiting, row};
+
+const DONE: u64 = u64::MAX;
+/// Bytes of the header before each size.
+const HEAD: usize = 17;
+
+fn test_code(t: Test) -> u8 {
+    match t {
+        Test::PingPong => 0,
+        Test::Bandwidth => 1,
+        Test::Rate => 2,
+    }
+}
+
+/// Reads exactly `buf.len()` bytes, spinning on a non-blocking socket.
+fn read_all(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf`, spinning on a non-blocking socket.
+fn write_all(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
+    let mut put = 0;
+    while put < buf.len() {
+        match s.write(&buf[put..]) {
+            Ok(n) => put += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn prepare(s: &TcpStream, waiting: Waiting) -> io::Result<()> {
+    s.set_nodelay(true)?;
+    s.set_nonblocking(waiting == Waiting::Poll)
+}
+
+/// Runs `plan` over `stream` against [`answer`] at the other end.
+pub fn lead(
+    mut stream: TcpStream,
+    plan: &Plan,
+    waiting: Waiting,
+    mut on_row: impl FnMut(&Row),
+) -> io::Result<Vec<Row>> {
+    prepare(&stream, waiting)?;
+    let max = plan.sizes.iter().copied().max().unwrap_or(1).max(1);
+    let mut buf = vec![0x5au8; max];
+    let mut rows = Vec::new();
+    for &size in &plan.sizes {
+        let (iters, warmup) = plan.iterations(size);
+        let mut head = [0u8; HEAD];
+        head[0] = test_code(plan.test);
+        head[1..9].copy_from_slice(&(size as u64).to_be_bytes());
+        head[9..13].copy_from_slice(&plan.window.to_be_bytes());
+        head[13..17].copy_from_slice(&(warmup + iters).to_be_bytes());
+        write_all(&mut stream, &head)?;
+        let mut samples: Vec<Duration> = Vec::with_capacity(iters as usize);
+        let mut timed_from = Instant::now();
+        for i in 0..warmup + iters {
+            let t = Instant::now();
+            match plan.test {
+                Test::PingPong => {
+                    write_all(&mut stream, &buf[..size])?;
+                    read_all(&mut stream, &mut buf[..size])?;
+                }
+                Test::Bandwidth | Test::Rate => {
+                    for _ in 0..plan.window {
+                        write_all(&mut stream, &buf[..size])?;
+                    }
+                    read_all(&mut stream, &mut buf[..1])?;
+                }
+            }
+            if i >= warmup {
+                samples.push(t.elapsed());
+            }
+            if i + 1 == warmup {
+                timed_from = Instant::now();
+            }
+        }
+        rows.push(row(
+            plan.test,
+            plan.window,
+            size,
+            &mut samples,
+            timed_from.elapsed(),
+        ));
+        on_row(rows.last().expect("just pushed"));
+    }
+    let mut end = [0u8; HEAD];
+    end[1..9].copy_from_slice(&DONE.to_be_bytes());
+    write_all(&mut stream, &end)?;
+    Ok(rows)
+}
+
+/// Answers [`lead`] until it is done: echoes ping-pongs, acknowledges each
+/// window with one byte.
+pub fn answer(mut stream: TcpStream, waiting: Waiting) -> io::Result<()> {
+    prepare(&stream, waiting)?;
+    let mut buf = vec![0u8; 1];
+    loop {
+        let mut head = [0u8; HEAD];
+        read_all(&mut stream, &mut head)?;
+        let field = |r: std::ops::Range<usize>| {
+            head[r].iter().fold(0u64, |acc, &b| acc << 8 | u64::from(b))
+        };
+        let size = field(1..9);
+        if size == DONE {
+            return Ok(());
+        }
+        let size = usize::try_from(size).map_err(|_| io::Error::other("size too large"))?;
+        let window = field(9..13).max(1);
+        let rounds = field(13..17);
+        if buf.len() < size.max(1) {
+            buf.resize(size.max(1), 0);
+        }
+        for _ in 0..rounds {
+            if head[0] == 0 {
+                read_all(&mut stream, &mut buf[..size])?;
+                write_all(&mut stream, &buf[..size])?;
+            } else {
+                for _ in 0..window {
+                    read_all(&mut stream, &mut buf[..size])?;
+                }
+                write_all(&mut stream, &[1])?;
+            }
+        }
+    }
+}

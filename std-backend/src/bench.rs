@@ -167,6 +167,8 @@ struct Side {
     /// Stream messages per acknowledgement, and how many were acknowledged.
     window: u32,
     acked: u64,
+    /// Replies owed (to, tag, length), sent in order.
+    replies: std::collections::VecDeque<(EndpointId, Tag, usize)>,
 }
 
 impl Side {
@@ -179,6 +181,7 @@ impl Side {
             counted: [0; 4],
             window: window.max(1),
             acked: 0,
+            replies: std::collections::VecDeque::new(),
         })
     }
 
@@ -205,7 +208,6 @@ impl Side {
         tag: Tag,
         len: usize,
         waiting: Waiting,
-        answer: bool,
     ) -> Result<(), BenchError> {
         if len > self.copy.len() {
             // An answer larger than any message so far: a larger buffer.
@@ -264,12 +266,10 @@ impl Side {
                         return Err(BenchError::Stalled(STALL));
                     }
                     btl.step(waiting);
-                    // Answer what arrives meanwhile, or both sides could
-                    // wait for each other's room.
+                    // Take what arrives meanwhile (answered later), or both
+                    // sides could wait for each other's room.
                     while let Some(a) = self.take(btl)? {
-                        if answer {
-                            self.on_arrival(btl, a, waiting)?;
-                        }
+                        self.on_arrival(a);
                     }
                 }
                 Err(e) => {
@@ -322,30 +322,35 @@ impl Side {
         }
     }
 
-    /// What a side does with an arrival: echo pings, count the rest, and
-    /// acknowledge each window of stream messages.
-    fn on_arrival<B: Driven>(
-        &mut self,
-        btl: &mut B,
-        a: Arrival,
-        waiting: Waiting,
-    ) -> Result<(), BenchError> {
+    /// What a side does with an arrival: count it, and owe an echo for a
+    /// ping and an acknowledgement for each window of stream messages.
+    /// Replies are only queued here; [`reply`](Self::reply) sends them, so
+    /// that a send waiting for room, which takes arrivals meanwhile, never
+    /// sends from within itself.
+    fn on_arrival(&mut self, a: Arrival) {
         let Some(len) = a.complete else {
-            return Ok(());
+            return;
         };
         match a.tag {
-            PING => self.send(btl, a.from, PONG, len, waiting, true)?,
+            PING => self.replies.push_back((a.from, PONG, len)),
             PONG => self.counted[0] += 1,
             STREAM => {
                 self.counted[1] += 1;
                 if self.counted[1] >= self.acked + u64::from(self.window) {
                     self.acked += u64::from(self.window);
-                    self.send(btl, a.from, WINDOW_ACK, 0, waiting, true)?;
+                    self.replies.push_back((a.from, WINDOW_ACK, 0));
                 }
             }
             WINDOW_ACK => self.counted[2] += 1,
             DONE => self.counted[3] += 1,
             _ => {}
+        }
+    }
+
+    /// Sends the replies owed, in order (more may be owed meanwhile).
+    fn reply<B: Driven>(&mut self, btl: &mut B, waiting: Waiting) -> Result<(), BenchError> {
+        while let Some((to, tag, len)) = self.replies.pop_front() {
+            self.send(btl, to, tag, len, waiting)?;
         }
         Ok(())
     }
@@ -376,8 +381,9 @@ impl Side {
             let mut moved = false;
             while let Some(a) = self.take(btl)? {
                 moved = true;
-                self.on_arrival(btl, a, waiting)?;
+                self.on_arrival(a);
             }
+            self.reply(btl, waiting)?;
             // The clock is read only now and then: this loop is what a
             // latency measurement spins in.
             idle = if moved { 0 } else { idle + 1 };
@@ -417,13 +423,13 @@ pub fn lead<B: Driven>(
             match plan.test {
                 Test::PingPong => {
                     let want = side.counted[0] + 1;
-                    side.send(btl, peer, PING, size, waiting, true)?;
+                    side.send(btl, peer, PING, size, waiting)?;
                     side.until(btl, 0, want, waiting)?;
                 }
                 Test::Bandwidth | Test::Rate => {
                     let want = side.counted[2] + 1;
                     for _ in 0..plan.window {
-                        side.send(btl, peer, STREAM, size, waiting, true)?;
+                        side.send(btl, peer, STREAM, size, waiting)?;
                     }
                     side.until(btl, 2, want, waiting)?;
                 }
@@ -440,7 +446,7 @@ pub fn lead<B: Driven>(
         rows.push(row(plan.test, plan.window, size, &mut samples, elapsed));
         on_row(rows.last().expect("just pushed"));
     }
-    side.send(btl, peer, DONE, 0, waiting, true)?;
+    side.send(btl, peer, DONE, 0, waiting)?;
     // Let the DONE leave before the caller tears the module down.
     for _ in 0..100 {
         btl.step(Waiting::Poll);

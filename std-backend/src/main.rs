@@ -9,7 +9,7 @@ use std::sync::Arc;
 use btl_core::endpoint::ProcName;
 use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
 use btl_std::bench::{self, Driven, Plan, Test, Waiting};
-use btl_std::bootstrap::{Card, Contact, SharedDir, StaticPeers};
+use btl_std::bootstrap::{Bootstrap, Card, Contact, SharedDir, StaticPeers};
 use btl_std::info::{Filter, Report};
 use btl_std::launch::{ParamSources, RunDir, reach, self_module, tcp_module, udp_module};
 use btl_std::param_sources::{apply_environment, apply_file, default_param_file};
@@ -132,12 +132,21 @@ struct ServeArgs {
     /// Read parameters from this file.
     #[arg(long, value_name = "PATH")]
     param_file: Option<PathBuf>,
+    /// Publish this server's card (every address it listens on) in DIR,
+    /// a directory `btl connect --dir DIR` also reaches (a shared
+    /// filesystem): the client then pairs all of them, one link each.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
 struct ConnectArgs {
-    /// `btl serve`'s address, as it printed it.
-    address: std::net::SocketAddr,
+    /// `btl serve`'s address, as it printed it (or give `--dir`).
+    #[arg(required_unless_present = "dir")]
+    address: Option<std::net::SocketAddr>,
+    /// Find the server's card in DIR (see `btl serve --dir`).
+    #[arg(long, value_name = "DIR", conflicts_with = "address")]
+    dir: Option<PathBuf>,
     /// The measurement.
     #[arg(long, value_enum, default_value = "pingpong")]
     test: TestName,
@@ -592,8 +601,10 @@ fn peer(args: PeerArgs) -> Result<(), String> {
 /// and answers one run after another.
 fn serve(args: ServeArgs) -> Result<(), String> {
     let sources = ParamSources::new(args.param_file, false);
-    let dir = RunDir::new(REMOTE_JOB ^ u64::from(std::process::id()));
-    let boot = Arc::new(SharedDir::new(dir.path()));
+    let scratch = RunDir::new(REMOTE_JOB ^ u64::from(std::process::id()));
+    let boot = Arc::new(SharedDir::new(
+        args.dir.as_deref().unwrap_or(scratch.path()),
+    ));
     let me = ProcName::new(REMOTE_JOB, 0);
     let wait: Waiting = args.wait.into();
     let forever = std::time::Duration::from_secs(u64::MAX / 4);
@@ -641,21 +652,27 @@ fn connect(args: ConnectArgs) -> Result<(), String> {
     let sources = ParamSources::new(run.param_file.clone(), false);
     let server = ProcName::new(REMOTE_JOB, 0);
     let me = ProcName::new(REMOTE_JOB, 1 + std::process::id());
-    let prefix = if args.address.is_ipv4() { 32 } else { 128 };
-    let mut card = Card::new(server);
-    card.contacts.push(Contact {
-        component: which_name(run.which).to_string(),
-        addr: args.address,
-        prefix,
-    });
-    let boot = Arc::new(
-        StaticPeers::parse(&card.to_string(), "the address given").map_err(|e| e.to_string())?,
-    );
+    let (boot, to): (Arc<dyn Bootstrap>, String) = match (args.address, &args.dir) {
+        (Some(address), _) => {
+            let prefix = if address.is_ipv4() { 32 } else { 128 };
+            let mut card = Card::new(server);
+            card.contacts.push(Contact {
+                component: which_name(run.which).to_string(),
+                addr: address,
+                prefix,
+            });
+            let list = StaticPeers::parse(&card.to_string(), "the address given")
+                .map_err(|e| e.to_string())?;
+            (Arc::new(list), address.to_string())
+        }
+        (None, Some(dir)) => (Arc::new(SharedDir::new(dir)), dir.display().to_string()),
+        (None, None) => return Err("give the server's address or --dir".into()),
+    };
     let title = format!(
         "btl {} over {} to {}",
         test_name(test),
         which_name(run.which),
-        args.address
+        to
     );
     match run.which {
         Which::Tcp => {

@@ -82,9 +82,9 @@ pub trait Transport {
     /// there are too many for that to pay.
     fn few_sockets(&self) -> bool;
 
-    /// Reads every socket directly, without the poller; see
-    /// [`few_sockets`](Self::few_sockets).
-    fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64);
+    /// Reads every socket directly, without the poller (see
+    /// [`few_sockets`](Self::few_sockets)); whether anything came.
+    fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) -> bool;
 }
 
 /// Sixteen fresh random bytes for a handshake.
@@ -110,6 +110,50 @@ pub struct Module<T> {
     passes: u32,
     /// The engine's clock as last read.
     clock: u64,
+    /// What waiting has cost, spinning first and blocking at once.
+    waits: WaitCosts,
+}
+
+/// How long [`Module::wait`] took to see something, spinning first and
+/// blocking at once: moving averages of each, and which one to use. Every
+/// [`WaitCosts::PROBE`]th wait tries the other way, so the averages follow
+/// the machine as its load changes.
+#[derive(Debug, Clone, Copy, Default)]
+struct WaitCosts {
+    spinning_ns: f64,
+    blocking_ns: f64,
+    waits: u32,
+}
+
+impl WaitCosts {
+    /// One wait in this many tries the way not in favour.
+    const PROBE: u32 = 8;
+
+    /// Whether this wait spins before it blocks.
+    fn spin_now(&mut self) -> bool {
+        self.waits = self.waits.wrapping_add(1);
+        let favour = self.spinning_ns <= self.blocking_ns;
+        if self.waits % Self::PROBE == 0 {
+            !favour
+        } else {
+            favour
+        }
+    }
+
+    /// A wait that spun (or not) saw something after `took`.
+    fn record(&mut self, spun: bool, took: Duration) {
+        let ns = took.as_nanos() as f64;
+        let avg = if spun {
+            &mut self.spinning_ns
+        } else {
+            &mut self.blocking_ns
+        };
+        *avg = if *avg == 0.0 {
+            ns
+        } else {
+            *avg + (ns - *avg) / 8.0
+        };
+    }
 }
 
 impl<T: Transport> Module<T> {
@@ -126,6 +170,7 @@ impl<T: Transport> Module<T> {
             timer_check_at: 0,
             passes: 0,
             clock: 0,
+            waits: WaitCosts::default(),
         }
     }
 
@@ -221,7 +266,7 @@ impl<T: Transport> Module<T> {
             // What the caller queued goes out before anything is read: the
             // latency of a reply.
             transport.flush(engine, registry, now);
-            transport.read_directly(engine, registry, now);
+            let read = transport.read_directly(engine, registry, now);
             if check_timers && engine.poll_timeout().is_some_and(|t| t <= now) {
                 engine.handle_timeout(now);
             }
@@ -233,35 +278,46 @@ impl<T: Transport> Module<T> {
                 transport.close(engine, registry, link, now);
             }
             engine.progress();
-            engine.pending_events() > before
+            read || engine.pending_events() > before
         })
     }
 
-    /// Waits for something to do, at most `timeout`: progresses without
-    /// waiting for up to the spin time, then blocks in the poller. Returns
-    /// how many events are ready to poll.
+    /// Waits for something to happen, at most `timeout`: progresses without
+    /// waiting for a while, then blocks in the poller. Returns how many
+    /// events are ready to poll; it also returns, with none, when bytes
+    /// came that made none (an acknowledgement that grants credits), so
+    /// that the caller can try again what it was waiting to do.
+    ///
+    /// Spinning first or blocking at once is chosen by what each has cost
+    /// lately (and the other is tried now and then): with a core each,
+    /// spinning catches the answer without the kernel's wake-up; with
+    /// cores shared, a spinning process keeps its peer off the core and
+    /// blocking at once is faster.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<usize> {
         let start = Instant::now();
+        let spins = self.waits.spin_now();
+        let spin = if spins {
+            self.spin.min(timeout)
+        } else {
+            Duration::ZERO
+        };
         loop {
-            self.pass(None)?;
+            let moved = self.pass(None)?;
             let ready = self.cell.engine(|e| e.pending_events());
-            if ready > 0 {
+            if ready > 0 || moved {
+                self.waits.record(spins, start.elapsed());
                 return Ok(ready);
             }
-            let elapsed = start.elapsed();
-            if elapsed >= timeout {
-                return Ok(0);
+            if start.elapsed() >= spin {
+                break;
             }
-            if elapsed >= self.spin {
-                self.pass(Some(timeout - elapsed))?;
-                let ready = self.cell.engine(|e| e.pending_events());
-                if ready > 0 || start.elapsed() >= timeout {
-                    return Ok(ready);
-                }
-            } else {
-                std::hint::spin_loop();
-            }
+            std::hint::spin_loop();
         }
+        let elapsed = start.elapsed();
+        if elapsed < timeout && self.pass(Some(timeout - elapsed))? {
+            self.waits.record(spins, start.elapsed());
+        }
+        Ok(self.cell.engine(|e| e.pending_events()))
     }
 }
 

@@ -193,15 +193,20 @@ impl Udp {
         }
     }
 
-    /// Reads socket `s` until it would block, each datagram to its link.
-    fn receive(&mut self, engine: &mut StdEngine<'_>, s: usize, now: u64) {
+    /// Reads socket `s` until it would block, each datagram to its link;
+    /// whether any came.
+    fn receive(&mut self, engine: &mut StdEngine<'_>, s: usize, now: u64) -> bool {
+        let mut any = false;
         loop {
             let Some((socket, _)) = self.sockets.get(s) else {
-                return;
+                return any;
             };
             let (n, from) = match socket.recv_from(&mut self.recv) {
-                Ok(got) => got,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Ok(got) => {
+                    any = true;
+                    got
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return any,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // An ICMP error for an earlier send (port unreachable):
                 // the engine's timers deal with a peer that is gone.
@@ -299,10 +304,17 @@ impl Transport for Udp {
         self.sockets.len() <= 8
     }
 
-    fn read_directly(&mut self, engine: &mut StdEngine<'_>, _registry: &Registry, now: u64) {
+    fn read_directly(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        _registry: &Registry,
+        now: u64,
+    ) -> bool {
+        let mut any = false;
         for s in 0..self.sockets.len() {
-            self.receive(engine, s, now);
+            any |= self.receive(engine, s, now);
         }
+        any
     }
 
     fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, _now: u64) {

@@ -67,6 +67,8 @@ pub struct Conn {
     rx: RxBuffer,
     /// The poller watches for writability (something waits to be sent).
     pub write_interest: bool,
+    /// Bytes read from the socket so far.
+    pub received: u64,
 }
 
 impl Conn {
@@ -77,6 +79,7 @@ impl Conn {
             state,
             rx: RxBuffer::new(),
             write_interest: false,
+            received: 0,
         }
     }
 
@@ -122,6 +125,7 @@ impl Conn {
                 // A short read drained the socket: the next bytes bring a
                 // new readiness event, so no read to learn it would block.
                 Ok(n) if n < self.rx.buf.len() && !closing => {
+                    self.received += n as u64;
                     self.rx.end = n;
                     return match engine.handle_stream(link, &self.rx.buf[..n], now) {
                         Ok(taken) => {
@@ -135,7 +139,10 @@ impl Conn {
                         Err(_) => ReadOutcome::Closed,
                     };
                 }
-                Ok(n) => self.rx.end = n,
+                Ok(n) => {
+                    self.received += n as u64;
+                    self.rx.end = n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return ReadOutcome::Closed,

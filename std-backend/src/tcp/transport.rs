@@ -82,6 +82,11 @@ impl Tcp {
         self.listeners.iter().map(|(_, c)| c)
     }
 
+    /// Bytes read from every open connection so far.
+    fn received(&self) -> u64 {
+        self.conns.iter().flatten().map(|c| c.received).sum()
+    }
+
     /// Open connections, for tests and `btl info`.
     pub fn open_connections(&self) -> usize {
         self.conns
@@ -365,12 +370,14 @@ impl Transport for Tcp {
         self.by_link.len() <= 8
     }
 
-    fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) {
+    fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) -> bool {
+        let before = self.received();
         for i in 0..self.conns.len() {
             if self.conns[i].as_ref().is_some_and(|c| c.link().is_some()) {
                 self.read(engine, registry, i, now, false);
             }
         }
+        self.received() != before
     }
 
     fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) {

@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod bootstrap;
+pub mod contacts;
 pub mod engine_cell;
 pub mod info;
 pub mod interfaces;

@@ -1,12 +1,105 @@
-//! Engine parameters shared by the socket components: the same four timers
-//! and checks under each component's name (`btl_tcp_peer_timeout`,
-//! `btl_udp_peer_timeout`), since a job may want UDP's to differ.
+//! Parameters every socket component has, under its own name: where it
+//! listens (`btl_tcp_if_include`, `btl_udp_port_min`, ...), and the
+//! engine's timers and checks (`btl_tcp_peer_timeout`, ...), since a job
+//! may want UDP's to differ from TCP's.
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
 use btl_core::mca::{
     AccessError, BTL_FRAMEWORK, ParamId, ParamKind, ParamSpec, Params, RegisterError,
 };
+use btl_core::pool::{FragmentPoolsConfig, PoolParams};
+
+use crate::interfaces::Selection;
+use crate::listen::Ports;
+
+/// Headroom each fragment of a socket module keeps for the engine's
+/// packet header (the largest, a SEND's: 32 + 8 bytes).
+pub const HEADER_RESERVE: usize = 40;
+
+/// Where `component` listens: interfaces and ports.
+pub const fn socket_param_specs(component: &'static str) -> [ParamSpec; 4] {
+    const PORT: ParamKind = ParamKind::Int { min: 0, max: 65535 };
+    [
+        ParamSpec::new(BTL_FRAMEWORK, component, "if_include", ParamKind::List, "")
+            .help("Interfaces to use, by name (eth0, ib*) or subnet (10.1.0.0/16); exclusive with if_exclude")
+            .level(1),
+        ParamSpec::new(BTL_FRAMEWORK, component, "if_exclude", ParamKind::List, "")
+            .help("Interfaces not to use; with neither list set, loopback and virtual bridges (docker*, virbr*, veth*) are left out unless nothing else is up")
+            .level(1),
+        ParamSpec::new(BTL_FRAMEWORK, component, "port_min", PORT, "0")
+            .help("Lowest port to listen on; 0 takes any free port (firewalled sites set a range)")
+            .level(2),
+        ParamSpec::new(BTL_FRAMEWORK, component, "port_range", ParamKind::Int { min: 1, max: 65535 }, "100")
+            .help("Ports tried from port_min on")
+            .level(2),
+    ]
+}
+
+/// The parameters every socket component has, registered: where it
+/// listens, its pools and its engine.
+#[derive(Debug, Clone, Copy)]
+pub struct SocketParams {
+    socket: [ParamId; 4],
+    pools: PoolParams,
+    engine: EngineParams,
+}
+
+/// What [`SocketParams`] read.
+#[derive(Debug, Clone)]
+pub struct SocketSettings {
+    /// Which local interfaces to use.
+    pub selection: Selection,
+    /// Where to listen.
+    pub ports: Ports,
+    /// The fragment pools.
+    pub pools: FragmentPoolsConfig,
+    /// Engine timers and checks.
+    pub engine: EngineConfig,
+}
+
+impl SocketParams {
+    /// Registers one component's specs, made by [`socket_param_specs`],
+    /// `pool_param_specs` and [`engine_param_specs`].
+    pub fn register(
+        params: &mut dyn Params,
+        socket: &'static [ParamSpec; 4],
+        pools: &'static [ParamSpec; 6],
+        engine: &'static [ParamSpec; 4],
+    ) -> Result<Self, RegisterError> {
+        Ok(SocketParams {
+            socket: register_specs(params, socket)?,
+            pools: PoolParams::register(params, pools)?,
+            engine: EngineParams::register(params, engine)?,
+        })
+    }
+
+    /// The values, or what is wrong with them, in words.
+    pub fn read(&self, params: &dyn Params) -> Result<SocketSettings, String> {
+        let list = |i: usize| -> Result<String, String> {
+            params
+                .list(self.socket[i])
+                .map(|l| l.as_str().to_string())
+                .map_err(|e| e.to_string())
+        };
+        let port = |i: usize| -> Result<u16, String> {
+            let v = params.int(self.socket[i]).map_err(|e| e.to_string())?;
+            u16::try_from(v).map_err(|_| format!("port {v} out of range"))
+        };
+        Ok(SocketSettings {
+            selection: Selection::new(&list(0)?, &list(1)?).map_err(|e| e.to_string())?,
+            ports: Ports {
+                min: port(2)?,
+                range: port(3)?,
+            },
+            pools: self
+                .pools
+                .read(params, HEADER_RESERVE)
+                .map_err(|e| format!("{e:?}"))?,
+            engine: self.engine.read(params).map_err(|e| e.to_string())?,
+        })
+    }
+}
 
 const MILLIS: ParamKind = ParamKind::Int {
     min: 0,

@@ -21,24 +21,23 @@ use btl_core::mca::{
     BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
     ParamSpec, Params, RegisterError, Version,
 };
-use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, PoolParams, pool_param_specs};
+use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 use mio::net::UdpSocket;
 use mio::{Interest, Poll, Registry, Token};
 use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 
-use crate::bootstrap::{Bootstrap, BootstrapError, Card, Contact};
+use crate::bootstrap::{Bootstrap, Card, Contact};
+use crate::contacts::PeerContacts;
 use crate::engine_cell::{EngineCell, StdEngine};
 use crate::interfaces::{self, Selection};
 use crate::listen::{Ports, listen_all};
 use crate::module::{Module, Transport, nonce};
-use crate::params::{EngineParams, engine_param_specs, register_specs};
+use crate::params::{SocketParams, engine_param_specs, register_specs, socket_param_specs};
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "udp";
 /// Largest datagram a socket reads.
 const RECV_BYTES: usize = 64 << 10;
-/// Headroom each fragment keeps for the engine's packet header.
-const HEADER_RESERVE: usize = 40;
 
 /// A module of the UDP component.
 pub type UdpModule = Module<Udp>;
@@ -60,22 +59,11 @@ pub static UDP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
 /// The engine parameters of the UDP component.
 pub static UDP_ENGINE_PARAMS: [ParamSpec; 4] = engine_param_specs(NAME);
 
-const PORT: ParamKind = ParamKind::Int { min: 0, max: 65535 };
+/// Where the UDP component listens (`btl_udp_if_include`, ...).
+pub static UDP_SOCKET_PARAMS: [ParamSpec; 4] = socket_param_specs(NAME);
 
-/// The UDP component's own parameters.
-pub static UDP_PARAMS: [ParamSpec; 5] = [
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "if_include", ParamKind::List, "")
-        .help("Interfaces to use, by name (eth0, ib*) or subnet (10.1.0.0/16); exclusive with if_exclude")
-        .level(1),
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "if_exclude", ParamKind::List, "")
-        .help("Interfaces not to use; with neither list set, loopback and virtual bridges are left out unless nothing else is up")
-        .level(1),
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "port_min", PORT, "0")
-        .help("Lowest port to listen on; 0 takes any free port")
-        .level(2),
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "port_range", ParamKind::Int { min: 1, max: 65535 }, "100")
-        .help("Ports tried from port_min on")
-        .level(2),
+/// The UDP component's own parameter.
+pub static UDP_PARAMS: [ParamSpec; 1] = [
     ParamSpec::new(BTL_FRAMEWORK, NAME, "mtu", ParamKind::Int { min: 576, max: 65507 }, "1472")
         .help("Largest datagram sent, headers of btl included (1472 fits a 1500-byte Ethernet MTU; 8972 a jumbo one)")
         .level(3),
@@ -117,7 +105,7 @@ pub struct Udp {
     /// The link of each remote address, and each link's socket and address.
     by_addr: HashMap<SocketAddr, LinkId>,
     by_link: HashMap<LinkId, (usize, SocketAddr)>,
-    peers: HashMap<ProcName, Vec<Contact>>,
+    peers: PeerContacts,
     recv: Box<[u8]>,
     /// Sockets that would block on a send: they wait for writability.
     write_interest: Vec<bool>,
@@ -161,7 +149,7 @@ impl Udp {
             sockets,
             by_addr: HashMap::new(),
             by_link: HashMap::new(),
-            peers: HashMap::new(),
+            peers: PeerContacts::new(NAME),
             recv: vec![0; RECV_BYTES].into_boxed_slice(),
             write_interest: vec![false; n],
             scratch_links: Vec::new(),
@@ -182,7 +170,7 @@ impl Udp {
     fn pair_for(&self, proc: ProcName) -> Option<(usize, SocketAddr)> {
         let mine: Vec<Contact> = self.contacts().cloned().collect();
         let (local, remote) =
-            interfaces::link_addresses((self.me, &mine), (proc, self.peers.get(&proc)?), 1, 0)?;
+            interfaces::link_addresses((self.me, &mine), (proc, self.peers.get(proc)?), 1, 0)?;
         let socket = mine.iter().position(|c| interfaces::net_of(c) == local)?;
         Some((socket, remote))
     }
@@ -236,23 +224,8 @@ impl Transport for Udp {
         if proc == self.me {
             return false;
         }
-        if !self.peers.contains_key(&proc) {
-            match self.bootstrap.lookup(proc, self.config.lookup_timeout) {
-                Ok(card) => {
-                    let contacts: Vec<Contact> = card.contacts_of(NAME).cloned().collect();
-                    if contacts.is_empty() {
-                        return false;
-                    }
-                    self.peers.insert(proc, contacts);
-                }
-                Err(BootstrapError::Unknown(_)) => return false,
-                Err(e) => {
-                    tracing::warn!("udp: no address for {proc}: {e}");
-                    return false;
-                }
-            }
-        }
-        self.pair_for(proc).is_some()
+        let timeout = self.config.lookup_timeout;
+        self.peers.learn(&*self.bootstrap, proc, timeout).is_some() && self.pair_for(proc).is_some()
     }
 
     fn on_event(
@@ -391,9 +364,8 @@ pub struct UdpComponent {
 
 #[derive(Debug, Clone, Copy)]
 struct UdpIds {
-    own: [ParamId; 5],
-    pools: PoolParams,
-    engine: EngineParams,
+    socket: SocketParams,
+    own: [ParamId; 1],
 }
 
 /// Everything a UDP module needs from the parameters.
@@ -448,9 +420,13 @@ impl Component for UdpComponent {
 
     fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
         self.ids = Some(UdpIds {
+            socket: SocketParams::register(
+                params,
+                &UDP_SOCKET_PARAMS,
+                &UDP_POOL_PARAMS,
+                &UDP_ENGINE_PARAMS,
+            )?,
             own: register_specs(params, &UDP_PARAMS)?,
-            pools: PoolParams::register(params, &UDP_POOL_PARAMS)?,
-            engine: EngineParams::register(params, &UDP_ENGINE_PARAMS)?,
         });
         Ok(())
     }
@@ -461,27 +437,15 @@ impl Component for UdpComponent {
             .ok_or(NotAvailable::new("udp: parameters were not registered"))?;
         let na =
             |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("udp: {what}"));
-        let list = |i: usize| -> Result<String, NotAvailable> {
-            params
-                .list(ids.own[i])
-                .map(|l| l.as_str().to_string())
-                .map_err(|e| na(&e))
-        };
-        let int = |i: usize| params.int(ids.own[i]).map_err(|e| na(&e));
+        let settings = ids.socket.read(params).map_err(|e| na(&e))?;
+        let mtu = params.int(ids.own[0]).map_err(|e| na(&e))?;
         let udp = UdpConfig {
-            selection: Selection::new(&list(0)?, &list(1)?).map_err(|e| na(&e))?,
-            ports: Ports {
-                min: u16::try_from(int(2)?).unwrap_or(0),
-                range: u16::try_from(int(3)?).unwrap_or(1),
-            },
-            mtu: usize::try_from(int(4)?).unwrap_or(1472),
+            selection: settings.selection,
+            ports: settings.ports,
+            mtu: usize::try_from(mtu).unwrap_or(1472),
             ..UdpConfig::default()
         };
-        let pools = ids
-            .pools
-            .read(params, HEADER_RESERVE)
-            .map_err(|e| na(&format_args!("{e:?}")))?;
-        let engine = ids.engine.read(params).map_err(|e| na(&e))?;
+        let (pools, engine) = (settings.pools, settings.engine);
         let mut modules = Modules::new();
         let _ = modules.push(UdpSetup { udp, pools, engine });
         Ok(modules)

@@ -13,22 +13,20 @@ use btl_core::mca::{
     BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
     ParamSpec, Params, RegisterError, Version,
 };
-use btl_core::pool::{PoolDefaults, PoolParams, pool_param_specs};
+use btl_core::pool::{PoolDefaults, pool_param_specs};
 use mio::Poll;
 
 pub use transport::{LOOKUP_TIMEOUT, NAME, Tcp};
 
 use crate::bootstrap::Bootstrap;
 use crate::engine_cell::EngineCell;
-use crate::interfaces::{Selection, SelectionError};
+use crate::interfaces::Selection;
+use crate::listen::Ports;
 use crate::module::Module;
-use crate::params::{EngineParams, engine_param_specs, register_specs};
+use crate::params::{SocketParams, engine_param_specs, register_specs, socket_param_specs};
 
 /// A module of the TCP component.
 pub type TcpModule = Module<Tcp>;
-
-/// Headroom each fragment keeps for the engine's packet header.
-const HEADER_RESERVE: usize = 40;
 
 /// The TCP component's pool parameters (`btl_tcp_eager_limit`, ...).
 pub static TCP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
@@ -46,23 +44,11 @@ pub static TCP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
 /// The engine parameters of the TCP component (`btl_tcp_peer_timeout`, ...).
 pub static TCP_ENGINE_PARAMS: [ParamSpec; 4] = engine_param_specs(NAME);
 
-const LIST: ParamKind = ParamKind::List;
-const PORT: ParamKind = ParamKind::Int { min: 0, max: 65535 };
+/// Where the TCP component listens (`btl_tcp_if_include`, ...).
+pub static TCP_SOCKET_PARAMS: [ParamSpec; 4] = socket_param_specs(NAME);
 
 /// The TCP component's own parameters.
-pub static TCP_PARAMS: [ParamSpec; 8] = [
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "if_include", LIST, "")
-        .help("Interfaces to use, by name (eth0, ib*) or subnet (10.1.0.0/16); exclusive with if_exclude")
-        .level(1),
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "if_exclude", LIST, "")
-        .help("Interfaces not to use; with neither list set, loopback and virtual bridges (docker*, virbr*, veth*) are left out unless nothing else is up")
-        .level(1),
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "port_min", PORT, "0")
-        .help("Lowest port to listen on; 0 takes any free port (firewalled sites set a range)")
-        .level(2),
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "port_range", ParamKind::Int { min: 1, max: 65535 }, "100")
-        .help("Ports tried from port_min on")
-        .level(2),
+pub static TCP_PARAMS: [ParamSpec; 4] = [
     ParamSpec::new(BTL_FRAMEWORK, NAME, "links", ParamKind::Int { min: 1, max: 4 }, "1")
         .help("Connections per peer used in parallel: large puts are striped across them, and one carries on when another breaks")
         .level(4),
@@ -82,10 +68,8 @@ pub static TCP_PARAMS: [ParamSpec; 8] = [
 pub struct TcpConfig {
     /// Which local interfaces to use.
     pub selection: Selection,
-    /// Lowest listening port, 0 for any.
-    pub port_min: u16,
-    /// Ports tried from `port_min`.
-    pub port_range: u16,
+    /// Where to listen.
+    pub ports: Ports,
     /// Connections per peer.
     pub links: u8,
     /// Socket buffers, 0 for the kernel's autotuning.
@@ -106,8 +90,7 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             selection: Selection::default(),
-            port_min: 0,
-            port_range: 100,
+            ports: Ports { min: 0, range: 100 },
             links: 1,
             sndbuf: 0,
             rcvbuf: 0,
@@ -127,9 +110,8 @@ pub struct TcpComponent {
 
 #[derive(Debug, Clone, Copy)]
 struct TcpIds {
-    own: [ParamId; 8],
-    pools: PoolParams,
-    engine: EngineParams,
+    socket: SocketParams,
+    own: [ParamId; 4],
 }
 
 /// Everything a TCP module needs from the parameters; `build` adds the
@@ -186,9 +168,13 @@ impl Component for TcpComponent {
 
     fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
         self.ids = Some(TcpIds {
+            socket: SocketParams::register(
+                params,
+                &TCP_SOCKET_PARAMS,
+                &TCP_POOL_PARAMS,
+                &TCP_ENGINE_PARAMS,
+            )?,
             own: register_specs(params, &TCP_PARAMS)?,
-            pools: PoolParams::register(params, &TCP_POOL_PARAMS)?,
-            engine: EngineParams::register(params, &TCP_ENGINE_PARAMS)?,
         });
         Ok(())
     }
@@ -199,30 +185,19 @@ impl Component for TcpComponent {
             .ok_or(NotAvailable::new("tcp: parameters were not registered"))?;
         let na =
             |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("tcp: {what}"));
-        let list = |i: usize| -> Result<String, NotAvailable> {
-            params
-                .list(ids.own[i])
-                .map(|l| l.as_str().to_string())
-                .map_err(|e| na(&e))
-        };
+        let settings = ids.socket.read(params).map_err(|e| na(&e))?;
         let int = |i: usize| params.int(ids.own[i]).map_err(|e| na(&e));
         let size = |i: usize| params.size(ids.own[i]).map_err(|e| na(&e));
-        let selection = Selection::new(&list(0)?, &list(1)?).map_err(|e: SelectionError| na(&e))?;
         let tcp = TcpConfig {
-            selection,
-            port_min: u16::try_from(int(2)?).unwrap_or(0),
-            port_range: u16::try_from(int(3)?).unwrap_or(1),
-            links: u8::try_from(int(4)?).unwrap_or(1),
-            sndbuf: usize::try_from(size(5)?).unwrap_or(0),
-            rcvbuf: usize::try_from(size(6)?).unwrap_or(0),
-            user_timeout: Duration::from_millis(u64::try_from(int(7)?).unwrap_or(0)),
+            selection: settings.selection,
+            ports: settings.ports,
+            links: u8::try_from(int(0)?).unwrap_or(1),
+            sndbuf: usize::try_from(size(1)?).unwrap_or(0),
+            rcvbuf: usize::try_from(size(2)?).unwrap_or(0),
+            user_timeout: Duration::from_millis(u64::try_from(int(3)?).unwrap_or(0)),
             ..TcpConfig::default()
         };
-        let pools = ids
-            .pools
-            .read(params, HEADER_RESERVE)
-            .map_err(|e| na(&format_args!("{e:?}")))?;
-        let engine = ids.engine.read(params).map_err(|e| na(&e))?;
+        let (pools, engine) = (settings.pools, settings.engine);
         let mut modules = Modules::new();
         let _ = modules.push(TcpSetup { tcp, pools, engine });
         Ok(modules)

@@ -16,10 +16,11 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::TcpConfig;
 use super::conn::{Conn, ConnState, ReadOutcome};
-use crate::bootstrap::{Bootstrap, BootstrapError, Card, Contact};
+use crate::bootstrap::{Bootstrap, Card, Contact};
+use crate::contacts::PeerContacts;
 use crate::engine_cell::StdEngine;
 use crate::interfaces;
-use crate::listen::{Ports, listen_all};
+use crate::listen::listen_all;
 use crate::module::{Transport, nonce};
 
 /// Component name in cards and parameters.
@@ -38,7 +39,7 @@ pub struct Tcp {
     conns: Vec<Option<Conn>>,
     by_link: HashMap<LinkId, usize>,
     /// Each reachable peer's TCP contacts, as it published them.
-    peers: HashMap<ProcName, Vec<Contact>>,
+    peers: PeerContacts,
 }
 
 impl Tcp {
@@ -51,15 +52,18 @@ impl Tcp {
         bootstrap: Arc<dyn Bootstrap>,
         registry: &Registry,
     ) -> io::Result<Self> {
-        let ports = Ports {
-            min: config.port_min,
-            range: config.port_range,
-        };
-        let mut listeners = listen_all(me, NAME, &*bootstrap, &config.selection, ports, |at| {
-            let listener = bind_listener(at)?;
-            let bound = listener.local_addr()?;
-            Ok((listener, bound))
-        })?;
+        let mut listeners = listen_all(
+            me,
+            NAME,
+            &*bootstrap,
+            &config.selection,
+            config.ports,
+            |at| {
+                let listener = bind_listener(at)?;
+                let bound = listener.local_addr()?;
+                Ok((listener, bound))
+            },
+        )?;
         let mut card = Card::new(me);
         for (i, (listener, contact)) in listeners.iter_mut().enumerate() {
             registry.register(listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
@@ -73,7 +77,7 @@ impl Tcp {
             listeners,
             conns: Vec::new(),
             by_link: HashMap::new(),
-            peers: HashMap::new(),
+            peers: PeerContacts::new(NAME),
         })
     }
 
@@ -101,7 +105,7 @@ impl Tcp {
         let mine: Vec<Contact> = self.contacts().cloned().collect();
         interfaces::link_addresses(
             (self.me, &mine),
-            (proc, self.peers.get(&proc)?),
+            (proc, self.peers.get(proc)?),
             self.config.links,
             index,
         )
@@ -272,23 +276,9 @@ impl Transport for Tcp {
         if proc == self.me {
             return false;
         }
-        if !self.peers.contains_key(&proc) {
-            match self.bootstrap.lookup(proc, self.config.lookup_timeout) {
-                Ok(card) => {
-                    let contacts: Vec<Contact> = card.contacts_of(NAME).cloned().collect();
-                    if contacts.is_empty() {
-                        return false;
-                    }
-                    self.peers.insert(proc, contacts);
-                }
-                Err(BootstrapError::Unknown(_)) => return false,
-                Err(e) => {
-                    tracing::warn!("tcp: no address for {proc}: {e}");
-                    return false;
-                }
-            }
-        }
-        self.pair_for(proc, 0).is_some()
+        let timeout = self.config.lookup_timeout;
+        self.peers.learn(&*self.bootstrap, proc, timeout).is_some()
+            && self.pair_for(proc, 0).is_some()
     }
 
     fn on_event(

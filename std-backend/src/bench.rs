@@ -25,8 +25,10 @@ const STREAM: Tag = Tag(0xF2);
 const WINDOW_ACK: Tag = Tag(0xF3);
 /// The lead is done: the answering side stops.
 const DONE: Tag = Tag(0xF4);
-/// Header of every benchmark send: the message's total length.
-const HEADER: usize = 8;
+/// Header of every benchmark send: the message's total length (8 bytes)
+/// and the sender's window (4 bytes; a server learns it from its client),
+/// then 4 bytes of zeros.
+const HEADER: usize = 16;
 /// How long a step may wait for the peer before the run fails.
 pub const STALL: Duration = Duration::from_secs(30);
 
@@ -152,6 +154,8 @@ fn btl_err(what: &'static str) -> impl Fn(BtlError) -> BenchError {
 struct Arrival {
     tag: Tag,
     from: EndpointId,
+    /// The sender's window, from the header.
+    window: u32,
     complete: Option<usize>,
 }
 
@@ -216,7 +220,9 @@ impl Side {
             (self.source, self.copy) = (source, copy);
         }
         let max = btl.attributes().max_send_size.saturating_sub(HEADER).max(1);
-        let header = (len as u64).to_be_bytes();
+        let mut header = [0u8; HEADER];
+        header[..8].copy_from_slice(&(len as u64).to_be_bytes());
+        header[8..12].copy_from_slice(&self.window.to_be_bytes());
         let mut sent = 0;
         let start = Instant::now();
         loop {
@@ -290,10 +296,13 @@ impl Side {
             };
             match ev {
                 Event::Received(m) => {
-                    let total = m
-                        .data
-                        .first_chunk::<HEADER>()
-                        .map_or(0, |h| u64::from_be_bytes(*h) as usize);
+                    let field = |r: std::ops::Range<usize>| {
+                        m.data.get(r).map_or(0, |b| {
+                            b.iter().fold(0u64, |acc, &x| acc << 8 | u64::from(x))
+                        })
+                    };
+                    let total = field(0..8) as usize;
+                    let window = field(8..12) as u32;
                     self.have += m.data.len().saturating_sub(HEADER);
                     let complete = (self.have >= total).then(|| {
                         self.have = 0;
@@ -302,6 +311,7 @@ impl Side {
                     return Ok(Some(Arrival {
                         tag: m.tag,
                         from: m.from,
+                        window,
                         complete,
                     }));
                 }
@@ -335,6 +345,8 @@ impl Side {
             PING => self.replies.push_back((a.from, PONG, len)),
             PONG => self.counted[0] += 1,
             STREAM => {
+                // The sender's window decides when to acknowledge.
+                self.window = a.window.max(1);
                 self.counted[1] += 1;
                 if self.counted[1] >= self.acked + u64::from(self.window) {
                     self.acked += u64::from(self.window);

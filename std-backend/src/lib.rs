@@ -20,6 +20,7 @@ pub mod param_file;
 pub mod param_sources;
 pub mod params;
 pub mod plot;
+pub mod progress_thread;
 pub mod raw;
 pub mod tcp;
 pub mod udp;

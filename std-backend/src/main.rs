@@ -197,8 +197,20 @@ struct InfoArgs {
     param_file: Option<PathBuf>,
 }
 
+/// The environment variable that says what to log (`tracing`'s
+/// filter syntax: `warn`, `btl_std=debug`, ...); warnings by default.
+const LOG_ENV: &str = "BTL_LOG";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_ENV)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let result = match cli.command {
         Command::Info(args) => info(args),
         Command::Pingpong(args) => run_local(Test::PingPong, args),

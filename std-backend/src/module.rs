@@ -2,14 +2,17 @@
 //! and a [`Transport`] (TCP or UDP) that turns the engine's requests into
 //! socket calls and socket events into engine input.
 //!
-//! Two progress modes, as callers need them:
+//! Three progress modes, as callers need them:
 //! - the caller drives [`Btl::progress`]: it polls the sockets without
 //!   waiting (lowest latency; what MPI-like callers do);
 //! - or it calls [`Module::wait`] when it has nothing else to do: that
 //!   spins for a bounded time (`spin`), then blocks in the poller until a
 //!   socket or a timer needs it. Spinning keeps latency close to
 //!   busy-polling when a core is free; blocking keeps two processes that
-//!   share a core from starving each other.
+//!   share a core from starving each other;
+//! - or a [`ProgressThread`](crate::progress_thread::ProgressThread) takes
+//!   the poller and serves the sockets itself, calling a handler back with
+//!   each event.
 //!
 //! Sends, puts and gets are queued in the engine and leave at the next
 //! progress, so that messages posted together go out in one write.
@@ -26,8 +29,9 @@ use btl_core::btl::{
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::engine::{ConnectRequest, LinkId};
+use btl_core::engine::{ConnectRequest, LinkEnd, LinkId};
 use btl_core::pool::FragmentPools;
+use btl_core::wire::CloseReason;
 use mio::{Events, Poll, Registry};
 
 use crate::engine_cell::{EngineCell, StdEngine};
@@ -43,6 +47,10 @@ const TIMER_CHECK: u64 = 20_000;
 const POLLER_EVERY: u32 = 32;
 /// A busy-polling pass reads the clock only every this many passes.
 const CLOCK_EVERY: u32 = 8;
+
+/// The poller token of a progress thread's waker; transports number
+/// their sockets from 0 and their listeners from the middle of the range.
+const WAKE: mio::Token = mio::Token(usize::MAX);
 
 /// What a module asks of its sockets; implemented by TCP and UDP.
 pub trait Transport {
@@ -110,6 +118,36 @@ fn serve_engine<T: Transport>(
     engine.progress();
 }
 
+/// Logs why the engine closes a link, once, as its connection with
+/// `remote` goes: a refused handshake (an unknown process, a wrong job key,
+/// another protocol version, garbage) or an abnormal close as a warning
+/// with the reason, an orderly close only at debug level.
+pub(crate) fn log_link_end(
+    component: &str,
+    remote: Option<std::net::SocketAddr>,
+    end: Option<LinkEnd>,
+) {
+    let Some(end) = end else {
+        return;
+    };
+    let remote = match remote {
+        Some(at) => format!("{at}"),
+        None => "a peer whose address is gone".to_owned(),
+    };
+    let reason = end.reason;
+    let by = if end.by_peer { "the peer" } else { "this side" };
+    match (reason, end.verified) {
+        (CloseReason::Normal | CloseReason::Shutdown, _) => {
+            tracing::debug!("{component}: link with {remote} closed by {by}: {reason}")
+        }
+        (_, false) if !end.by_peer => {
+            tracing::warn!("{component}: refused a connection with {remote}: {reason}")
+        }
+        (_, false) => tracing::warn!("{component}: {remote} refused the connection: {reason}"),
+        (_, true) => tracing::warn!("{component}: link with {remote} closed by {by}: {reason}"),
+    }
+}
+
 /// Sixteen fresh random bytes for a handshake.
 pub(crate) fn nonce() -> [u8; 16] {
     let mut n = [0u8; 16];
@@ -123,8 +161,11 @@ pub(crate) fn nonce() -> [u8; 16] {
 pub struct Module<T> {
     cell: EngineCell,
     transport: T,
-    poll: Poll,
-    events: Events,
+    /// The poller, unless a progress thread has it.
+    poller: Option<Poller>,
+    /// The poller's registry, for the transport's sockets wherever the
+    /// poller is.
+    registry: Registry,
     epoch: Instant,
     spin: Duration,
     /// When to look at the engine's timers next.
@@ -137,12 +178,21 @@ pub struct Module<T> {
     waits: WaitCosts,
 }
 
+/// A poller and the room for the socket events it reports.
+pub(crate) struct Poller {
+    pub(crate) poll: Poll,
+    pub(crate) events: Events,
+    /// What wakes the poller from another thread, made when first asked
+    /// for: a poller has one waker for its whole life.
+    waker: Option<std::sync::Arc<mio::Waker>>,
+}
+
 /// How long [`Module::wait`] took to see something, spinning first and
 /// blocking at once: moving averages of each, and which one to use. Every
 /// [`WaitCosts::PROBE`]th wait tries the other way, so the averages follow
 /// the machine as its load changes.
 #[derive(Debug, Clone, Copy, Default)]
-struct WaitCosts {
+pub(crate) struct WaitCosts {
     spinning_ns: f64,
     blocking_ns: f64,
     waits: u32,
@@ -153,7 +203,7 @@ impl WaitCosts {
     const PROBE: u32 = 8;
 
     /// Whether this wait spins before it blocks.
-    fn spin_now(&mut self) -> bool {
+    pub(crate) fn spin_now(&mut self) -> bool {
         self.waits = self.waits.wrapping_add(1);
         let favour = self.spinning_ns <= self.blocking_ns;
         if self.waits % Self::PROBE == 0 {
@@ -164,7 +214,7 @@ impl WaitCosts {
     }
 
     /// A wait that spun (or not) saw something after `took`.
-    fn record(&mut self, spun: bool, took: Duration) {
+    pub(crate) fn record(&mut self, spun: bool, took: Duration) {
         let ns = took.as_nanos() as f64;
         let avg = if spun {
             &mut self.spinning_ns
@@ -179,22 +229,50 @@ impl WaitCosts {
     }
 }
 
+impl Poller {
+    /// Waits up to `wait` (forever if `None`) for socket events; an
+    /// interrupted wait is an empty one.
+    pub(crate) fn poll(&mut self, wait: Option<Duration>) -> io::Result<()> {
+        match self.poll.poll(&mut self.events, wait) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                self.events.clear();
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    /// The poller's waker.
+    pub(crate) fn waker(&mut self) -> io::Result<std::sync::Arc<mio::Waker>> {
+        if let Some(w) = &self.waker {
+            return Ok(w.clone());
+        }
+        let w = std::sync::Arc::new(mio::Waker::new(self.poll.registry(), WAKE)?);
+        self.waker = Some(w.clone());
+        Ok(w)
+    }
+}
+
 impl<T: Transport> Module<T> {
     /// A module of `cell`'s engine over `transport`, whose sockets are
     /// already registered with `poll`.
-    pub fn new(cell: EngineCell, transport: T, poll: Poll, spin: Duration) -> Self {
-        Module {
+    pub fn new(cell: EngineCell, transport: T, poll: Poll, spin: Duration) -> io::Result<Self> {
+        Ok(Module {
             cell,
             transport,
-            poll,
-            events: Events::with_capacity(EVENTS),
+            registry: poll.registry().try_clone()?,
+            poller: Some(Poller {
+                poll,
+                events: Events::with_capacity(EVENTS),
+                waker: None,
+            }),
             epoch: Instant::now(),
             spin,
             timer_check_at: 0,
             passes: 0,
             clock: 0,
             waits: WaitCosts::default(),
-        }
+        })
     }
 
     /// A module named `name` whose engine has `config` and `pools`, over the
@@ -211,7 +289,7 @@ impl<T: Transport> Module<T> {
         cell.engine_mut(|e| e.set_name(name));
         let poll = Poll::new()?;
         let transport = start(poll.registry())?;
-        Ok(Module::new(cell, transport, poll, spin))
+        Module::new(cell, transport, poll, spin)
     }
 
     /// The transport, to inspect it (its addresses, its connections).
@@ -227,6 +305,10 @@ impl<T: Transport> Module<T> {
     /// One pass over sockets and timers, the poller waiting up to `wait`
     /// for a socket; returns whether a socket event came.
     fn pass(&mut self, wait: Option<Duration>) -> io::Result<bool> {
+        if self.poller.is_none() {
+            self.serve_queued();
+            return Ok(false);
+        }
         self.passes = self.passes.wrapping_add(1);
         let direct =
             wait.is_none() && self.passes % POLLER_EVERY != 0 && self.transport.few_sockets();
@@ -234,39 +316,84 @@ impl<T: Transport> Module<T> {
             return Ok(self.direct_pass());
         }
         let wait = match wait {
-            Some(w) => {
-                // Not past the engine's next timer.
-                let now = self.now();
-                let timer = self.cell.engine(|e| e.poll_timeout());
-                let until_timer = timer.map(|t| Duration::from_nanos(t.saturating_sub(now)));
-                Some(until_timer.map_or(w, |t| t.min(w)))
-            }
+            // Not past the engine's next timer.
+            Some(w) => Some(self.until_timer().map_or(w, |t| t.min(w))),
             None => Some(Duration::ZERO),
         };
-        match self.poll.poll(&mut self.events, wait) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+        let Some(mut poller) = self.poller.take() else {
+            return Ok(false);
+        };
+        let polled = poller.poll(wait);
+        let any = polled.is_ok() && self.on_socket_events(&poller.events, wait.is_some());
+        self.poller = Some(poller);
+        polled.map(|()| any)
+    }
+
+    /// Serves what the poller reported: the sockets' events, then the
+    /// engine's timers (every time if the poller `waited`, so that a wake
+    /// for a timer serves it) and requests. Whether any socket event came.
+    pub(crate) fn on_socket_events(&mut self, events: &Events, waited: bool) -> bool {
         let now = self.now();
         self.clock = now;
-        let check_timers = self.timers_due(now);
+        let check_timers = self.timers_due(now) || waited;
         let Module {
             cell,
             transport,
-            poll,
-            events,
+            registry,
             ..
         } = self;
-        let registry = poll.registry();
-        let any = !events.is_empty();
         cell.engine_mut(|engine| {
-            for event in events.iter() {
+            for event in events.iter().filter(|e| e.token() != WAKE) {
                 transport.on_event(engine, registry, event, now);
             }
             serve_engine(engine, transport, registry, now, check_timers);
         });
-        Ok(any)
+        !events.is_empty()
+    }
+
+    /// Sends what the caller has queued, without reading: the pass of a
+    /// module whose sockets a progress thread reads.
+    pub(crate) fn serve_queued(&mut self) {
+        let now = self.now();
+        let Module {
+            cell,
+            transport,
+            registry,
+            ..
+        } = self;
+        cell.engine_mut(|engine| serve_engine(engine, transport, registry, now, false));
+    }
+
+    /// How long a wait may spin before it blocks.
+    pub(crate) fn spin(&self) -> Duration {
+        self.spin
+    }
+
+    /// Hands the poller to a progress thread; `None` if one has it already.
+    pub(crate) fn take_poller(&mut self) -> Option<Poller> {
+        self.poller.take()
+    }
+
+    /// Takes the poller back from a progress thread.
+    pub(crate) fn give_poller(&mut self, poller: Poller) {
+        self.poller = Some(poller);
+    }
+
+    /// When the engine's next timer is due (its clock), if it has one.
+    pub(crate) fn timer_at(&self) -> Option<u64> {
+        self.cell.engine(|e| e.poll_timeout())
+    }
+
+    /// How long until the engine's next timer, if it has one.
+    pub(crate) fn until_timer(&self) -> Option<Duration> {
+        let now = self.now();
+        self.timer_at()
+            .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+    }
+
+    /// Events ready to poll.
+    pub(crate) fn pending_events(&self) -> usize {
+        self.cell.engine(|e| e.pending_events())
     }
 
     /// Whether the engine's timers are to be looked at now (every
@@ -291,10 +418,9 @@ impl<T: Transport> Module<T> {
         let Module {
             cell,
             transport,
-            poll,
+            registry,
             ..
         } = self;
-        let registry = poll.registry();
         cell.engine_mut(|engine| {
             let before = engine.pending_events();
             // What the caller queued goes out before anything is read: the
@@ -317,7 +443,14 @@ impl<T: Transport> Module<T> {
     /// spinning catches the answer without the kernel's wake-up; with
     /// cores shared, a spinning process keeps its peer off the core and
     /// blocking at once is faster.
+    ///
+    /// A module that a progress thread serves does not wait here (the
+    /// thread holds the poller): it sends what is queued and returns.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<usize> {
+        if self.poller.is_none() {
+            self.serve_queued();
+            return Ok(self.pending_events());
+        }
         let start = Instant::now();
         let spins = self.waits.spin_now();
         let spin = if spins {
@@ -327,7 +460,7 @@ impl<T: Transport> Module<T> {
         };
         loop {
             let moved = self.pass(None)?;
-            let ready = self.cell.engine(|e| e.pending_events());
+            let ready = self.pending_events();
             if ready > 0 || moved {
                 self.waits.record(spins, start.elapsed());
                 return Ok(ready);
@@ -341,7 +474,7 @@ impl<T: Transport> Module<T> {
         if elapsed < timeout && self.pass(Some(timeout - elapsed))? {
             self.waits.record(spins, start.elapsed());
         }
-        Ok(self.cell.engine(|e| e.pending_events()))
+        Ok(self.pending_events())
     }
 }
 
@@ -495,7 +628,7 @@ impl<T: Transport> Btl<'static> for Module<T> {
     /// `Error` event by the engine's peers timing out; it is not expected.
     fn progress(&mut self) -> usize {
         let _ = self.pass(None);
-        self.cell.engine(|e| e.pending_events())
+        self.pending_events()
     }
 
     fn poll_event(&mut self) -> Option<Event<'_>> {

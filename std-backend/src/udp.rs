@@ -31,7 +31,7 @@ use crate::contacts::PeerContacts;
 use crate::engine_cell::StdEngine;
 use crate::interfaces::{self, Selection};
 use crate::listen::{Ports, listen_all};
-use crate::module::{Module, Transport, nonce};
+use crate::module::{Module, Transport, log_link_end, nonce};
 use crate::params::{SocketParams, engine_param_specs, register_specs, socket_param_specs};
 
 /// Component name in cards and parameters.
@@ -175,10 +175,11 @@ impl Udp {
         Some((socket, remote))
     }
 
-    fn forget(&mut self, link: LinkId) {
-        if let Some((_, addr)) = self.by_link.remove(&link) {
-            self.by_addr.remove(&addr);
-        }
+    /// Forgets `link`; the address it was with, if it was current.
+    fn forget(&mut self, link: LinkId) -> Option<SocketAddr> {
+        let (_, addr) = self.by_link.remove(&link)?;
+        self.by_addr.remove(&addr);
+        Some(addr)
     }
 
     /// Reads socket `s` until it would block, each datagram to its link;
@@ -269,7 +270,9 @@ impl Transport for Udp {
     }
 
     fn close(&mut self, engine: &mut StdEngine<'_>, _registry: &Registry, link: LinkId, now: u64) {
-        self.forget(link);
+        if let Some(addr) = self.forget(link) {
+            log_link_end(NAME, Some(addr), engine.link_end(link));
+        }
         engine.handle_closed(link, now);
     }
 

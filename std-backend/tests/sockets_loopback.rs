@@ -2,84 +2,16 @@
 //! and a get of registered memory, the peers found through a
 //! shared-directory bootstrap.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
-use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_std::bootstrap::SharedDir;
-use btl_std::interfaces::Selection;
-use btl_std::tcp::{TcpModule, TcpSetup};
-use btl_std::udp::{UdpModule, UdpSetup};
+use btl_core::endpoint::EndpointId;
+use btl_std::tcp::TcpModule;
+use btl_std::udp::UdpModule;
 
-const DEADLINE: Duration = Duration::from_secs(20);
-
-fn pools() -> btl_core::pool::FragmentPoolsConfig {
-    let payload = |p: usize| btl_core::pool::FragmentPoolConfig {
-        fragment_size: p + 40,
-        num: 32,
-        max: 64,
-        inc: 16,
-    };
-    btl_core::pool::FragmentPoolsConfig {
-        small: payload(256),
-        eager: payload(4096),
-        max: payload(64 << 10),
-    }
-}
-
-fn engine() -> btl_core::engine::config::EngineConfig {
-    let mut engine = btl_core::engine::config::EngineConfig::new(ProcName::new(0, 0));
-    engine.checksum = true;
-    engine
-}
-
-fn tcp(links: u8) -> TcpSetup {
-    TcpSetup {
-        tcp: btl_std::tcp::TcpConfig {
-            selection: Selection::new("lo", "").expect("lo"),
-            links,
-            lookup_timeout: Duration::from_secs(5),
-            ..Default::default()
-        },
-        pools: pools(),
-        engine: engine(),
-    }
-}
-
-fn udp() -> UdpSetup {
-    UdpSetup {
-        udp: btl_std::udp::UdpConfig {
-            selection: Selection::new("lo", "").expect("lo"),
-            lookup_timeout: Duration::from_secs(5),
-            ..Default::default()
-        },
-        pools: pools(),
-        engine: engine(),
-    }
-}
-
-/// A fresh job's bootstrap directory and process names A and B.
-fn job(job: u64) -> (Arc<SharedDir>, std::path::PathBuf, ProcName, ProcName) {
-    let dir = std::env::temp_dir().join(format!("btl-sockets-test-{}-{job}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    (
-        Arc::new(SharedDir::new(&dir)),
-        dir,
-        ProcName::new(job, 0),
-        ProcName::new(job, 1),
-    )
-}
-
-/// Makes `p` known to `m`; returns its endpoint.
-fn add<M: Btl<'static>>(m: &mut M, p: ProcName) -> EndpointId {
-    let mut ep = [None];
-    let mut w = [0u64];
-    m.add_procs(&[p], &mut ep, &mut Reachability::new(&mut w))
-        .expect("add_procs");
-    ep[0].expect("reachable over loopback")
-}
+mod common;
+use common::{DEADLINE, add, job, tcp, udp};
 
 /// Progresses both until `done` says so, within the deadline.
 fn run<M: Btl<'static>>(a: &mut M, b: &mut M, mut done: impl FnMut(&mut M, &mut M) -> bool) {

@@ -173,6 +173,13 @@ impl Handshake {
         {
             return Err(HandshakeError::UnexpectedPeer { expected, found });
         }
+        // A key on one side only cannot end well: refused now, not after
+        // the HELLO_ACK that would never prove anything.
+        let job_key = Capabilities::JOB_KEY;
+        let local_has_key = self.local.capabilities.contains(job_key);
+        if hello.capabilities.contains(job_key) != local_has_key {
+            return Err(WireError::KeyMismatch { local_has_key }.into());
+        }
         self.peer = Some(hello);
         Ok(found)
     }
@@ -319,6 +326,14 @@ mod tests {
         let mut b = Handshake::new(&local(B, 2, false, false), None);
         let err = run(&mut a, Some(b"k"), &mut b, None).expect_err("refused");
         assert_eq!(err.close_reason(), CloseReason::AuthFailed);
+        // At the first HELLO, without waiting for a proof that cannot come.
+        assert_eq!(
+            err,
+            HandshakeError::Wire(WireError::KeyMismatch {
+                local_has_key: false
+            })
+        );
+        assert!(a.peer().is_none() && b.peer().is_none());
     }
 
     #[test]

@@ -26,6 +26,6 @@ mod tests;
 mod third_party_tests;
 
 pub use machine::{
-    ConnectRequest, Engine, LinkError, LinkId, MAX_OPS, MAX_PEER_LINKS, MAX_SEGMENTS, Transmit,
-    WINDOW,
+    ConnectRequest, Engine, LinkEnd, LinkError, LinkId, MAX_OPS, MAX_PEER_LINKS, MAX_SEGMENTS,
+    Transmit, WINDOW,
 };

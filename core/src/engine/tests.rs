@@ -342,7 +342,17 @@ fn garbage_on_an_accepted_link_closes_only_that_link() {
         b.handle_written(link, n);
     }
     assert_eq!(b.poll_close(), Some(link));
+    // The driver learns why, to log it as it drops the connection.
+    assert_eq!(
+        b.link_end(link),
+        Some(super::LinkEnd {
+            reason: crate::wire::CloseReason::ProtocolError,
+            by_peer: false,
+            verified: false,
+        })
+    );
     b.handle_closed(link, 3);
+    assert_eq!(b.link_end(link), None, "a closed link has no end to tell");
     assert_eq!(
         b.handle_stream(link, &[0], 4),
         Err(super::LinkError::UnknownLink)
@@ -352,9 +362,21 @@ fn garbage_on_an_accepted_link_closes_only_that_link() {
 
 #[test]
 fn simultaneous_connects_keep_the_lower_names_link_and_lose_nothing() {
-    // A is the lower name: A's connection survives. B's own opens first at
-    // B, which writes its sends there; A drops that connection, and once
-    // A's opens at B, B sends them again on it.
+    simultaneous_connects(false);
+}
+
+#[test]
+fn the_close_of_a_dropped_duplicate_before_the_kept_link_opens_loses_no_peer() {
+    // Over TCP this lost both connections: B took the CLOSE of its current
+    // link for A leaving, and A lost B in turn.
+    simultaneous_connects(true);
+}
+
+/// A is the lower name: A's connection survives. B's own opens first at
+/// B, which writes its sends there; A drops that connection, and once A's
+/// opens at B, B sends them again on it. With `close_first`, A's CLOSE of
+/// B's connection reaches B before A's connection opens there.
+fn simultaneous_connects(close_first: bool) {
     let (mut pair, ep_b, ep_a) = new_pair(engine(A, Some(b"key"), 16), engine(B, Some(b"key"), 16));
     for i in 0..3u8 {
         for (side, ep) in [(Side::A, ep_b), (Side::B, ep_a)] {
@@ -393,6 +415,15 @@ fn simultaneous_connects_keep_the_lower_names_link_and_lose_nothing() {
         !pair.engine(Side::A).is_connected(ep_b),
         "A dropped B's connection"
     );
+    let mut early_b = Vec::new();
+    if close_first {
+        shuttle(&mut pair, cb, Role::Opener);
+        early_b = drain(pair.b());
+        assert!(
+            !early_b.iter().any(|e| e.starts_with("error")),
+            "{early_b:?}"
+        );
+    }
     // A's connection opens on both sides; B switches to it.
     for _ in 0..4 {
         shuttle(&mut pair, ca, Role::Acceptor);
@@ -412,7 +443,7 @@ fn simultaneous_connects_keep_the_lower_names_link_and_lose_nothing() {
         "B's connection is dropped, by both ends"
     );
     assert!(pair.connection(ca).expect("A's connection").is_open());
-    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    let (mut got_a, mut got_b) = (Vec::new(), early_b);
     for _ in 0..10 {
         // Time passes: delayed acknowledgements go out.
         pair.advance(60_000);

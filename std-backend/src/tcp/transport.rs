@@ -21,7 +21,7 @@ use crate::contacts::PeerContacts;
 use crate::engine_cell::StdEngine;
 use crate::interfaces;
 use crate::listen::listen_all;
-use crate::module::{Transport, nonce};
+use crate::module::{Transport, log_link_end, nonce};
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "tcp";
@@ -350,8 +350,14 @@ impl Transport for Tcp {
     }
 
     fn close(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, link: LinkId, now: u64) {
-        if let Some(&i) = self.by_link.get(&link) {
-            self.remove(i, registry);
+        if let Some(conn) = self
+            .by_link
+            .get(&link)
+            .copied()
+            .and_then(|i| self.remove(i, registry))
+        {
+            let remote = conn.stream.peer_addr().ok();
+            log_link_end(NAME, remote, engine.link_end(link));
         }
         engine.handle_closed(link, now);
     }

@@ -12,7 +12,15 @@
 //!   reconnect (nothing listens) and loses the peer after its peer
 //!   timeout, which the harness shortens to [`PEER_TIMEOUT`]; over UDP it
 //!   finds out by that timeout alone.
+//! - `inject_handshake` (TCP) has a rogue third process connect to the
+//!   target's listener with a plain socket and send a HELLO of another
+//!   major version, a HELLO without the job key's capability, or garbage.
+//!   The outcome is `Refused` once the target closes that socket. UDP
+//!   offers no such hook: a refused datagram handshake is only dropped,
+//!   which a plain socket cannot tell from a slow answer.
 
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,7 +35,10 @@ use btl_std::interfaces::Selection;
 use btl_std::tcp::{TcpConfig, TcpModule, TcpSetup};
 use btl_std::udp::{UdpConfig, UdpModule, UdpSetup};
 
-use crate::world::{Capabilities, Side, World};
+use btl_core::wire::{Capabilities as WireCapabilities, NONCE_LEN};
+
+use crate::rogue;
+use crate::world::{BadHandshake, Capabilities, HandshakeOutcome, Side, World};
 
 /// How long a silent peer takes to count as lost: short, so that the
 /// peer-loss tests end quickly.
@@ -46,6 +57,18 @@ static WORLDS: AtomicU64 = AtomicU64::new(0);
 pub trait SocketModule: Btl<'static> + Sized + 'static {
     /// Builds the module of process `me` publishing to `boot`.
     fn build(me: ProcName, boot: Arc<SharedDir>) -> Self;
+
+    /// Where a rogue connects to knock on this module (a TCP listener), or
+    /// `None` where the harness has no rogue.
+    fn listener(&self) -> Option<SocketAddr> {
+        None
+    }
+}
+
+/// The rogue of `inject_handshake`: its socket to the target.
+struct Rogue {
+    stream: TcpStream,
+    refused: bool,
 }
 
 fn engine() -> EngineConfig {
@@ -93,6 +116,10 @@ impl SocketModule for TcpModule {
             .build(me, Some(KEY), boot)
             .expect("a TCP module on loopback")
     }
+
+    fn listener(&self) -> Option<SocketAddr> {
+        self.transport().contacts().next().map(|c| c.addr)
+    }
 }
 
 impl SocketModule for UdpModule {
@@ -119,6 +146,9 @@ pub struct SocketWorld<M> {
     modules: [Option<M>; 2],
     peers: [EndpointId; 2],
     paused: [bool; 2],
+    /// The name the rogue gives in its HELLO: a third process of the job.
+    rogue_name: ProcName,
+    rogue: Option<Rogue>,
 }
 
 impl<M: SocketModule> SocketWorld<M> {
@@ -145,6 +175,8 @@ impl<M: SocketModule> SocketWorld<M> {
             modules: [Some(a), Some(b)],
             peers,
             paused: [false; 2],
+            rogue_name: ProcName::new(job, 2),
+            rogue: None,
         }
     }
 }
@@ -166,7 +198,7 @@ impl<M: SocketModule> World for SocketWorld<M> {
             sendi_max: module.map_or(0, |m| m.attributes().eager_limit),
             pause: true,
             peer_loss: true,
-            handshake: false,
+            handshake: module.is_some_and(|m| m.listener().is_some()),
             garbage: false,
         }
     }
@@ -201,5 +233,49 @@ impl<M: SocketModule> World for SocketWorld<M> {
 
     fn kill(&mut self, side: Side) {
         self.modules[side as usize] = None;
+    }
+
+    fn inject_handshake(&mut self, target: Side, kind: BadHandshake) {
+        let at = self.modules[target as usize]
+            .as_ref()
+            .and_then(SocketModule::listener)
+            .expect("a live target with a listener");
+        let nonce = [0x5A; NONCE_LEN];
+        let bytes = match kind {
+            BadHandshake::WrongVersion => rogue::hello_of_another_version(self.rogue_name, nonce),
+            BadHandshake::WrongJobKey => {
+                rogue::hello(self.rogue_name, nonce, WireCapabilities::empty())
+            }
+            BadHandshake::Garbage => rogue::garbage(0x6A7B_0003),
+        };
+        let mut stream = TcpStream::connect(at).expect("the rogue connects");
+        stream.write_all(&bytes).expect("the rogue's bytes");
+        stream.set_nonblocking(true).expect("a non-blocking rogue");
+        self.rogue = Some(Rogue {
+            stream,
+            refused: false,
+        });
+    }
+
+    fn handshake_outcome(&mut self) -> HandshakeOutcome {
+        let Some(rogue) = self.rogue.as_mut() else {
+            return HandshakeOutcome::Pending;
+        };
+        // What the target answers is read and dropped, until it closes.
+        let mut answer = [0u8; 512];
+        while !rogue.refused {
+            match rogue.stream.read(&mut answer) {
+                Ok(0) => rogue.refused = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => rogue.refused = true,
+            }
+        }
+        if rogue.refused {
+            HandshakeOutcome::Refused
+        } else {
+            HandshakeOutcome::Pending
+        }
     }
 }

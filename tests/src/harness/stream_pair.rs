@@ -31,12 +31,10 @@ use btl_core::engine::pipe::{self, Closure, ConnId, Pipe, Role, StreamPair, writ
 use btl_core::engine::rtt::RttConfig;
 use btl_core::engine::{ConnectRequest, Engine, LinkId};
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
-use btl_core::wire::{
-    self, CloseReason, HEADER_LEN, HeaderRepr, HelloRepr, Limits, NONCE_LEN, PacketRepr, SendRepr,
-    VERSION_MAJOR, VERSION_MINOR,
-};
+use btl_core::wire::{self, CloseReason, HEADER_LEN, Limits, PacketRepr, SendRepr};
 
-use crate::data::{leak, pattern};
+use crate::data::leak;
+use crate::rogue;
 use crate::world::{BadHandshake, Capabilities, HandshakeOutcome, Side, World};
 
 /// Peers an engine of the harness knows (A or B, and a rogue).
@@ -99,8 +97,6 @@ pub const PEER_TIMEOUT: u64 = 1_000 * TICK;
 
 /// Headroom a descriptor keeps for the engine's packet header.
 const PREFIX: usize = HEADER_LEN + SendRepr::LEN;
-/// Garbage bytes the rogue or `inject_garbage` sends.
-const GARBAGE_LEN: usize = 256;
 
 /// The pair's side of a suite side.
 fn side(s: Side) -> pipe::Side {
@@ -278,16 +274,9 @@ impl World for StreamPairWorld {
         let mut engine = None;
         let bytes = match kind {
             BadHandshake::WrongVersion => {
-                let mut frame = rogue_hello(self.pair.nonce());
-                let major = HEADER_LEN + 4;
-                assert_eq!(
-                    frame[major], VERSION_MAJOR,
-                    "the HELLO's major version byte"
-                );
-                frame[major] = VERSION_MAJOR + 1;
-                frame
+                rogue::hello_of_another_version(ROGUE_NAME, self.pair.nonce())
             }
-            BadHandshake::Garbage => garbage(0x6A7B_0001),
+            BadHandshake::Garbage => rogue::garbage(0x6A7B_0001),
             BadHandshake::WrongJobKey => {
                 let mut rogue = engine_of(ROGUE_NAME, ROGUE_KEY, 1);
                 let proc = [A_NAME, B_NAME][target as usize];
@@ -350,7 +339,7 @@ impl World for StreamPairWorld {
             conn.between_frames(to),
             "the pipe towards the target ends between frames"
         );
-        let bytes = garbage(0x6A7B_0002);
+        let bytes = rogue::garbage(0x6A7B_0002);
         let n = self
             .pair
             .inject(conn.id, to, &bytes)
@@ -423,33 +412,6 @@ fn feed_rogue(
         pipe.consume(used);
     }
     close
-}
-
-/// A valid HELLO frame from the rogue process, announcing a job key.
-fn rogue_hello(nonce: [u8; NONCE_LEN]) -> Vec<u8> {
-    let hello = HelloRepr {
-        version_minor: VERSION_MINOR,
-        link_index: 0,
-        job: ROGUE_NAME.job,
-        rank: ROGUE_NAME.rank,
-        capabilities: wire::Capabilities::JOB_KEY,
-        nonce,
-        max_body: 1 << 20,
-        initial_credits: 16,
-    };
-    let packet = PacketRepr::Hello(hello);
-    let mut frame = vec![0; HEADER_LEN + HelloRepr::LEN];
-    let len = wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).expect("a HELLO frame");
-    frame.truncate(len);
-    frame
-}
-
-/// Bytes that are no protocol: a pseudo-random pattern that does not start
-/// with a packet type.
-fn garbage(seed: u64) -> Vec<u8> {
-    let mut bytes = pattern(seed, GARBAGE_LEN);
-    bytes[0] |= 0x80;
-    bytes
 }
 
 #[cfg(test)]

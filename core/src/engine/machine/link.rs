@@ -55,6 +55,8 @@ pub(super) struct Link {
     pub(super) opened_at: u64,
     /// When the handshake packets last went out (repeated over datagrams).
     pub(super) hello_sent_at: u64,
+    /// Why the link is closing and whether the peer said so, once it is.
+    pub(super) end: Option<(CloseReason, bool)>,
 }
 
 impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
@@ -127,6 +129,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             detached: None,
             opened_at: now,
             hello_sent_at: now,
+            end: None,
         });
         Ok(id)
     }
@@ -302,6 +305,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return;
         }
         l.state = LinkState::Closing;
+        l.end = Some((reason, false));
         let mid_frame = l.written > 0;
         l.tx.clear();
         l.written = 0;

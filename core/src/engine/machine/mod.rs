@@ -69,6 +69,20 @@ pub struct LinkId {
     generation: u16,
 }
 
+/// Why a link ends, for the driver to log as it closes the connection
+/// ([`Engine::link_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkEnd {
+    /// The reason in the CLOSE this side sent, or the peer's.
+    pub reason: CloseReason,
+    /// Whether the peer closed the link (its CLOSE came) rather than this
+    /// side.
+    pub by_peer: bool,
+    /// Whether the handshake had completed: `false` for a connection
+    /// refused (or given up) before it carried anything.
+    pub verified: bool,
+}
+
 /// Slices the driver writes, in order, on one link (one vectored write).
 #[derive(Debug)]
 pub struct Transmit<'a> {
@@ -225,20 +239,53 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     pub fn poll_connect(&mut self) -> Option<ConnectRequest> {
         // A peer lost (or finalized) since it asked wants no connection,
         // nor does a link index that has one again.
+        // Nor one that a connection in its handshake will carry.
         while let Some(req) = self.connects.pop_front() {
             if self.peer(req.endpoint).is_some_and(|p| {
                 matches!(p.state, PeerState::Connecting { .. } | PeerState::Open)
                     && p.links[usize::from(req.link_index)].is_none()
-            }) {
+            }) && !self.link_coming(req.proc, req.link_index)
+            {
                 return Some(req);
             }
         }
         None
     }
 
+    /// Whether a connection in its handshake will carry link `index` of
+    /// process `proc`: one this side opened, or one whose HELLO named it.
+    pub(super) fn link_coming(&self, proc: ProcName, index: u8) -> bool {
+        self.present_links.iter().any(|&s| {
+            self.links[usize::from(s)].as_ref().is_some_and(|l| {
+                l.state == LinkState::Handshaking
+                    && match l.peer {
+                        Some(p) => {
+                            l.index == index
+                                && self.peers[p].as_ref().is_some_and(|peer| peer.proc == proc)
+                        }
+                        None => l.handshake.peer().is_some_and(|h| {
+                            ProcName::new(h.job, h.rank) == proc && h.link_index == u16::from(index)
+                        }),
+                    }
+            })
+        })
+    }
+
     /// A link the driver should close now that its last bytes are written.
     pub fn poll_close(&mut self) -> Option<LinkId> {
         self.closes.pop_front()
+    }
+
+    /// Why `link` is closing, until the driver reports it closed; `None`
+    /// for a link that is not closing (or not current).
+    pub fn link_end(&self, link: LinkId) -> Option<LinkEnd> {
+        let l = self.links[self.slot_of(link)?].as_ref()?;
+        let (reason, by_peer) = l.end?;
+        Some(LinkEnd {
+            reason,
+            by_peer,
+            verified: l.handshake.is_verified(),
+        })
     }
 
     /// The driver opened the connection `req` asked for; `nonce` is 16

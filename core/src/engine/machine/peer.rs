@@ -353,7 +353,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             if let Some(l) = self.links[slot].as_mut() {
                 l.peer = None;
             }
-            self.fail_link(slot, CloseReason::Normal);
+            // Shutdown, not Normal: the peer is to lose this process too,
+            // not to connect again as after a redundant link's close.
+            self.fail_link(slot, CloseReason::Shutdown);
         }
         for out in released {
             self.release(p, out, Err(error));

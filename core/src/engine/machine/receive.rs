@@ -342,18 +342,32 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             Receiving::Control(ControlIn::Close { reason, .. }) => {
                 // The peer is closing this link: nothing more goes out on it.
                 l.state = LinkState::Closing;
+                l.end = Some((reason, true));
                 l.tx.clear();
                 l.written = 0;
+                let index = l.index;
                 let _ = self.closes.push_back(self.link_id(slot));
-                // Only the peer's current link takes the peer with it; the
+                // Only the peer's current link can take the peer with it; any
                 // other is a duplicate the peer drops (both connected at once).
+                // A Normal close of the current link is such a drop too, when
+                // the peer kept the other connection (which may not have
+                // opened here yet): the link is gone, not the peer.
                 let current = self.link_id(slot);
                 if let Some(p) = peer
                     && self.peers[p]
                         .as_mut()
                         .is_some_and(|peer| peer.forget_link(current))
                 {
-                    self.deliver(p, Held::Close(reason));
+                    if reason == CloseReason::Normal {
+                        let proc = self.peers[p].as_ref().map(|peer| peer.proc);
+                        // A connection in its handshake takes over, and
+                        // sends again what this one may have lost.
+                        if !proc.is_some_and(|proc| self.link_coming(proc, index)) {
+                            self.link_gone(p, index);
+                        }
+                    } else {
+                        self.deliver(p, Held::Close(reason));
+                    }
                 }
                 Ok(())
             }

@@ -47,14 +47,8 @@ fn raw(c: &mut Criterion) {
 }
 
 fn threaded(c: &mut Criterion) {
-    let (boot, dir, na, nb) = common::job(0x7f01);
-    let mut a = common::tcp(1)
-        .build(na, Some(b"k"), boot.clone())
-        .expect("A");
-    let mut b = common::tcp(1).build(nb, Some(b"k"), boot).expect("B");
-    let b_at_a = common::add(&mut a, nb);
-    let a_at_b = common::add(&mut b, na);
-    let _ = std::fs::remove_dir_all(dir);
+    let (a, b, b_at_a, a_at_b) =
+        common::pair(0x7f01, |me, key, boot| common::tcp(1).build(me, key, boot));
     let (tx, rx) = channel();
     let a = ProgressThread::spawn(a, move |_, event| {
         if let Event::Received(m) = event {

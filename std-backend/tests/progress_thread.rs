@@ -6,14 +6,14 @@
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
-use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
+use btl_core::btl::{Access, Btl, Event, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
 use btl_std::module::{Module, Transport};
 use btl_std::progress_thread::{ProgressThread, Served};
 
 mod common;
-use common::{DEADLINE, add, job, tcp, udp};
+use common::{DEADLINE, job, local, pair, remote, tcp, udp};
 
 /// Tag of the messages B sends back.
 const ECHO: Tag = Tag(0x90);
@@ -134,17 +134,8 @@ fn echo<T: Transport + Send + 'static>(
     let hs = a.with(|m| m.register_mem(src, Access::empty()).expect("src"));
     let hd = b.with(|m| m.register_mem(dst, Access::REMOTE_WRITE).expect("dst"));
     a.with(|m| {
-        let local = MemSlice {
-            handle: hs,
-            offset: 0,
-            len: LEN as u64,
-        };
-        let remote = RemoteSlice {
-            key: hd.remote_key(),
-            offset: 0,
-            len: LEN as u64,
-        };
-        m.put(b_at_a, local, remote, 7).expect("put")
+        m.put(b_at_a, local(hs, LEN), remote(hd, LEN), 7)
+            .expect("put")
     });
     assert!(matches!(next(&a_rx), Seen::Put(Ok(()))));
     assert!(
@@ -174,23 +165,13 @@ fn echo<T: Transport + Send + 'static>(
 
 #[test]
 fn tcp_modules_served_by_threads() {
-    let (boot, dir, na, nb) = job(0x7e01);
-    let mut a = tcp(2).build(na, Some(b"k"), boot.clone()).expect("A");
-    let mut b = tcp(2).build(nb, Some(b"k"), boot).expect("B");
-    let b_at_a = add(&mut a, nb);
-    let a_at_b = add(&mut b, na);
-    let _ = std::fs::remove_dir_all(dir);
+    let (a, b, b_at_a, a_at_b) = pair(0x7e01, |me, key, boot| tcp(2).build(me, key, boot));
     echo(a, b, b_at_a, a_at_b);
 }
 
 #[test]
 fn udp_modules_served_by_threads() {
-    let (boot, dir, na, nb) = job(0x7e02);
-    let mut a = udp().build(na, Some(b"k"), boot.clone()).expect("A");
-    let mut b = udp().build(nb, Some(b"k"), boot).expect("B");
-    let b_at_a = add(&mut a, nb);
-    let a_at_b = add(&mut b, na);
-    let _ = std::fs::remove_dir_all(dir);
+    let (a, b, b_at_a, a_at_b) = pair(0x7e02, |me, key, boot| udp().build(me, key, boot));
     echo(a, b, b_at_a, a_at_b);
 }
 

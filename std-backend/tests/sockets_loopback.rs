@@ -4,14 +4,13 @@
 
 use std::time::Instant;
 
-use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
+use btl_core::btl::{Access, Btl, Event, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
 use btl_std::tcp::TcpModule;
-use btl_std::udp::UdpModule;
 
 mod common;
-use common::{DEADLINE, add, job, tcp, udp};
+use common::{DEADLINE, local, pair, remote, tcp, udp};
 
 /// Progresses both until `done` says so, within the deadline.
 fn run<M: Btl<'static>>(a: &mut M, b: &mut M, mut done: impl FnMut(&mut M, &mut M) -> bool) {
@@ -65,16 +64,8 @@ fn exchange<M: Btl<'static>>(mut a: M, mut b: M, b_at_a: EndpointId) -> (M, M) {
     let hd = b
         .register_mem(dst, Access::REMOTE_WRITE | Access::REMOTE_READ)
         .expect("dst");
-    let whole = |h| MemSlice {
-        handle: h,
-        offset: 0,
-        len: LEN as u64,
-    };
-    let remote = RemoteSlice {
-        key: hd.remote_key(),
-        offset: 0,
-        len: LEN as u64,
-    };
+    let whole = |h| local(h, LEN);
+    let remote = remote(hd, LEN);
     a.put(b_at_a, whole(hs), remote, 1).expect("put");
     let mut events = Vec::new();
     let poll = |a: &mut M, events: &mut Vec<String>| {
@@ -106,12 +97,7 @@ fn exchange<M: Btl<'static>>(mut a: M, mut b: M, b_at_a: EndpointId) -> (M, M) {
 }
 
 fn tcp_pair(links: u8, n: u64) -> (TcpModule, TcpModule, EndpointId) {
-    let (boot, dir, na, nb) = job(n);
-    let mut a = tcp(links).build(na, Some(b"k"), boot.clone()).expect("A");
-    let mut b = tcp(links).build(nb, Some(b"k"), boot).expect("B");
-    let b_at_a = add(&mut a, nb);
-    add(&mut b, na);
-    let _ = std::fs::remove_dir_all(dir);
+    let (a, b, b_at_a, _) = pair(n, |me, key, boot| tcp(links).build(me, key, boot));
     (a, b, b_at_a)
 }
 
@@ -132,12 +118,7 @@ fn tcp_messages_put_and_get_over_three_links() {
 
 #[test]
 fn udp_messages_put_and_get() {
-    let (boot, dir, na, nb) = job(0x7d01);
-    let mut a: UdpModule = udp().build(na, Some(b"k"), boot.clone()).expect("A");
-    let mut b = udp().build(nb, Some(b"k"), boot).expect("B");
-    let b_at_a = add(&mut a, nb);
-    add(&mut b, na);
-    let _ = std::fs::remove_dir_all(dir);
+    let (a, b, b_at_a, _) = pair(0x7d01, |me, key, boot| udp().build(me, key, boot));
     let (a, _) = exchange(a, b, b_at_a);
     assert_eq!(a.transport().links(), 1);
 }

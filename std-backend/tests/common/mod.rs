@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use btl_core::btl::Btl;
+use btl_core::btl::{Btl, MemHandle, MemSlice, RemoteSlice};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_std::bootstrap::SharedDir;
 use btl_std::interfaces::Selection;
@@ -79,4 +79,38 @@ pub fn add<M: Btl<'static>>(m: &mut M, p: ProcName) -> EndpointId {
     m.add_procs(&[p], &mut ep, &mut Reachability::new(&mut w))
         .expect("add_procs");
     ep[0].expect("reachable over loopback")
+}
+
+/// Modules A and B of a fresh job `n`, made by `build` (process, job key,
+/// bootstrap), each knowing the other: A, B, B's endpoint at A and A's
+/// at B.
+pub fn pair<M: Btl<'static>>(
+    n: u64,
+    build: impl Fn(ProcName, Option<&[u8]>, Arc<SharedDir>) -> std::io::Result<M>,
+) -> (M, M, EndpointId, EndpointId) {
+    let (boot, dir, na, nb) = job(n);
+    let mut a = build(na, Some(b"k"), boot.clone()).expect("A");
+    let mut b = build(nb, Some(b"k"), boot).expect("B");
+    let b_at_a = add(&mut a, nb);
+    let a_at_b = add(&mut b, na);
+    let _ = std::fs::remove_dir_all(dir);
+    (a, b, b_at_a, a_at_b)
+}
+
+/// The first `len` bytes of registration `handle`, as its owner names them.
+pub fn local(handle: MemHandle, len: usize) -> MemSlice {
+    MemSlice {
+        handle,
+        offset: 0,
+        len: len as u64,
+    }
+}
+
+/// The first `len` bytes of registration `handle`, as a peer names them.
+pub fn remote(handle: MemHandle, len: usize) -> RemoteSlice {
+    RemoteSlice {
+        key: handle.remote_key(),
+        offset: 0,
+        len: len as u64,
+    }
 }

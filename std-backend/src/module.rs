@@ -277,14 +277,19 @@ impl<T: Transport> Module<T> {
 
     /// A module named `name` whose engine has `config` and `pools`, over the
     /// transport `start` makes (registering its sockets with the poller's
-    /// registry it is given).
+    /// registry it is given). An epoch of 0 in `config` is replaced by a
+    /// random one: each start of a process is a new start to its peers.
     pub fn open(
         name: &'static str,
-        config: btl_core::engine::config::EngineConfig,
+        mut config: btl_core::engine::config::EngineConfig,
         pools: btl_core::pool::FragmentPoolsConfig,
         spin: Duration,
         start: impl FnOnce(&Registry) -> io::Result<T>,
     ) -> io::Result<Self> {
+        if config.epoch == 0 {
+            let [a, b, c, d, e, f, g, h, ..] = nonce();
+            config.epoch = u64::from_le_bytes([a, b, c, d, e, f, g, h]);
+        }
         let mut cell = EngineCell::build(config, pools)?;
         cell.engine_mut(|e| e.set_name(name));
         let poll = Poll::new()?;

@@ -24,6 +24,7 @@ pub fn hello(from: ProcName, nonce: [u8; NONCE_LEN], capabilities: Capabilities)
         nonce,
         max_body: 1 << 20,
         initial_credits: 16,
+        epoch: 1,
     };
     let packet = PacketRepr::Hello(hello);
     let mut frame = vec![0; HEADER_LEN + HelloRepr::LEN];

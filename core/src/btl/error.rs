@@ -33,6 +33,10 @@ pub enum LostReason {
     Closed,
     /// It was removed with `del_procs` or the BTL was finalized.
     Removed,
+    /// It restarted: a HELLO came from a new start of the process (another
+    /// epoch). What was outstanding to the old start failed; the endpoint
+    /// goes on to the new one.
+    Restarted,
 }
 
 /// Why a BTL operation failed.
@@ -96,6 +100,7 @@ impl fmt::Display for LostReason {
             LostReason::AuthFailed => "job key not proven",
             LostReason::Closed => "closed by the peer",
             LostReason::Removed => "removed",
+            LostReason::Restarted => "restarted",
         })
     }
 }

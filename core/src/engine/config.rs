@@ -72,6 +72,12 @@ pub struct EngineConfig {
     /// one breaks the others carry what it had not delivered. From 1 to
     /// [`MAX_PEER_LINKS`](super::MAX_PEER_LINKS); datagram framing uses 1.
     pub links: u8,
+    /// This start of the process, sent in every HELLO: a driver sets a
+    /// fresh value each time the process starts (a random number, a boot
+    /// counter), so that its peers tell a restart from a reconnection and
+    /// fail what was outstanding to the old start. Engines that never
+    /// restart may leave it 0.
+    pub epoch: u64,
 }
 
 impl EngineConfig {
@@ -94,6 +100,7 @@ impl EngineConfig {
             rtt: RttConfig::DATA_CENTRE,
             ack_delay: 50_000,
             links: 1,
+            epoch: 0,
         }
     }
 

@@ -29,6 +29,11 @@ const B: ProcName = ProcName::new(9, 1);
 const MS: u64 = 1_000_000;
 
 fn engine(me: ProcName, credits: u32, keepalive: u64) -> E {
+    engine_of_start(me, credits, keepalive, 1)
+}
+
+/// [`engine`] for the start `epoch` of its process.
+fn engine_of_start(me: ProcName, credits: u32, keepalive: u64, epoch: u64) -> E {
     let pool = |fragment_size| FragmentPoolConfig {
         fragment_size,
         num: 32,
@@ -50,6 +55,7 @@ fn engine(me: ProcName, credits: u32, keepalive: u64) -> E {
     config.framing = Framing::Datagram { mtu: MTU };
     config.keepalive = keepalive;
     config.peer_timeout = 10_000 * MS;
+    config.epoch = epoch;
     Engine::new(config, pools)
 }
 
@@ -359,6 +365,7 @@ fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
         nonce: [7; 16],
         max_body: 1 << 20,
         initial_credits: 8,
+        epoch: 1,
     };
     let packet = PacketRepr::Hello(hello);
     let mut frame = [0u8; HEADER_LEN + HelloRepr::LEN];
@@ -432,4 +439,68 @@ fn a_peer_that_never_takes_its_answers_is_cut_off() {
             .sum::<u32>(),
         0
     );
+}
+
+/// A new start of B's process from the same address, within A's peer
+/// timeout: A fails what was outstanding to the old start, once, with
+/// `Restarted`, and then talks to the new start under the same endpoint,
+/// over a lossy network.
+#[test]
+fn a_restart_from_the_same_address_is_told_apart_from_a_reconnection() {
+    let faults = Faults {
+        loss: 100,
+        reordering: 100,
+        ..Faults::NONE
+    };
+    let (mut pair, b_at_a, _) = pair(7, faults, 8, 100 * MS);
+    // Every send reports its end, so that a failed one shows.
+    let send = |pair: &mut Pair, side: Side, data: &[u8], tag: u8| {
+        let to = pair.peer(side).expect("introduced");
+        let e = pair.engine_mut(side);
+        let flags = DescFlags::BTL_OWNERSHIP | DescFlags::ALWAYS_CALLBACK;
+        let d = e
+            .prepare_src(to, data, 0, Order(0), flags)
+            .expect("descriptor");
+        let _ = e.send(to, d, Tag(tag)).expect("send");
+    };
+    send(&mut pair, Side::A, b"first", 0x80);
+    for _ in 0..200 {
+        pair.round();
+    }
+    let (mut got_b, mut ev_b) = (Vec::new(), Vec::new());
+    drain(pair.b(), &mut got_b, &mut ev_b);
+    assert_eq!(got_b, [(0x80, b"first".to_vec())]);
+    let (mut got_a, mut ev_a) = (Vec::new(), Vec::new());
+    drain(pair.a(), &mut got_a, &mut ev_a);
+    assert_eq!(ev_a, ["send Ok(())"]);
+    // B dies with a message of A's still unacknowledged, and starts again.
+    send(&mut pair, Side::A, b"lost with the old start", 0x81);
+    pair.kill(Side::B);
+    pair.round();
+    let again = engine_of_start(B, 8, 100 * MS, 2);
+    pair.restart(Side::B, Box::new(again)).expect("B again");
+    send(&mut pair, Side::B, b"hello again", 0x82);
+    for _ in 0..2_000 {
+        pair.round();
+    }
+    let (mut got_a, mut ev_a) = (Vec::new(), Vec::new());
+    drain(pair.a(), &mut got_a, &mut ev_a);
+    let restarted = BtlError::PeerLost(LostReason::Restarted);
+    assert_eq!(
+        ev_a,
+        [
+            format!("send {:?}", Err::<(), _>(restarted)),
+            format!("error {restarted:?}"),
+        ]
+    );
+    assert_eq!(got_a, [(0x82, b"hello again".to_vec())]);
+    send(&mut pair, Side::A, b"welcome", 0x83);
+    for _ in 0..2_000 {
+        pair.round();
+    }
+    let (mut got_b, mut ev_b) = (Vec::new(), Vec::new());
+    drain(pair.b(), &mut got_b, &mut ev_b);
+    assert_eq!(got_b, [(0x83, b"welcome".to_vec())], "{ev_b:?}");
+    assert_eq!(ev_b, ["send Ok(())"], "B's own send ended once");
+    assert_eq!(pair.peer(Side::A), Some(b_at_a));
 }

@@ -364,6 +364,33 @@ where
         self.queues[side.index()].clear();
     }
 
+    /// Starts `side` again, from the same address, as a new start of the
+    /// same process: the old engine is killed (as by [`kill`](Self::kill))
+    /// if it lives, and `engine`, alive and unpaused, takes its place and
+    /// is told of the other side (`add_procs`). The other side is not told:
+    /// it finds out from the new start's HELLO. Returns the endpoint
+    /// through which the new engine reaches the other side.
+    pub fn restart(&mut self, side: Side, engine: S) -> Result<EndpointId, BtlError> {
+        if !self.dead[side.index()] {
+            self.kill(side);
+        }
+        self.engines[side.index()] = engine;
+        self.links[side.index()] = None;
+        self.dead[side.index()] = false;
+        self.paused[side.index()] = false;
+        let mut endpoint = [None];
+        let mut words = [0u64];
+        let other = self.names[side.other().index()];
+        self.engine_mut(side).add_procs(
+            &[other],
+            &mut endpoint,
+            &mut crate::endpoint::Reachability::new(&mut words),
+        )?;
+        let endpoint = endpoint[0].ok_or(BtlError::Unreachable)?;
+        self.peers[side.index()] = Some(endpoint);
+        Ok(endpoint)
+    }
+
     /// Whether `side` was killed.
     pub fn is_dead(&self, side: Side) -> bool {
         self.dead[side.index()]

@@ -33,6 +33,8 @@ pub struct LocalHello {
     pub max_body: u64,
     /// SEND credits granted to the peer to start with.
     pub initial_credits: u32,
+    /// This start of the process (see [`HelloRepr::epoch`]).
+    pub epoch: u64,
 }
 
 impl LocalHello {
@@ -50,6 +52,7 @@ impl LocalHello {
             nonce: self.nonce,
             max_body: self.max_body,
             initial_credits: self.initial_credits,
+            epoch: self.epoch,
         }
     }
 }
@@ -258,6 +261,7 @@ mod tests {
             keyed,
             max_body: 1 << 20,
             initial_credits: 8,
+            epoch: u64::from(nonce),
         }
     }
 

@@ -804,3 +804,114 @@ fn a_closed_links_id_is_refused_after_its_slot_is_reused() {
     let len: usize = hello.segments.iter().map(|s| s.len()).sum();
     assert_eq!(len, crate::wire::HEADER_LEN + crate::wire::HelloRepr::LEN);
 }
+
+/// An engine of `me` for its start number `epoch`.
+fn started(me: ProcName, epoch: u64) -> E {
+    let mut config = EngineConfig::new(me);
+    config.job_key = Some(heapless::Vec::from_slice(b"key").expect("short key"));
+    config.checksum = true;
+    config.epoch = epoch;
+    engine_with(config)
+}
+
+/// Sends `data` from `side` under `tag`, a descriptor the engine frees.
+fn post(pair: &mut Pair, side: Side, data: &[u8], tag: u8) {
+    let to = pair.peer(side).expect("introduced");
+    let e = pair.engine_mut(side);
+    let d = e
+        .prepare_src(to, data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
+        .expect("desc");
+    let _ = e.send(to, d, Tag(tag)).expect("send");
+}
+
+#[test]
+fn a_restarted_peer_fails_the_old_starts_operations_once_and_talks_under_the_same_endpoint() {
+    let (mut pair, ep_b, _) = new_pair(started(A, 1), started(B, 1));
+    post(&mut pair, Side::A, b"first", 0x80);
+    pump(&mut pair);
+    assert_eq!(drain(pair.b()), ["recv 128 5"]);
+    // A put to B, then B dies before it could answer, and starts again.
+    let src: &'static mut [u8] = Box::leak(vec![7u8; 10_000].into_boxed_slice());
+    let dst: &'static mut [u8] = Box::leak(vec![0u8; 10_000].into_boxed_slice());
+    let hs = pair.a().register_mem(src, Access::empty()).expect("src");
+    let hd = pair
+        .b()
+        .register_mem(dst, Access::REMOTE_WRITE)
+        .expect("dst");
+    let local = MemSlice {
+        handle: hs,
+        offset: 0,
+        len: 10_000,
+    };
+    let remote = RemoteSlice {
+        key: hd.remote_key(),
+        offset: 0,
+        len: 10_000,
+    };
+    pair.a().put(ep_b, local, remote, 1).expect("put");
+    pair.restart(Side::B, Box::new(started(B, 2)))
+        .expect("B again");
+    // A's reconnection reaches the new start: the put fails, once, and A
+    // hears why; then messages go both ways under the same endpoint.
+    post(&mut pair, Side::B, b"hello again", 0x81);
+    pump(&mut pair);
+    let restarted = BtlError::PeerLost(LostReason::Restarted);
+    let got = drain(pair.a());
+    assert_eq!(
+        got,
+        [
+            format!("put 1 {:?}", Err::<(), _>(restarted)),
+            format!("error {restarted:?}"),
+            String::from("recv 129 11"),
+        ],
+    );
+    assert_eq!(pair.peer(Side::A), Some(ep_b));
+    post(&mut pair, Side::A, b"welcome", 0x82);
+    pump(&mut pair);
+    assert_eq!(drain(pair.b()), ["recv 130 7"]);
+    // B's delayed acknowledgement releases A's last send.
+    pair.advance(1_000_000);
+    pump(&mut pair);
+    assert!(drain(pair.a()).is_empty(), "nothing more at A");
+    assert_eq!(in_use(pair.engine(Side::A)), 0);
+}
+
+#[test]
+fn the_same_start_of_a_lost_peer_stays_lost() {
+    let config = |me, epoch| {
+        let mut c = EngineConfig::new(me);
+        c.epoch = epoch;
+        c.peer_timeout = 50_000_000;
+        c.keepalive = 10_000_000;
+        engine_with(c)
+    };
+    let (mut pair, ep_b, _) = new_pair(config(A, 1), config(B, 1));
+    post(&mut pair, Side::A, b"x", 0x80);
+    pump(&mut pair);
+    drain(pair.b());
+    // B stops answering for longer than A's peer timeout: A loses it.
+    pair.pause(Side::B);
+    for _ in 0..200 {
+        pair.advance(1_000_000);
+        pump(&mut pair);
+    }
+    let lost = BtlError::PeerLost(LostReason::Timeout);
+    assert_eq!(drain(pair.a()), [format!("error {lost:?}")]);
+    // B comes back, the same start, and sends: A refuses it and B loses A.
+    pair.resume(Side::B);
+    post(&mut pair, Side::B, b"back", 0x81);
+    for _ in 0..20 {
+        pair.advance(1_000_000);
+        pump(&mut pair);
+    }
+    assert!(drain(pair.a()).is_empty(), "A does not take B back");
+    let b_events = drain(pair.b());
+    assert!(
+        b_events.iter().any(|e| e.starts_with("error PeerLost")),
+        "B is told: {b_events:?}"
+    );
+    let refused = pair
+        .a()
+        .sendi(ep_b, &[], b"y", Tag(0x82), Order(0), DescFlags::empty());
+    assert_eq!(refused, Err(lost), "the endpoint stays lost");
+}

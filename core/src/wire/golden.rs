@@ -24,6 +24,7 @@ pub(super) const HELLO_A: HelloRepr = HelloRepr {
     nonce: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
     max_body: 65536,
     initial_credits: 16,
+    epoch: 0x0102_0304_0506_0708,
 };
 
 /// The HELLO of process (42, 5), which (42, 3) answers in the `hello_ack`

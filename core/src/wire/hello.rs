@@ -12,7 +12,7 @@
 //! 40  u64     max_body
 //! 48  u32     initial_credits
 //! 52  u32     reserved         0
-//! 56  u64     reserved         0
+//! 56  u64     epoch            the sender's incarnation
 //! ```
 
 use bitflags::bitflags;
@@ -42,7 +42,7 @@ const NONCE: usize = 24;
 const MAX_BODY: usize = 40;
 const INITIAL_CREDITS: usize = 48;
 const RESERVED_1: usize = 52;
-const RESERVED_2: usize = 56;
+const EPOCH: usize = 56;
 
 bitflags! {
     /// What the sender of a HELLO supports or has configured. Bits this
@@ -88,6 +88,10 @@ pub struct HelloRepr {
     pub max_body: u64,
     /// Eager-fragment credits the sender grants the peer to start with.
     pub initial_credits: u32,
+    /// The sender's incarnation: the same on every connection of one
+    /// start of the process, another after a restart, so that a peer tells
+    /// a restarted process from one that reconnects.
+    pub epoch: u64,
 }
 
 impl HelloRepr {
@@ -112,7 +116,6 @@ impl HelloRepr {
             return Err(WireError::UnsupportedVersion { major, minor });
         }
         check_reserved(&f.bytes::<RESERVED_1, 4>(), "hello.reserved_52")?;
-        check_reserved(&f.bytes::<RESERVED_2, 8>(), "hello.reserved_56")?;
         Ok(Self {
             version_minor: minor,
             link_index: f.u16::<LINK_INDEX>(),
@@ -122,6 +125,7 @@ impl HelloRepr {
             nonce: f.bytes::<NONCE, NONCE_LEN>(),
             max_body: f.u64::<MAX_BODY>(),
             initial_credits: f.u32::<INITIAL_CREDITS>(),
+            epoch: f.u64::<EPOCH>(),
         })
     }
 
@@ -139,6 +143,6 @@ impl HelloRepr {
         f.set_u64::<MAX_BODY>(self.max_body);
         f.set_u32::<INITIAL_CREDITS>(self.initial_credits);
         f.set_u32::<RESERVED_1>(0);
-        f.set_u64::<RESERVED_2>(0);
+        f.set_u64::<EPOCH>(self.epoch);
     }
 }

@@ -78,5 +78,7 @@ fn mac(key: &[u8], sender: &HelloRepr, receiver: &HelloRepr) -> Option<Hmac<Sha2
     mac.update(&receiver.rank.to_be_bytes());
     mac.update(&receiver.nonce);
     mac.update(&sender.nonce);
+    mac.update(&receiver.epoch.to_be_bytes());
+    mac.update(&sender.epoch.to_be_bytes());
     Some(mac)
 }

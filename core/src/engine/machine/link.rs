@@ -109,6 +109,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             keyed: self.config.job_key.is_some(),
             max_body: self.config.max_body,
             initial_credits: self.config.initial_credits,
+            epoch: self.config.epoch,
         };
         self.links_made = self.links_made.wrapping_add(1);
         let id = LinkId {
@@ -198,13 +199,18 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 }
             },
         };
-        // A lost peer stays lost (a restarted process is not told apart
-        // from a returning one yet).
-        if self.peers[index]
-            .as_ref()
-            .is_some_and(|p| matches!(p.state, PeerState::Lost(_)))
-        {
-            self.fail_link(slot, CloseReason::Normal);
+        // Another epoch is another start of the process: what the old one
+        // owed fails, and the new one is a fresh peer. The same start of a
+        // lost peer stays lost, and is told so.
+        let (lost, restarted) = self.peers[index].as_ref().map_or((false, false), |p| {
+            let lost = matches!(p.state, PeerState::Lost(_));
+            let known = p.epoch.or(lost.then_some(hello.epoch));
+            (lost, known.is_some_and(|e| e != hello.epoch))
+        });
+        if restarted {
+            self.renew_peer(index);
+        } else if lost {
+            self.fail_link(slot, CloseReason::Shutdown);
             return;
         }
         let link_index = if outbound {
@@ -258,6 +264,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             peer.owe_ack(self.now, true);
         }
         peer.was_open = true;
+        peer.epoch = Some(hello.epoch);
         peer.checksum = checksum;
         peer.peer_max_body = hello.max_body;
         peer.peer_initial = hello.initial_credits;
@@ -297,6 +304,28 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     /// Ends a link after a protocol failure: a CLOSE goes out first.
+    /// Ends a datagram link whose peer process started again from the same
+    /// address: no CLOSE (the old start is gone), and the peer's other
+    /// links, or a new one, carry on.
+    pub(super) fn end_superseded_link(&mut self, slot: usize) {
+        let Some(l) = self.links[slot].as_mut() else {
+            return;
+        };
+        l.state = LinkState::Closing;
+        l.end = Some((CloseReason::Normal, false));
+        l.tx.clear();
+        l.written = 0;
+        let (id, index, peer) = (l.id, l.index, l.peer);
+        let _ = self.closes.push_back(id);
+        if let Some(p) = peer
+            && self.peers[p]
+                .as_mut()
+                .is_some_and(|peer| peer.forget_link(id))
+        {
+            self.link_gone(p, index);
+        }
+    }
+
     pub(super) fn fail_link(&mut self, slot: usize, reason: CloseReason) {
         let Some(l) = self.links[slot].as_mut() else {
             return;

@@ -74,6 +74,9 @@ pub(super) struct Peer {
     pub(super) was_open: bool,
     /// The xfer ids of this peer's refused puts already answered.
     pub(super) last_rejected: Option<u64>,
+    /// The start of the process this record is about (its HELLO's epoch),
+    /// once a link to it has opened.
+    pub(super) epoch: Option<u64>,
 }
 
 impl Peer {
@@ -103,6 +106,7 @@ impl Peer {
             rtt,
             was_open: false,
             last_rejected: None,
+            epoch: None,
         }
     }
 
@@ -312,6 +316,39 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 since,
                 retry: Some(now.saturating_add(peer.rtt.rto())),
             };
+        }
+    }
+
+    /// A new start of peer `p`'s process: everything outstanding to the
+    /// old one fails with `PeerLost(Restarted)`, and the record starts over
+    /// under the same endpoint, as many times added as before.
+    /// Links still in their handshake reach the new start (the old one
+    /// died before they connected): they are kept, not closed.
+    pub(super) fn renew_peer(&mut self, p: usize) {
+        let Some(peer) = self.peers[p].as_ref() else {
+            return;
+        };
+        let mut opening: Vec<LinkId, MAX_PEER_LINKS> = Vec::new();
+        for id in peer.links.iter().flatten() {
+            let handshaking = self
+                .slot_of(*id)
+                .and_then(|s| self.links[s].as_ref())
+                .is_some_and(|l| l.state == LinkState::Handshaking);
+            if handshaking {
+                let _ = opening.push(*id);
+            }
+        }
+        if let Some(peer) = self.peers[p].as_mut() {
+            for id in &opening {
+                peer.forget_link(*id);
+            }
+        }
+        self.lose_peer(p, LostReason::Restarted);
+        let rtt = RttEstimator::with_bounds(self.config.rtt);
+        if let Some(peer) = self.peers[p].as_mut() {
+            let refs = peer.refs;
+            *peer = Peer::new(peer.proc, rtt);
+            peer.refs = refs;
         }
     }
 

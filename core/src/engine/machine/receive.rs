@@ -322,6 +322,19 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 self.flush_handshake(slot);
                 Ok(())
             }
+            // Over datagrams a new start of the peer's process sends from
+            // the old one's address: the old start's link ends, quietly
+            // (nobody is left to tell), and the HELLO, repeated, opens a
+            // new one.
+            Receiving::Control(ControlIn::Hello(hello))
+                if datagram
+                    && l.handshake.peer().is_some_and(|old| {
+                        (old.job, old.rank) == (hello.job, hello.rank) && old.epoch != hello.epoch
+                    }) =>
+            {
+                self.end_superseded_link(slot);
+                Ok(())
+            }
             Receiving::Control(ControlIn::HelloAck(_))
                 if datagram && (l.handshake.is_verified() || l.handshake.peer().is_none()) =>
             {

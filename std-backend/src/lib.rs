@@ -16,6 +16,7 @@ pub mod interfaces;
 pub mod launch;
 pub mod listen;
 pub mod module;
+pub mod net;
 pub mod param_file;
 pub mod param_sources;
 pub mod params;

@@ -1,4 +1,4 @@
-//! A BTL module over operating-system sockets: the engine, a `mio` poller
+//! A BTL module over sockets: the engine, a poller
 //! and a [`Transport`] (TCP or UDP) that turns the engine's requests into
 //! socket calls and socket events into engine input.
 //!
@@ -32,12 +32,9 @@ use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::{ConnectRequest, LinkEnd, LinkId};
 use btl_core::pool::FragmentPools;
 use btl_core::wire::CloseReason;
-use mio::{Events, Poll, Registry};
 
 use crate::engine_cell::{EngineCell, StdEngine};
-
-/// Socket events taken from the poller at once.
-const EVENTS: usize = 256;
+use crate::net::{Net, Poller, Readiness, RegistryOf, WAKE};
 /// How often a busy-polling module asks the engine for its next timer:
 /// finding it scans every peer and link, and the finest timer (the
 /// acknowledgement delay) is coarser than this.
@@ -48,12 +45,18 @@ const POLLER_EVERY: u32 = 32;
 /// A busy-polling pass reads the clock only every this many passes.
 const CLOCK_EVERY: u32 = 8;
 
-/// The poller token of a progress thread's waker; transports number
-/// their sockets from 0 and their listeners from the middle of the range.
-const WAKE: mio::Token = mio::Token(usize::MAX);
+/// A readiness event of network `N`'s poller.
+pub type EventOf<N> = <<N as Net>::Poller as Poller>::Event;
 
-/// What a module asks of its sockets; implemented by TCP and UDP.
+/// What a module asks of its sockets; implemented by TCP and UDP, over
+/// any [`Net`].
 pub trait Transport {
+    /// The network its sockets are of.
+    type Net: Net;
+
+    /// The network, for its clock and randomness.
+    fn net(&self) -> &Self::Net;
+
     /// Whether this transport reaches `proc` (it has an address for it
     /// that pairs with a local one); called before the engine learns of it.
     fn resolve(&mut self, proc: ProcName) -> bool;
@@ -62,8 +65,8 @@ pub trait Transport {
     fn on_event(
         &mut self,
         engine: &mut StdEngine<'_>,
-        registry: &Registry,
-        event: &mio::event::Event,
+        registry: &RegistryOf<Self::Net>,
+        event: &EventOf<Self::Net>,
         now: u64,
     );
 
@@ -72,18 +75,24 @@ pub trait Transport {
     fn connect(
         &mut self,
         engine: &mut StdEngine<'_>,
-        registry: &Registry,
+        registry: &RegistryOf<Self::Net>,
         req: ConnectRequest,
         now: u64,
     );
 
     /// Closes a link the engine is done with and tells the engine.
-    fn close(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, link: LinkId, now: u64);
+    fn close(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<Self::Net>,
+        link: LinkId,
+        now: u64,
+    );
 
     /// Moves bytes both ways as far as the sockets and the engine allow
     /// without waiting: what the engine has to send, and input held back
     /// earlier because the engine had no receive fragment for it.
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64);
+    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<Self::Net>, now: u64);
 
     /// Sockets a busy-polling module reads directly, without asking the
     /// poller first (one system call instead of two), or `false` when
@@ -92,7 +101,12 @@ pub trait Transport {
 
     /// Reads every socket directly, without the poller (see
     /// [`few_sockets`](Self::few_sockets)); whether anything came.
-    fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) -> bool;
+    fn read_directly(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<Self::Net>,
+        now: u64,
+    ) -> bool;
 }
 
 /// What every pass does once the sockets are read: due timers, the
@@ -101,7 +115,7 @@ pub trait Transport {
 fn serve_engine<T: Transport>(
     engine: &mut StdEngine<'_>,
     transport: &mut T,
-    registry: &Registry,
+    registry: &RegistryOf<T::Net>,
     now: u64,
     check_timers: bool,
 ) {
@@ -148,25 +162,15 @@ pub(crate) fn log_link_end(
     }
 }
 
-/// Sixteen fresh random bytes for a handshake.
-pub(crate) fn nonce() -> [u8; 16] {
-    let mut n = [0u8; 16];
-    // The OS generator does not fail once the system is up; were it to,
-    // a zero nonce still works, only less fresh.
-    let _ = getrandom::fill(&mut n);
-    n
-}
-
 /// A BTL module: the engine over transport `T`.
-pub struct Module<T> {
+pub struct Module<T: Transport> {
     cell: EngineCell,
     transport: T,
     /// The poller, unless a progress thread has it.
-    poller: Option<Poller>,
+    poller: Option<<T::Net as Net>::Poller>,
     /// The poller's registry, for the transport's sockets wherever the
     /// poller is.
-    registry: Registry,
-    epoch: Instant,
+    registry: RegistryOf<T::Net>,
     spin: Duration,
     /// When to look at the engine's timers next.
     timer_check_at: u64,
@@ -176,15 +180,6 @@ pub struct Module<T> {
     clock: u64,
     /// What waiting has cost, spinning first and blocking at once.
     waits: WaitCosts,
-}
-
-/// A poller and the room for the socket events it reports.
-pub(crate) struct Poller {
-    pub(crate) poll: Poll,
-    pub(crate) events: Events,
-    /// What wakes the poller from another thread, made when first asked
-    /// for: a poller has one waker for its whole life.
-    waker: Option<std::sync::Arc<mio::Waker>>,
 }
 
 /// How long [`Module::wait`] took to see something, spinning first and
@@ -229,44 +224,20 @@ impl WaitCosts {
     }
 }
 
-impl Poller {
-    /// Waits up to `wait` (forever if `None`) for socket events; an
-    /// interrupted wait is an empty one.
-    pub(crate) fn poll(&mut self, wait: Option<Duration>) -> io::Result<()> {
-        match self.poll.poll(&mut self.events, wait) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                self.events.clear();
-                Ok(())
-            }
-            r => r,
-        }
-    }
-
-    /// The poller's waker.
-    pub(crate) fn waker(&mut self) -> io::Result<std::sync::Arc<mio::Waker>> {
-        if let Some(w) = &self.waker {
-            return Ok(w.clone());
-        }
-        let w = std::sync::Arc::new(mio::Waker::new(self.poll.registry(), WAKE)?);
-        self.waker = Some(w.clone());
-        Ok(w)
-    }
-}
-
 impl<T: Transport> Module<T> {
     /// A module of `cell`'s engine over `transport`, whose sockets are
-    /// already registered with `poll`.
-    pub fn new(cell: EngineCell, transport: T, poll: Poll, spin: Duration) -> io::Result<Self> {
+    /// already registered with `poller`.
+    pub fn new(
+        cell: EngineCell,
+        transport: T,
+        poller: <T::Net as Net>::Poller,
+        spin: Duration,
+    ) -> io::Result<Self> {
         Ok(Module {
             cell,
             transport,
-            registry: poll.registry().try_clone()?,
-            poller: Some(Poller {
-                poll,
-                events: Events::with_capacity(EVENTS),
-                waker: None,
-            }),
-            epoch: Instant::now(),
+            registry: poller.registry()?,
+            poller: Some(poller),
             spin,
             timer_check_at: 0,
             passes: 0,
@@ -275,26 +246,28 @@ impl<T: Transport> Module<T> {
         })
     }
 
-    /// A module named `name` whose engine has `config` and `pools`, over the
-    /// transport `start` makes (registering its sockets with the poller's
-    /// registry it is given). An epoch of 0 in `config` is replaced by a
-    /// random one: each start of a process is a new start to its peers.
+    /// A module named `name` whose engine has `config` and `pools`, over
+    /// network `net` and the transport `start` makes of it (registering
+    /// its sockets with the poller's registry it is given). An epoch of 0
+    /// in `config` is replaced by a random one: each start of a process is
+    /// a new start to its peers.
     pub fn open(
         name: &'static str,
         mut config: btl_core::engine::config::EngineConfig,
         pools: btl_core::pool::FragmentPoolsConfig,
         spin: Duration,
-        start: impl FnOnce(&Registry) -> io::Result<T>,
+        net: T::Net,
+        start: impl FnOnce(T::Net, &RegistryOf<T::Net>) -> io::Result<T>,
     ) -> io::Result<Self> {
         if config.epoch == 0 {
-            let [a, b, c, d, e, f, g, h, ..] = nonce();
+            let [a, b, c, d, e, f, g, h, ..] = net.random();
             config.epoch = u64::from_le_bytes([a, b, c, d, e, f, g, h]);
         }
         let mut cell = EngineCell::build(config, pools)?;
         cell.engine_mut(|e| e.set_name(name));
-        let poll = Poll::new()?;
-        let transport = start(poll.registry())?;
-        Module::new(cell, transport, poll, spin)
+        let poller = net.poller()?;
+        let transport = start(net, &poller.registry()?)?;
+        Module::new(cell, transport, poller, spin)
     }
 
     /// The transport, to inspect it (its addresses, its connections).
@@ -304,7 +277,7 @@ impl<T: Transport> Module<T> {
 
     /// Nanoseconds since the module was made: the engine's clock.
     fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.transport.net().now()
     }
 
     /// One pass over sockets and timers, the poller waiting up to `wait`
@@ -329,7 +302,7 @@ impl<T: Transport> Module<T> {
             return Ok(false);
         };
         let polled = poller.poll(wait);
-        let any = polled.is_ok() && self.on_socket_events(&poller.events, wait.is_some());
+        let any = polled.is_ok() && self.on_socket_events(&poller, wait.is_some());
         self.poller = Some(poller);
         polled.map(|()| any)
     }
@@ -337,7 +310,11 @@ impl<T: Transport> Module<T> {
     /// Serves what the poller reported: the sockets' events, then the
     /// engine's timers (every time if the poller `waited`, so that a wake
     /// for a timer serves it) and requests. Whether any socket event came.
-    pub(crate) fn on_socket_events(&mut self, events: &Events, waited: bool) -> bool {
+    pub(crate) fn on_socket_events(
+        &mut self,
+        poller: &<T::Net as Net>::Poller,
+        waited: bool,
+    ) -> bool {
         let now = self.now();
         self.clock = now;
         let check_timers = self.timers_due(now) || waited;
@@ -348,12 +325,12 @@ impl<T: Transport> Module<T> {
             ..
         } = self;
         cell.engine_mut(|engine| {
-            for event in events.iter().filter(|e| e.token() != WAKE) {
+            for event in poller.events().filter(|e| e.token() != WAKE) {
                 transport.on_event(engine, registry, event, now);
             }
             serve_engine(engine, transport, registry, now, check_timers);
         });
-        !events.is_empty()
+        !poller.is_empty()
     }
 
     /// Sends what the caller has queued, without reading: the pass of a
@@ -375,12 +352,12 @@ impl<T: Transport> Module<T> {
     }
 
     /// Hands the poller to a progress thread; `None` if one has it already.
-    pub(crate) fn take_poller(&mut self) -> Option<Poller> {
+    pub(crate) fn take_poller(&mut self) -> Option<<T::Net as Net>::Poller> {
         self.poller.take()
     }
 
     /// Takes the poller back from a progress thread.
-    pub(crate) fn give_poller(&mut self, poller: Poller) {
+    pub(crate) fn give_poller(&mut self, poller: <T::Net as Net>::Poller) {
         self.poller = Some(poller);
     }
 

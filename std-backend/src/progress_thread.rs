@@ -24,14 +24,15 @@ use btl_core::btl::{Btl, Completion, Event, Incoming};
 use btl_core::endpoint::EndpointId;
 use mio::Waker;
 
-use crate::module::{Module, Poller, Transport, WaitCosts};
+use crate::module::{Module, Transport, WaitCosts};
+use crate::net::{Os, OsPoller, Poller};
 
 /// Engine time of the thread's next wake-up while it blocks on no timer.
 const NO_TIMER: u64 = u64::MAX;
 
 /// A module served by a progress thread, shared by the thread and the
 /// callers that post to it.
-pub struct Served<T> {
+pub struct Served<T: Transport> {
     module: Mutex<Module<T>>,
     waker: Arc<Waker>,
     stop: AtomicBool,
@@ -42,9 +43,9 @@ pub struct Served<T> {
 }
 
 /// A thread serving a module; stopping it hands the module back.
-pub struct ProgressThread<T: Transport + Send + 'static> {
+pub struct ProgressThread<T: Transport<Net = Os> + Send + 'static> {
     served: Arc<Served<T>>,
-    thread: Option<JoinHandle<io::Result<Poller>>>,
+    thread: Option<JoinHandle<io::Result<OsPoller>>>,
 }
 
 impl<T: Transport> Served<T> {
@@ -140,7 +141,7 @@ impl Taken {
     }
 }
 
-impl<T: Transport + Send + 'static> ProgressThread<T> {
+impl<T: Transport<Net = Os> + Send + 'static> ProgressThread<T> {
     /// Starts a thread that serves `module` and calls `handler` with each
     /// of its events, the lock released. Fails if the module is served
     /// already or the thread cannot be made.
@@ -202,7 +203,7 @@ impl<T: Transport + Send + 'static> ProgressThread<T> {
     }
 
     /// Stops and joins the thread; its poller back.
-    fn halt(&mut self) -> io::Result<Poller> {
+    fn halt(&mut self) -> io::Result<OsPoller> {
         let thread = self
             .thread
             .take()
@@ -215,7 +216,7 @@ impl<T: Transport + Send + 'static> ProgressThread<T> {
     }
 }
 
-impl<T: Transport + Send + 'static> Drop for ProgressThread<T> {
+impl<T: Transport<Net = Os> + Send + 'static> Drop for ProgressThread<T> {
     fn drop(&mut self) {
         if self.thread.is_some() {
             let _ = self.halt();
@@ -227,7 +228,7 @@ impl<T: Transport + Send + 'static> Drop for ProgressThread<T> {
 /// poller first, for up to `spin`, or blocking at once, by what each has
 /// cost lately.
 fn wait(
-    poller: &mut Poller,
+    poller: &mut OsPoller,
     timeout: Option<Duration>,
     spin: Duration,
     costs: &mut WaitCosts,
@@ -239,7 +240,7 @@ fn wait(
     if spins {
         loop {
             poller.poll(Some(Duration::ZERO))?;
-            if !poller.events.is_empty() {
+            if !poller.is_empty() {
                 costs.record(true, start.elapsed());
                 return Ok(());
             }
@@ -250,7 +251,7 @@ fn wait(
         }
     }
     poller.poll(timeout.map(|t| t.saturating_sub(start.elapsed())))?;
-    if !poller.events.is_empty() {
+    if !poller.is_empty() {
         costs.record(spins, start.elapsed());
     }
     Ok(())
@@ -258,11 +259,11 @@ fn wait(
 
 /// The thread: block in the poller until a socket, a timer or a caller
 /// needs the module, serve it, hand out its events; until told to stop.
-fn serve<T: Transport>(
+fn serve<T: Transport<Net = Os>>(
     served: &Served<T>,
-    mut poller: Poller,
+    mut poller: OsPoller,
     mut handler: impl FnMut(&Served<T>, Event<'_>),
-) -> io::Result<Poller> {
+) -> io::Result<OsPoller> {
     let mut message = Vec::new();
     let mut costs = WaitCosts::default();
     let (mut timeout, spin) = {
@@ -278,7 +279,7 @@ fn serve<T: Transport>(
             return Ok(poller);
         }
         let mut module = served.lock();
-        module.on_socket_events(&poller.events, true);
+        module.on_socket_events(&poller, true);
         while let Some(taken) = module
             .poll_event()
             .map(|e| Taken::from_event(e, &mut message))

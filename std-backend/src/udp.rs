@@ -8,7 +8,7 @@
 //! for a peer that already has one is left alone (the engine takes the
 //! link it has).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,16 +22,14 @@ use btl_core::mca::{
     ParamSpec, Params, RegisterError, Version,
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
-use mio::net::UdpSocket;
-use mio::{Interest, Registry, Token};
-use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 
 use crate::bootstrap::{Bootstrap, Card, Contact};
 use crate::contacts::PeerContacts;
 use crate::engine_cell::StdEngine;
 use crate::interfaces::{self, Selection};
 use crate::listen::{Ports, listen_all};
-use crate::module::{Module, Transport, log_link_end, nonce};
+use crate::module::{EventOf, Module, Transport, log_link_end};
+use crate::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Watch};
 use crate::params::{SocketParams, engine_param_specs, register_specs, socket_param_specs};
 
 /// Component name in cards and parameters.
@@ -39,8 +37,8 @@ pub const NAME: &str = "udp";
 /// Largest datagram a socket reads.
 const RECV_BYTES: usize = 64 << 10;
 
-/// A module of the UDP component.
-pub type UdpModule = Module<Udp>;
+/// A module of the UDP component over the operating system's sockets.
+pub type UdpModule = Module<Udp<Os>>;
 
 /// The UDP component's pool parameters (`btl_udp_eager_limit`, ...): no
 /// fragment need be larger than the MTU.
@@ -96,15 +94,17 @@ impl Default for UdpConfig {
     }
 }
 
-/// The UDP side of a module.
-pub struct Udp {
+/// The UDP side of a module, over network `N`.
+pub struct Udp<N: Net> {
+    net: N,
     me: ProcName,
     config: UdpConfig,
     bootstrap: Arc<dyn Bootstrap>,
-    sockets: Vec<(UdpSocket, Contact)>,
-    /// The link of each remote address, and each link's socket and address.
+    sockets: Vec<(N::Datagram, Contact)>,
+    /// The link of each remote address, and each link's socket and address
+    /// (ordered, so that links are flushed in the same order every run).
     by_addr: HashMap<SocketAddr, LinkId>,
-    by_link: HashMap<LinkId, (usize, SocketAddr)>,
+    by_link: BTreeMap<LinkId, (usize, SocketAddr)>,
     peers: PeerContacts,
     recv: Box<[u8]>,
     /// Sockets that would block on a send: they wait for writability.
@@ -114,14 +114,15 @@ pub struct Udp {
     scratch_blocked: Vec<bool>,
 }
 
-impl Udp {
+impl<N: Net> Udp<N> {
     /// Binds the selected (or assigned) addresses, registers the sockets
     /// and publishes this process's card.
     pub fn start(
         me: ProcName,
         config: UdpConfig,
         bootstrap: Arc<dyn Bootstrap>,
-        registry: &Registry,
+        net: N,
+        registry: &RegistryOf<N>,
     ) -> io::Result<Self> {
         let mut sockets = listen_all(
             me,
@@ -129,26 +130,23 @@ impl Udp {
             &*bootstrap,
             &config.selection,
             config.ports,
-            |at| {
-                let socket = bind_socket(at)?;
-                let bound = socket.local_addr()?;
-                Ok((socket, bound))
-            },
+            |at| net.bind(at),
         )?;
         let mut card = Card::new(me);
         for (i, (socket, contact)) in sockets.iter_mut().enumerate() {
-            registry.register(socket, Token(i), Interest::READABLE)?;
+            socket.watch(registry, i, false)?;
             card.contacts.push(contact.clone());
         }
         bootstrap.publish(&card).map_err(io::Error::other)?;
         let n = sockets.len();
         Ok(Udp {
+            net,
             me,
             config,
             bootstrap,
             sockets,
             by_addr: HashMap::new(),
-            by_link: HashMap::new(),
+            by_link: BTreeMap::new(),
             peers: PeerContacts::new(NAME),
             recv: vec![0; RECV_BYTES].into_boxed_slice(),
             write_interest: vec![false; n],
@@ -203,7 +201,7 @@ impl Udp {
             };
             let link = match self.by_addr.get(&from) {
                 Some(&link) => link,
-                None => match engine.handle_accepted(nonce(), now) {
+                None => match engine.handle_accepted(self.net.random(), now) {
                     Ok(link) => {
                         self.by_addr.insert(from, link);
                         self.by_link.insert(link, (s, from));
@@ -220,7 +218,13 @@ impl Udp {
     }
 }
 
-impl Transport for Udp {
+impl<N: Net> Transport for Udp<N> {
+    type Net = N;
+
+    fn net(&self) -> &N {
+        &self.net
+    }
+
     fn resolve(&mut self, proc: ProcName) -> bool {
         if proc == self.me {
             return false;
@@ -232,11 +236,11 @@ impl Transport for Udp {
     fn on_event(
         &mut self,
         engine: &mut StdEngine<'_>,
-        registry: &Registry,
-        event: &mio::event::Event,
+        registry: &RegistryOf<N>,
+        event: &EventOf<N>,
         now: u64,
     ) {
-        let s = event.token().0;
+        let s = event.token();
         if event.is_readable() {
             self.receive(engine, s, now);
         }
@@ -248,7 +252,7 @@ impl Transport for Udp {
     fn connect(
         &mut self,
         engine: &mut StdEngine<'_>,
-        _registry: &Registry,
+        _registry: &RegistryOf<N>,
         req: ConnectRequest,
         now: u64,
     ) {
@@ -260,7 +264,7 @@ impl Transport for Udp {
             // The peer's datagrams made a link already; it carries the peer.
             return;
         }
-        match engine.handle_connected(req, nonce(), now) {
+        match engine.handle_connected(req, self.net.random(), now) {
             Ok(link) => {
                 self.by_addr.insert(remote, link);
                 self.by_link.insert(link, (s, remote));
@@ -269,7 +273,13 @@ impl Transport for Udp {
         }
     }
 
-    fn close(&mut self, engine: &mut StdEngine<'_>, _registry: &Registry, link: LinkId, now: u64) {
+    fn close(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        _registry: &RegistryOf<N>,
+        link: LinkId,
+        now: u64,
+    ) {
         if let Some(addr) = self.forget(link) {
             log_link_end(NAME, Some(addr), engine.link_end(link));
         }
@@ -283,7 +293,7 @@ impl Transport for Udp {
     fn read_directly(
         &mut self,
         engine: &mut StdEngine<'_>,
-        _registry: &Registry,
+        _registry: &RegistryOf<N>,
         now: u64,
     ) -> bool {
         let mut any = false;
@@ -293,7 +303,7 @@ impl Transport for Udp {
         any
     }
 
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, _now: u64) {
+    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, _now: u64) {
         let mut links = std::mem::take(&mut self.scratch_links);
         let mut blocked = std::mem::take(&mut self.scratch_blocked);
         links.clear();
@@ -307,7 +317,6 @@ impl Transport for Udp {
             let Some((socket, _)) = self.sockets.get(s) else {
                 continue;
             };
-            let to = SockAddr::from(addr);
             loop {
                 let sent = {
                     let Some(t) = engine.poll_transmit(link) else {
@@ -315,7 +324,7 @@ impl Transport for Udp {
                     };
                     let slices: heapless::Vec<IoSlice<'_>, { btl_core::engine::MAX_SEGMENTS }> =
                         t.segments.iter().map(|s| IoSlice::new(s)).collect();
-                    SockRef::from(socket).send_to_vectored(&slices, &to)
+                    socket.send_to_vectored(&slices, addr)
                 };
                 match sent {
                     Ok(n) => engine.handle_written(link, n),
@@ -332,31 +341,14 @@ impl Transport for Udp {
         for (s, &want) in blocked.iter().enumerate() {
             if want != self.write_interest[s]
                 && let Some((socket, _)) = self.sockets.get_mut(s)
+                && socket.rewatch(registry, s, want).is_ok()
             {
-                let interest = if want {
-                    Interest::READABLE | Interest::WRITABLE
-                } else {
-                    Interest::READABLE
-                };
-                if registry.reregister(socket, Token(s), interest).is_ok() {
-                    self.write_interest[s] = want;
-                }
+                self.write_interest[s] = want;
             }
         }
         self.scratch_links = links;
         self.scratch_blocked = blocked;
     }
-}
-
-/// A non-blocking UDP socket bound to `addr`.
-fn bind_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    socket.set_nonblocking(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.bind(&SockAddr::from(addr))?;
-    Ok(UdpSocket::from_std(socket.into()))
 }
 
 /// The UDP component.
@@ -390,13 +382,29 @@ impl UdpSetup {
         job_key: Option<&[u8]>,
         bootstrap: Arc<dyn Bootstrap>,
     ) -> io::Result<UdpModule> {
+        self.build_on(Os, me, job_key, bootstrap)
+    }
+
+    /// [`build`](Self::build) over network `net`.
+    pub fn build_on<N: Net>(
+        &self,
+        net: N,
+        me: ProcName,
+        job_key: Option<&[u8]>,
+        bootstrap: Arc<dyn Bootstrap>,
+    ) -> io::Result<Module<Udp<N>>> {
         let mut config = self.engine.clone();
         config.me = me;
         config.job_key = crate::params::job_key(job_key)?;
         config.framing = Framing::Datagram { mtu: self.udp.mtu };
-        Module::open(NAME, config, self.pools, self.udp.spin, |registry| {
-            Udp::start(me, self.udp.clone(), bootstrap, registry)
-        })
+        Module::open(
+            NAME,
+            config,
+            self.pools,
+            self.udp.spin,
+            net,
+            |net, registry| Udp::start(me, self.udp.clone(), bootstrap, net, registry),
+        )
     }
 }
 

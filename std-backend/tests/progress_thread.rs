@@ -10,6 +10,7 @@ use btl_core::btl::{Access, Btl, Event, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
 use btl_std::module::{Module, Transport};
+use btl_std::net::Os;
 use btl_std::progress_thread::{ProgressThread, Served};
 
 mod common;
@@ -73,7 +74,7 @@ fn next(rx: &Receiver<Seen>) -> Seen {
 /// A and B served by threads: messages from two caller threads at once,
 /// each echoed back by B's handler; then a put; then both stopped and
 /// used without threads.
-fn echo<T: Transport + Send + 'static>(
+fn echo<T: Transport<Net = Os> + Send + 'static>(
     a: Module<T>,
     b: Module<T>,
     b_at_a: EndpointId,

@@ -2,13 +2,12 @@
 //! or carrying an engine link), and the bytes read but not yet taken by the
 //! engine.
 
-use std::io::{self, IoSlice, Read, Write};
-use std::time::Instant;
+use std::io::{self, IoSlice};
 
 use btl_core::engine::{ConnectRequest, LinkId};
-use mio::net::TcpStream;
 
 use crate::engine_cell::StdEngine;
+use crate::net::StreamSocket;
 
 /// Bytes read ahead of the engine per connection: one large frame's worth
 /// of slack, so a socket is drained in few reads.
@@ -17,8 +16,9 @@ pub const RX_BYTES: usize = 256 << 10;
 /// Where a connection stands.
 #[derive(Debug, Clone, Copy)]
 pub enum ConnState {
-    /// Our connect is in progress; the engine learns of it once it is up.
-    Connecting { req: ConnectRequest, since: Instant },
+    /// Our connect is in progress since `since` (the network's clock); the
+    /// engine learns of it once it is up.
+    Connecting { req: ConnectRequest, since: u64 },
     /// Carrying an engine link.
     Open(LinkId),
 }
@@ -57,11 +57,11 @@ impl RxBuffer {
     }
 }
 
-/// One connection.
+/// One connection over a stream socket `S`.
 #[derive(Debug)]
-pub struct Conn {
+pub struct Conn<S> {
     /// Its socket.
-    pub stream: TcpStream,
+    pub stream: S,
     /// Connecting or open.
     pub state: ConnState,
     rx: RxBuffer,
@@ -71,9 +71,9 @@ pub struct Conn {
     pub received: u64,
 }
 
-impl Conn {
+impl<S: StreamSocket> Conn<S> {
     /// A connection over `stream`.
-    pub fn new(stream: TcpStream, state: ConnState) -> Self {
+    pub fn new(stream: S, state: ConnState) -> Self {
         Conn {
             stream,
             state,

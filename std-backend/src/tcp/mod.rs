@@ -21,10 +21,11 @@ use crate::bootstrap::Bootstrap;
 use crate::interfaces::Selection;
 use crate::listen::Ports;
 use crate::module::Module;
+use crate::net::{Net, Os};
 use crate::params::{SocketParams, engine_param_specs, register_specs, socket_param_specs};
 
-/// A module of the TCP component.
-pub type TcpModule = Module<Tcp>;
+/// A module of the TCP component over the operating system's sockets.
+pub type TcpModule = Module<Tcp<Os>>;
 
 /// The TCP component's pool parameters (`btl_tcp_eager_limit`, ...).
 pub static TCP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
@@ -133,13 +134,29 @@ impl TcpSetup {
         job_key: Option<&[u8]>,
         bootstrap: Arc<dyn Bootstrap>,
     ) -> std::io::Result<TcpModule> {
+        self.build_on(Os, me, job_key, bootstrap)
+    }
+
+    /// [`build`](Self::build) over network `net`.
+    pub fn build_on<N: Net>(
+        &self,
+        net: N,
+        me: ProcName,
+        job_key: Option<&[u8]>,
+        bootstrap: Arc<dyn Bootstrap>,
+    ) -> std::io::Result<Module<Tcp<N>>> {
         let mut config = self.engine.clone();
         config.me = me;
         config.job_key = crate::params::job_key(job_key)?;
         config.links = self.tcp.links;
-        Module::open(NAME, config, self.pools, self.tcp.spin, |registry| {
-            Tcp::start(me, self.tcp.clone(), bootstrap, registry)
-        })
+        Module::open(
+            NAME,
+            config,
+            self.pools,
+            self.tcp.spin,
+            net,
+            |net, registry| Tcp::start(me, self.tcp.clone(), bootstrap, net, registry),
+        )
     }
 }
 

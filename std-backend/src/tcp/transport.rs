@@ -5,14 +5,11 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::{ConnectRequest, LinkId};
 use ipnet::IpNet;
-use mio::net::{TcpListener, TcpStream};
-use mio::{Interest, Registry, Token};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::TcpConfig;
 use super::conn::{Conn, ConnState, ReadOutcome};
@@ -21,36 +18,37 @@ use crate::contacts::PeerContacts;
 use crate::engine_cell::StdEngine;
 use crate::interfaces;
 use crate::listen::listen_all;
-use crate::module::{Transport, log_link_end, nonce};
+use crate::module::{EventOf, Transport, log_link_end};
+use crate::net::{ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch};
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "tcp";
 /// Tokens from here down name listeners; connections count up from 0.
 const LISTENER_BASE: usize = usize::MAX / 2;
-/// Pending connections a listener queues.
-const BACKLOG: i32 = 128;
 
-/// The TCP side of a module.
-pub struct Tcp {
+/// The TCP side of a module, over network `N`.
+pub struct Tcp<N: Net> {
+    net: N,
     me: ProcName,
     config: TcpConfig,
     bootstrap: Arc<dyn Bootstrap>,
-    listeners: Vec<(TcpListener, Contact)>,
-    conns: Vec<Option<Conn>>,
+    listeners: Vec<(N::Listener, Contact)>,
+    conns: Vec<Option<Conn<N::Stream>>>,
     by_link: HashMap<LinkId, usize>,
     /// Each reachable peer's TCP contacts, as it published them.
     peers: PeerContacts,
 }
 
-impl Tcp {
-    /// Listens on the addresses `config` selects (or those a static peer
-    /// list assigns `me`), registers the listeners with `registry` and
+impl<N: Net> Tcp<N> {
+    /// Listens on the addresses `config` selects (or those the bootstrap
+    /// assigns `me`), registers the listeners with `registry` and
     /// publishes this process's card.
     pub fn start(
         me: ProcName,
         config: TcpConfig,
         bootstrap: Arc<dyn Bootstrap>,
-        registry: &Registry,
+        net: N,
+        registry: &RegistryOf<N>,
     ) -> io::Result<Self> {
         let mut listeners = listen_all(
             me,
@@ -58,19 +56,16 @@ impl Tcp {
             &*bootstrap,
             &config.selection,
             config.ports,
-            |at| {
-                let listener = bind_listener(at)?;
-                let bound = listener.local_addr()?;
-                Ok((listener, bound))
-            },
+            |at| net.listen(at),
         )?;
         let mut card = Card::new(me);
         for (i, (listener, contact)) in listeners.iter_mut().enumerate() {
-            registry.register(listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
+            listener.watch(registry, LISTENER_BASE + i, false)?;
             card.contacts.push(contact.clone());
         }
         bootstrap.publish(&card).map_err(io::Error::other)?;
         Ok(Tcp {
+            net,
             me,
             config,
             bootstrap,
@@ -111,7 +106,16 @@ impl Tcp {
         )
     }
 
-    fn insert(&mut self, conn: Conn, registry: &Registry) -> io::Result<usize> {
+    /// The socket options of every connection.
+    fn options(&self) -> StreamOptions {
+        StreamOptions {
+            sndbuf: self.config.sndbuf,
+            rcvbuf: self.config.rcvbuf,
+            user_timeout: self.config.user_timeout,
+        }
+    }
+
+    fn insert(&mut self, conn: Conn<N::Stream>, registry: &RegistryOf<N>) -> io::Result<usize> {
         let i = match self.conns.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -120,19 +124,16 @@ impl Tcp {
             }
         };
         let mut conn = conn;
-        let interest = match conn.state {
-            ConnState::Connecting { .. } => Interest::READABLE | Interest::WRITABLE,
-            ConnState::Open(_) => Interest::READABLE,
-        };
-        registry.register(&mut conn.stream, Token(i), interest)?;
-        conn.write_interest = interest.is_writable();
+        let writable = matches!(conn.state, ConnState::Connecting { .. });
+        conn.stream.watch(registry, i, writable)?;
+        conn.write_interest = writable;
         self.conns[i] = Some(conn);
         Ok(i)
     }
 
-    fn remove(&mut self, i: usize, registry: &Registry) -> Option<Conn> {
+    fn remove(&mut self, i: usize, registry: &RegistryOf<N>) -> Option<Conn<N::Stream>> {
         let mut conn = self.conns.get_mut(i)?.take()?;
-        let _ = registry.deregister(&mut conn.stream);
+        let _ = conn.stream.unwatch(registry);
         if let Some(link) = conn.link() {
             self.by_link.remove(&link);
         }
@@ -141,7 +142,7 @@ impl Tcp {
 
     /// A connection that broke or was closed by its peer: the engine is
     /// told and the socket dropped.
-    fn broken(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, i: usize, now: u64) {
+    fn broken(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, i: usize, now: u64) {
         if let Some(conn) = self.remove(i, registry) {
             match conn.state {
                 ConnState::Open(link) => engine.handle_closed(link, now),
@@ -150,9 +151,9 @@ impl Tcp {
         }
     }
 
-    fn accept(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, l: usize, now: u64) {
+    fn accept(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, l: usize, now: u64) {
         loop {
-            let accepted = match self.listeners.get(l) {
+            let accepted = match self.listeners.get_mut(l) {
                 Some((listener, _)) => listener.accept(),
                 None => return,
             };
@@ -165,10 +166,10 @@ impl Tcp {
                     return;
                 }
             };
-            if let Err(e) = configure(&socket2::SockRef::from(&stream), &self.config) {
+            if let Err(e) = self.net.tune(&stream, &self.options()) {
                 tracing::warn!("tcp: socket options of an accepted connection: {e}");
             }
-            let link = match engine.handle_accepted(nonce(), now) {
+            let link = match engine.handle_accepted(self.net.random(), now) {
                 Ok(link) => link,
                 Err(e) => {
                     tracing::warn!("tcp: connection refused: {e}");
@@ -188,26 +189,28 @@ impl Tcp {
     }
 
     /// Our connect completed or failed (the socket became writable).
-    fn connected(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, i: usize, now: u64) {
+    fn connected(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<N>,
+        i: usize,
+        now: u64,
+    ) {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
         let ConnState::Connecting { req, .. } = conn.state else {
             return;
         };
-        let failed = match conn.stream.take_error() {
-            Ok(Some(_)) | Err(_) => true,
-            Ok(None) => match conn.stream.peer_addr() {
-                Ok(_) => false,
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
-                Err(_) => true,
-            },
-        };
-        if failed {
-            self.broken(engine, registry, i, now);
-            return;
+        match conn.stream.connected() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => {
+                self.broken(engine, registry, i, now);
+                return;
+            }
         }
-        match engine.handle_connected(req, nonce(), now) {
+        match engine.handle_connected(req, self.net.random(), now) {
             Ok(link) => {
                 conn.state = ConnState::Open(link);
                 self.by_link.insert(link, i);
@@ -225,7 +228,7 @@ impl Tcp {
     fn read(
         &mut self,
         engine: &mut StdEngine<'_>,
-        registry: &Registry,
+        registry: &RegistryOf<N>,
         i: usize,
         now: u64,
         closing: bool,
@@ -243,7 +246,7 @@ impl Tcp {
 
     /// Writes connection `i`'s pending bytes; watches for writability only
     /// while some wait (as Motr's `ep_balance`).
-    fn write(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, i: usize, now: u64) {
+    fn write(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, i: usize, now: u64) {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
@@ -252,18 +255,10 @@ impl Tcp {
         };
         match conn.write(engine, link) {
             Ok(waiting) => {
-                if waiting != conn.write_interest {
-                    let interest = if waiting {
-                        Interest::READABLE | Interest::WRITABLE
-                    } else {
-                        Interest::READABLE
-                    };
-                    if registry
-                        .reregister(&mut conn.stream, Token(i), interest)
-                        .is_ok()
-                    {
-                        conn.write_interest = waiting;
-                    }
+                if waiting != conn.write_interest
+                    && conn.stream.rewatch(registry, i, waiting).is_ok()
+                {
+                    conn.write_interest = waiting;
                 }
             }
             Err(_) => self.broken(engine, registry, i, now),
@@ -271,7 +266,13 @@ impl Tcp {
     }
 }
 
-impl Transport for Tcp {
+impl<N: Net> Transport for Tcp<N> {
+    type Net = N;
+
+    fn net(&self) -> &N {
+        &self.net
+    }
+
     fn resolve(&mut self, proc: ProcName) -> bool {
         if proc == self.me {
             return false;
@@ -284,11 +285,11 @@ impl Transport for Tcp {
     fn on_event(
         &mut self,
         engine: &mut StdEngine<'_>,
-        registry: &Registry,
-        event: &mio::event::Event,
+        registry: &RegistryOf<N>,
+        event: &EventOf<N>,
         now: u64,
     ) {
-        let token = event.token().0;
+        let token = event.token();
         if token >= LISTENER_BASE {
             self.accept(engine, registry, token - LISTENER_BASE, now);
             return;
@@ -324,7 +325,7 @@ impl Transport for Tcp {
     fn connect(
         &mut self,
         engine: &mut StdEngine<'_>,
-        registry: &Registry,
+        registry: &RegistryOf<N>,
         req: ConnectRequest,
         now: u64,
     ) {
@@ -332,7 +333,7 @@ impl Transport for Tcp {
             engine.handle_connect_failed(req, now);
             return;
         };
-        let stream = match open(local, remote, &self.config) {
+        let stream = match self.net.connect(local.addr(), remote, &self.options()) {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!("tcp: connect to {} at {remote}: {e}", req.proc);
@@ -340,16 +341,19 @@ impl Transport for Tcp {
                 return;
             }
         };
-        let state = ConnState::Connecting {
-            req,
-            since: Instant::now(),
-        };
+        let state = ConnState::Connecting { req, since: now };
         if self.insert(Conn::new(stream, state), registry).is_err() {
             engine.handle_connect_failed(req, now);
         }
     }
 
-    fn close(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, link: LinkId, now: u64) {
+    fn close(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<N>,
+        link: LinkId,
+        now: u64,
+    ) {
         if let Some(conn) = self
             .by_link
             .get(&link)
@@ -366,7 +370,12 @@ impl Transport for Tcp {
         self.by_link.len() <= 8
     }
 
-    fn read_directly(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) -> bool {
+    fn read_directly(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<N>,
+        now: u64,
+    ) -> bool {
         let before = self.received();
         for i in 0..self.conns.len() {
             if self.conns[i].as_ref().is_some_and(|c| c.link().is_some()) {
@@ -376,14 +385,16 @@ impl Transport for Tcp {
         self.received() != before
     }
 
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &Registry, now: u64) {
+    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: u64) {
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_ref() else {
                 continue;
             };
             match conn.state {
                 ConnState::Connecting { since, req } => {
-                    if since.elapsed() >= self.config.connect_timeout {
+                    let limit =
+                        u64::try_from(self.config.connect_timeout.as_nanos()).unwrap_or(u64::MAX);
+                    if now.saturating_sub(since) >= limit {
                         tracing::debug!("tcp: connect to {} timed out", req.proc);
                         self.broken(engine, registry, i, now);
                     }
@@ -397,57 +408,6 @@ impl Transport for Tcp {
             }
         }
     }
-}
-
-/// TCP_NODELAY always; buffer sizes only when set (0 leaves the kernel's
-/// autotuning, which a fixed size can halve on fast links); the user
-/// timeout that gives up a link whose data stays unacknowledged.
-fn configure(socket: &Socket, config: &TcpConfig) -> io::Result<()> {
-    socket.set_tcp_nodelay(true)?;
-    if config.sndbuf > 0 {
-        socket.set_send_buffer_size(config.sndbuf)?;
-    }
-    if config.rcvbuf > 0 {
-        socket.set_recv_buffer_size(config.rcvbuf)?;
-    }
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    if !config.user_timeout.is_zero() {
-        socket.set_tcp_user_timeout(Some(config.user_timeout))?;
-    }
-    Ok(())
-}
-
-/// A non-blocking connect from `local`'s address to `remote`.
-fn open(local: IpNet, remote: SocketAddr, config: &TcpConfig) -> io::Result<TcpStream> {
-    let socket = Socket::new(
-        Domain::for_address(remote),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )?;
-    socket.set_nonblocking(true)?;
-    configure(&socket, config)?;
-    // The local address picks the interface of the pair.
-    socket.bind(&SockAddr::from(SocketAddr::new(local.addr(), 0)))?;
-    match socket.connect(&SockAddr::from(remote)) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(e),
-    }
-    Ok(TcpStream::from_std(socket.into()))
-}
-
-/// A listener on `addr` (its port 0: any free one), non-blocking.
-fn bind_listener(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.bind(&SockAddr::from(addr))?;
-    socket.listen(BACKLOG)?;
-    Ok(TcpListener::from_std(socket.into()))
 }
 
 /// How long a lookup waits for a peer's card by default.

@@ -63,7 +63,7 @@ const GET_REPLY: u64 = 1 << 63;
 /// driver's `handle_closed`; after that the engine refuses it
 /// ([`LinkError::UnknownLink`]) even once its slot serves a new link, so a
 /// driver's late call about an old connection never touches a new one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LinkId {
     slot: u16,
     generation: u16,

@@ -1,0 +1,389 @@
+//! The network the socket transports move bytes through, behind one
+//! interface: the operating system's sockets through `mio` ([`Os`]), or a
+//! simulated network (`btl-sim` runs the same transports over turmoil).
+//! The TCP and UDP transports and the module are written once against it;
+//! only the sockets, the readiness poller, the clock and the randomness
+//! differ.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream, UdpSocket};
+use mio::{Events, Interest, Poll, Token};
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
+
+/// Socket events taken from the poller at once.
+const EVENTS: usize = 256;
+
+/// The poller token of a progress thread's waker; transports number their
+/// sockets from 0 and their listeners from the middle of the range.
+pub const WAKE: usize = usize::MAX;
+
+/// A network: its sockets, its poller, its clock and its randomness.
+pub trait Net: Sized + 'static {
+    /// A stream connection.
+    type Stream: StreamSocket + Watch<RegistryOf<Self>>;
+    /// A listener for stream connections.
+    type Listener: ListenerSocket<Stream = Self::Stream> + Watch<RegistryOf<Self>>;
+    /// A datagram socket.
+    type Datagram: DatagramSocket + Watch<RegistryOf<Self>>;
+    /// What tells a module which sockets are ready.
+    type Poller: Poller;
+
+    /// A new poller.
+    fn poller(&self) -> io::Result<Self::Poller>;
+
+    /// A listener on `at` (port 0: any free one), and the address it is
+    /// bound to.
+    fn listen(&self, at: SocketAddr) -> io::Result<(Self::Listener, SocketAddr)>;
+
+    /// Starts a connection from `local` to `remote`; it finishes later
+    /// ([`StreamSocket::connected`]).
+    fn connect(
+        &self,
+        local: IpAddr,
+        remote: SocketAddr,
+        options: &StreamOptions,
+    ) -> io::Result<Self::Stream>;
+
+    /// Applies `options` to an accepted stream.
+    fn tune(&self, stream: &Self::Stream, options: &StreamOptions) -> io::Result<()>;
+
+    /// A datagram socket on `at`, and the address it is bound to.
+    fn bind(&self, at: SocketAddr) -> io::Result<(Self::Datagram, SocketAddr)>;
+
+    /// Nanoseconds on this network's monotonic clock: the engine's time.
+    fn now(&self) -> u64;
+
+    /// Sixteen fresh random bytes (handshake nonces, epochs).
+    fn random(&self) -> [u8; 16];
+}
+
+/// The registry of `N`'s poller.
+pub type RegistryOf<N> = <<N as Net>::Poller as Poller>::Registry;
+
+/// Socket options of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// Send buffer, 0 for the kernel's autotuning.
+    pub sndbuf: usize,
+    /// Receive buffer, 0 for the kernel's autotuning.
+    pub rcvbuf: usize,
+    /// `TCP_USER_TIMEOUT`; zero leaves the kernel's.
+    pub user_timeout: Duration,
+}
+
+/// A stream connection, non-blocking: an operation that would wait fails
+/// with `WouldBlock`.
+pub trait StreamSocket {
+    /// Reads what is there; 0 at the end of the stream.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Writes what fits.
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// The address of the other end.
+    fn peer_addr(&self) -> io::Result<SocketAddr>;
+    /// Whether a connect begun by [`Net::connect`] finished: `Ok(true)`
+    /// connected, `Ok(false)` not yet, an error if it failed.
+    fn connected(&mut self) -> io::Result<bool>;
+}
+
+/// A listener, non-blocking.
+pub trait ListenerSocket {
+    /// The streams it accepts.
+    type Stream;
+    /// The next connection, or `WouldBlock`.
+    fn accept(&mut self) -> io::Result<(Self::Stream, SocketAddr)>;
+}
+
+/// A datagram socket, non-blocking.
+pub trait DatagramSocket {
+    /// Sends one datagram of `bufs` to `to`.
+    fn send_to_vectored(&self, bufs: &[IoSlice<'_>], to: SocketAddr) -> io::Result<usize>;
+    /// Receives one datagram.
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)>;
+}
+
+/// Registration of a socket with a poller's registry, under a token.
+pub trait Watch<R> {
+    /// Starts watching: for reading, and for writing if `writable`.
+    fn watch(&mut self, registry: &R, token: usize, writable: bool) -> io::Result<()>;
+    /// Changes what is watched.
+    fn rewatch(&mut self, registry: &R, token: usize, writable: bool) -> io::Result<()>;
+    /// Stops watching.
+    fn unwatch(&mut self, registry: &R) -> io::Result<()>;
+}
+
+/// What tells a module which of its sockets are ready.
+pub trait Poller {
+    /// Where sockets are registered.
+    type Registry;
+    /// A readiness event.
+    type Event: Readiness;
+
+    /// A handle on the registry that stays with the module while the
+    /// poller is elsewhere (a progress thread).
+    fn registry(&self) -> io::Result<Self::Registry>;
+    /// Waits up to `wait` (forever if `None`) for events; an interrupted
+    /// wait is an empty one.
+    fn poll(&mut self, wait: Option<Duration>) -> io::Result<()>;
+    /// The events of the last poll.
+    fn events(&self) -> impl Iterator<Item = &Self::Event>;
+    /// Whether the last poll reported nothing.
+    fn is_empty(&self) -> bool;
+}
+
+/// One readiness event.
+pub trait Readiness {
+    /// The token the socket was registered under.
+    fn token(&self) -> usize;
+    /// Bytes (or a connection) to read.
+    fn is_readable(&self) -> bool;
+    /// Room to write (or a connect finished).
+    fn is_writable(&self) -> bool;
+    /// The other end closed its side.
+    fn is_read_closed(&self) -> bool;
+    /// The socket has an error.
+    fn is_error(&self) -> bool;
+}
+
+/// The operating system's network, through `mio` and `socket2`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Os;
+
+/// A `mio` poller, the room for its events, and its waker once a progress
+/// thread asked for one (a poll has one waker for its whole life).
+pub struct OsPoller {
+    pub(crate) poll: Poll,
+    pub(crate) events: Events,
+    waker: Option<std::sync::Arc<mio::Waker>>,
+}
+
+impl OsPoller {
+    /// The poller's waker, its events under [`WAKE`].
+    pub(crate) fn waker(&mut self) -> io::Result<std::sync::Arc<mio::Waker>> {
+        if let Some(w) = &self.waker {
+            return Ok(w.clone());
+        }
+        let w = std::sync::Arc::new(mio::Waker::new(self.poll.registry(), Token(WAKE))?);
+        self.waker = Some(w.clone());
+        Ok(w)
+    }
+}
+
+impl Poller for OsPoller {
+    type Registry = mio::Registry;
+    type Event = mio::event::Event;
+
+    fn registry(&self) -> io::Result<mio::Registry> {
+        self.poll.registry().try_clone()
+    }
+
+    fn poll(&mut self, wait: Option<Duration>) -> io::Result<()> {
+        match self.poll.poll(&mut self.events, wait) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                self.events.clear();
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    fn events(&self) -> impl Iterator<Item = &mio::event::Event> {
+        self.events.iter()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+impl Readiness for mio::event::Event {
+    fn token(&self) -> usize {
+        mio::event::Event::token(self).0
+    }
+    fn is_readable(&self) -> bool {
+        mio::event::Event::is_readable(self)
+    }
+    fn is_writable(&self) -> bool {
+        mio::event::Event::is_writable(self)
+    }
+    fn is_read_closed(&self) -> bool {
+        mio::event::Event::is_read_closed(self)
+    }
+    fn is_error(&self) -> bool {
+        mio::event::Event::is_error(self)
+    }
+}
+
+fn interest(writable: bool) -> Interest {
+    if writable {
+        Interest::READABLE | Interest::WRITABLE
+    } else {
+        Interest::READABLE
+    }
+}
+
+impl<S: mio::event::Source> Watch<mio::Registry> for S {
+    fn watch(&mut self, registry: &mio::Registry, token: usize, writable: bool) -> io::Result<()> {
+        registry.register(self, Token(token), interest(writable))
+    }
+    fn rewatch(
+        &mut self,
+        registry: &mio::Registry,
+        token: usize,
+        writable: bool,
+    ) -> io::Result<()> {
+        registry.reregister(self, Token(token), interest(writable))
+    }
+    fn unwatch(&mut self, registry: &mio::Registry) -> io::Result<()> {
+        registry.deregister(self)
+    }
+}
+
+impl StreamSocket for TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Read::read(self, buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        Write::write_vectored(self, bufs)
+    }
+    fn peer_addr(&self) -> io::Result<SocketAddr> {
+        TcpStream::peer_addr(self)
+    }
+    fn connected(&mut self) -> io::Result<bool> {
+        if let Some(e) = self.take_error()? {
+            return Err(e);
+        }
+        match TcpStream::peer_addr(self) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ListenerSocket for TcpListener {
+    type Stream = TcpStream;
+    fn accept(&mut self) -> io::Result<(TcpStream, SocketAddr)> {
+        TcpListener::accept(self)
+    }
+}
+
+impl DatagramSocket for UdpSocket {
+    fn send_to_vectored(&self, bufs: &[IoSlice<'_>], to: SocketAddr) -> io::Result<usize> {
+        SockRef::from(self).send_to_vectored(bufs, &SockAddr::from(to))
+    }
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        UdpSocket::recv_from(self, buf)
+    }
+}
+
+/// The process's clock origin: engine time is nanoseconds since it.
+fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+impl Net for Os {
+    type Stream = TcpStream;
+    type Listener = TcpListener;
+    type Datagram = UdpSocket;
+    type Poller = OsPoller;
+
+    fn poller(&self) -> io::Result<OsPoller> {
+        Ok(OsPoller {
+            poll: Poll::new()?,
+            events: Events::with_capacity(EVENTS),
+            waker: None,
+        })
+    }
+
+    fn listen(&self, at: SocketAddr) -> io::Result<(TcpListener, SocketAddr)> {
+        let socket = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_nonblocking(true)?;
+        if at.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        socket.bind(&SockAddr::from(at))?;
+        socket.listen(BACKLOG)?;
+        let listener = TcpListener::from_std(socket.into());
+        let bound = listener.local_addr()?;
+        Ok((listener, bound))
+    }
+
+    fn connect(
+        &self,
+        local: IpAddr,
+        remote: SocketAddr,
+        options: &StreamOptions,
+    ) -> io::Result<TcpStream> {
+        let socket = Socket::new(
+            Domain::for_address(remote),
+            Type::STREAM,
+            Some(Protocol::TCP),
+        )?;
+        socket.set_nonblocking(true)?;
+        configure(&SockRef::from(&socket), options)?;
+        // The local address picks the interface of the pair.
+        socket.bind(&SockAddr::from(SocketAddr::new(local, 0)))?;
+        match socket.connect(&SockAddr::from(remote)) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        Ok(TcpStream::from_std(socket.into()))
+    }
+
+    fn tune(&self, stream: &TcpStream, options: &StreamOptions) -> io::Result<()> {
+        configure(&SockRef::from(stream), options)
+    }
+
+    fn bind(&self, at: SocketAddr) -> io::Result<(UdpSocket, SocketAddr)> {
+        let socket = Socket::new(Domain::for_address(at), Type::DGRAM, Some(Protocol::UDP))?;
+        socket.set_nonblocking(true)?;
+        if at.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        socket.bind(&SockAddr::from(at))?;
+        let socket = UdpSocket::from_std(socket.into());
+        let bound = socket.local_addr()?;
+        Ok((socket, bound))
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(origin().elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn random(&self) -> [u8; 16] {
+        let mut n = [0u8; 16];
+        // The OS generator does not fail once the system is up; were it
+        // to, zero bytes still work, only less fresh.
+        let _ = getrandom::fill(&mut n);
+        n
+    }
+}
+
+/// Pending connections a listener queues.
+const BACKLOG: i32 = 128;
+
+/// TCP_NODELAY always; buffer sizes only when set (0 leaves the kernel's
+/// autotuning, which a fixed size can halve on fast links); the user
+/// timeout that gives up a link whose data stays unacknowledged.
+fn configure(socket: &SockRef<'_>, options: &StreamOptions) -> io::Result<()> {
+    socket.set_tcp_nodelay(true)?;
+    if options.sndbuf > 0 {
+        socket.set_send_buffer_size(options.sndbuf)?;
+    }
+    if options.rcvbuf > 0 {
+        socket.set_recv_buffer_size(options.rcvbuf)?;
+    }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if !options.user_timeout.is_zero() {
+        socket.set_tcp_user_timeout(Some(options.user_timeout))?;
+    }
+    Ok(())
+}

@@ -1,7 +1,17 @@
 //! `btl-sim`: proofs of btl under faults and concurrency.
 //!
-//! Today it holds the loom models of the core's concurrent pieces, under
-//! `tests/loom_*.rs`; run them with `RUSTFLAGS="--cfg loom" cargo test -p
-//! btl-sim --release --test loom_pool`. The turmoil driver and its fault
-//! scenarios join when the engine exists.
+//! - [`SimNet`] runs btl-std's TCP and UDP transports, unchanged, over
+//!   turmoil's simulated network, between simulated hosts whose clock,
+//!   randomness and faults (partitions, crashes, latency, loss) are all a
+//!   function of one seed. `tests/scenarios.rs` holds the scenarios; the
+//!   book's "Simulation" chapter shows how to write one for your own code.
+//! - The loom models of the core's concurrent pieces are under
+//!   `tests/loom_*.rs`; run them with `RUSTFLAGS="--cfg loom" cargo test -p
+//!   btl-sim --release --test loom_pool`.
 #![forbid(unsafe_code)]
+
+#[cfg(not(loom))]
+mod net;
+
+#[cfg(not(loom))]
+pub use net::{SimDatagram, SimEvent, SimListener, SimNet, SimPoller, SimStream};

@@ -288,8 +288,10 @@ impl<T: Transport> Module<T> {
             return Ok(false);
         }
         self.passes = self.passes.wrapping_add(1);
-        let direct =
-            wait.is_none() && self.passes % POLLER_EVERY != 0 && self.transport.few_sockets();
+        let direct = <T::Net as Net>::READS_DIRECTLY
+            && wait.is_none()
+            && self.passes % POLLER_EVERY != 0
+            && self.transport.few_sockets();
         if direct {
             return Ok(self.direct_pass());
         }

@@ -32,6 +32,12 @@ pub trait Net: Sized + 'static {
     /// What tells a module which sockets are ready.
     type Poller: Poller;
 
+    /// Whether a busy-polling module may read its sockets without asking
+    /// the poller first (one system call instead of two). A simulated
+    /// network, whose poller costs nothing and reports every socket, says
+    /// no.
+    const READS_DIRECTLY: bool = true;
+
     /// A new poller.
     fn poller(&self) -> io::Result<Self::Poller>;
 

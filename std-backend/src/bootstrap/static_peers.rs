@@ -23,6 +23,15 @@ pub struct StaticPeers {
 }
 
 impl StaticPeers {
+    /// The list of `cards`, made by a program (a launcher, a simulation);
+    /// `source` names it for errors.
+    pub fn new(cards: Vec<Card>, source: &str) -> Self {
+        StaticPeers {
+            cards,
+            source: source.to_owned(),
+        }
+    }
+
     /// The list in `text` (cards as [`Card::parse_all`] reads them; `;`
     /// separates lines too, for an environment variable); `source` names
     /// where it came from, for errors.
@@ -68,15 +77,21 @@ impl StaticPeers {
 }
 
 impl Bootstrap for StaticPeers {
-    /// Checks that `card` is what the list says: a listed process that
-    /// listens elsewhere could never be reached. A process the list does
-    /// not name publishes nowhere: it can reach the listed ones, and they
-    /// learn of it when it connects (`btl connect`).
+    /// Checks that `card` is what the list says for the components it
+    /// names (each component publishes its own contacts): a listed process
+    /// that listens elsewhere could never be reached. A process the list
+    /// does not name publishes nowhere: it can reach the listed ones, and
+    /// they learn of it when it connects (`btl connect`).
     fn publish(&self, card: &Card) -> Result<(), BootstrapError> {
         let Some(listed) = self.find(card.proc) else {
             return Ok(());
         };
-        if listed != card {
+        let differs = card.contacts.iter().any(|c| {
+            let published: Vec<_> = card.contacts_of(&c.component).collect();
+            let fixed: Vec<_> = listed.contacts_of(&c.component).collect();
+            published != fixed
+        });
+        if differs {
             return Err(BootstrapError::Mismatch {
                 proc: card.proc,
                 published: card.to_string().replace('\n', "; "),

@@ -243,7 +243,10 @@ fn all_to_all(component: Component, seed: u64, hosts: u32, each: u32) {
         steps += 1;
         assert!(steps < 1_000_000, "seed {seed}: not done within the steps");
     }
-    eprintln!("seed {seed}: {hosts} hosts, {steps} steps, {:?} simulated", sim.elapsed());
+    eprintln!(
+        "seed {seed}: {hosts} hosts, {steps} steps, {:?} simulated",
+        sim.elapsed()
+    );
     check(&shared.borrow(), hosts, each, max, seed);
 }
 

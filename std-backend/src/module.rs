@@ -265,6 +265,10 @@ impl<T: Transport> Module<T> {
         }
         let mut cell = EngineCell::build(config, pools)?;
         cell.engine_mut(|e| e.set_name(name));
+        // The engine learns the time before anything is asked of it: a
+        // connection asked for at once is timed from now, not from 0.
+        let now = net.now();
+        cell.engine_mut(|e| e.handle_timeout(now));
         let poller = net.poller()?;
         let transport = start(net, &poller.registry()?)?;
         Module::new(cell, transport, poller, spin)

@@ -378,6 +378,9 @@ where
         self.links[side.index()] = None;
         self.dead[side.index()] = false;
         self.paused[side.index()] = false;
+        // The new engine learns the time before anything is asked of it.
+        let now = self.now;
+        self.engine_mut(side).handle_timeout(now);
         let mut endpoint = [None];
         let mut words = [0u64];
         let other = self.names[side.other().index()];

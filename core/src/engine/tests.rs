@@ -915,3 +915,44 @@ fn the_same_start_of_a_lost_peer_stays_lost() {
         .sendi(ep_b, &[], b"y", Tag(0x82), Order(0), DescFlags::empty());
     assert_eq!(refused, Err(lost), "the endpoint stays lost");
 }
+
+#[test]
+fn a_lost_peer_that_starts_again_is_taken_back_and_said_so() {
+    let config = |me, epoch| {
+        let mut c = EngineConfig::new(me);
+        c.epoch = epoch;
+        c.peer_timeout = 50_000_000;
+        c.keepalive = 10_000_000;
+        engine_with(c)
+    };
+    let (mut pair, ep_b, _) = new_pair(config(A, 1), config(B, 1));
+    post(&mut pair, Side::A, b"x", 0x80);
+    pump(&mut pair);
+    drain(pair.b());
+    pair.kill(Side::B);
+    for _ in 0..200 {
+        pair.advance(1_000_000);
+        pump(&mut pair);
+    }
+    let lost = BtlError::PeerLost(LostReason::Timeout);
+    assert_eq!(drain(pair.a()), [format!("error {lost:?}")]);
+    // B, dead for longer than the peer timeout, starts again (another
+    // epoch) and sends: A takes the new start back
+    // under the same endpoint, and says so.
+    pair.restart(Side::B, Box::new(config(B, 2)))
+        .expect("B again");
+    post(&mut pair, Side::B, b"back", 0x81);
+    for _ in 0..20 {
+        pair.advance(1_000_000);
+        pump(&mut pair);
+    }
+    let restarted = BtlError::PeerLost(LostReason::Restarted);
+    assert_eq!(
+        drain(pair.a()),
+        [format!("error {restarted:?}"), String::from("recv 129 4")]
+    );
+    post(&mut pair, Side::A, b"welcome", 0x82);
+    pump(&mut pair);
+    assert_eq!(drain(pair.b()), ["recv 130 7"]);
+    assert_eq!(pair.peer(Side::A), Some(ep_b));
+}

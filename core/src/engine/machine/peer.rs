@@ -338,12 +338,25 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 let _ = opening.push(*id);
             }
         }
+        let was_lost = matches!(peer.state, PeerState::Lost(_));
         if let Some(peer) = self.peers[p].as_mut() {
             for id in &opening {
                 peer.forget_link(*id);
             }
         }
-        self.lose_peer(p, LostReason::Restarted);
+        if was_lost {
+            // Its operations failed already; the caller still learns that
+            // the endpoint now names a new start.
+            let _ = self
+                .events
+                .push_back(Pending::Done(Completion::Error(ErrorEvent {
+                    fatal: false,
+                    endpoint: Some(EndpointId(p as u16)),
+                    error: BtlError::PeerLost(LostReason::Restarted),
+                })));
+        } else {
+            self.lose_peer(p, LostReason::Restarted);
+        }
         let rtt = RttEstimator::with_bounds(self.config.rtt);
         if let Some(peer) = self.peers[p].as_mut() {
             let refs = peer.refs;

@@ -138,6 +138,7 @@ fn serve_engine<T: Transport>(
 /// with the reason, an orderly close only at debug level.
 pub(crate) fn log_link_end(
     component: &str,
+    me: ProcName,
     remote: Option<std::net::SocketAddr>,
     end: Option<LinkEnd>,
 ) {
@@ -152,13 +153,17 @@ pub(crate) fn log_link_end(
     let by = if end.by_peer { "the peer" } else { "this side" };
     match (reason, end.verified) {
         (CloseReason::Normal | CloseReason::Shutdown, _) => {
-            tracing::debug!("{component}: link with {remote} closed by {by}: {reason}")
+            tracing::debug!("{component} {me}: link with {remote} closed by {by}: {reason}")
         }
         (_, false) if !end.by_peer => {
-            tracing::warn!("{component}: refused a connection with {remote}: {reason}")
+            tracing::warn!("{component} {me}: refused a connection with {remote}: {reason}")
         }
-        (_, false) => tracing::warn!("{component}: {remote} refused the connection: {reason}"),
-        (_, true) => tracing::warn!("{component}: link with {remote} closed by {by}: {reason}"),
+        (_, false) => {
+            tracing::warn!("{component} {me}: {remote} refused the connection: {reason}")
+        }
+        (_, true) => {
+            tracing::warn!("{component} {me}: link with {remote} closed by {by}: {reason}")
+        }
     }
 }
 

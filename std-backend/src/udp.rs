@@ -281,7 +281,7 @@ impl<N: Net> Transport for Udp<N> {
         now: u64,
     ) {
         if let Some(addr) = self.forget(link) {
-            log_link_end(NAME, Some(addr), engine.link_end(link));
+            log_link_end(NAME, self.me, Some(addr), engine.link_end(link));
         }
         engine.handle_closed(link, now);
     }

@@ -956,3 +956,40 @@ fn a_lost_peer_that_starts_again_is_taken_back_and_said_so() {
     assert_eq!(drain(pair.b()), ["recv 130 7"]);
     assert_eq!(pair.peer(Side::A), Some(ep_b));
 }
+
+#[test]
+fn sends_leave_fragments_for_receiving() {
+    // Both sides post large messages until the engine says no more, before
+    // any byte moves: every fragment they get is held until acknowledged,
+    // and the acknowledgements ride behind the other side's messages.
+    let (mut pair, ep_b, ep_a) = new_pair(engine(A, None, 16), engine(B, None, 16));
+    let big = vec![5u8; 60_000];
+    let mut posted = [0usize; 2];
+    for (side, ep) in [(Side::A, ep_b), (Side::B, ep_a)] {
+        let e = pair.engine_mut(side);
+        loop {
+            let d = match e.prepare_src(ep, &big, 0, Order(0), DescFlags::BTL_OWNERSHIP) {
+                Ok(d) => d,
+                Err(BtlError::OutOfResource) => break,
+                Err(err) => panic!("{err}"),
+            };
+            let _ = e.send(ep, d, Tag(0x80)).expect("queued");
+            posted[side as usize] += 1;
+        }
+        let stats = e.pools().stats(FragmentClass::Max);
+        assert!(
+            stats.capacity - stats.in_use >= stats.capacity / 4,
+            "a quarter stays for receiving: {stats:?}"
+        );
+    }
+    let mut got = [0usize; 2];
+    for _ in 0..50 {
+        pair.advance(100_000);
+        pump(&mut pair);
+        got[0] += drain(pair.a()).iter().filter(|e| e.starts_with("recv")).count();
+        got[1] += drain(pair.b()).iter().filter(|e| e.starts_with("recv")).count();
+    }
+    assert_eq!(got, [posted[1], posted[0]], "everything arrived, both ways");
+    assert_eq!(in_use(pair.engine(Side::A)), 0);
+    assert_eq!(in_use(pair.engine(Side::B)), 0);
+}

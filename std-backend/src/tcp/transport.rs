@@ -361,7 +361,7 @@ impl<N: Net> Transport for Tcp<N> {
             .and_then(|i| self.remove(i, registry))
         {
             let remote = conn.stream.peer_addr().ok();
-            log_link_end(NAME, remote, engine.link_end(link));
+            log_link_end(NAME, self.me, remote, engine.link_end(link));
         }
         engine.handle_closed(link, now);
     }

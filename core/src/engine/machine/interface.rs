@@ -79,6 +79,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
     ) -> Result<Descriptor, BtlError> {
         self.check_endpoint(endpoint)?;
         self.check_send_size(size)?;
+        self.check_send_room(size)?;
         Descriptor::alloc(&self.pools, SEND_PREFIX as u16, 0, size, order, flags)
             .map_err(desc_error)
     }
@@ -98,6 +99,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
     ) -> Result<Descriptor, BtlError> {
         self.check_endpoint(endpoint)?;
         self.check_send_size(data.len().saturating_add(reserve))?;
+        self.check_send_room(data.len().saturating_add(reserve))?;
         Descriptor::prepare_src(&self.pools, SEND_PREFIX as u16, reserve, data, order, flags)
             .map_err(desc_error)
     }
@@ -113,6 +115,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         self.check_endpoint(endpoint)?;
         self.regs.slice(data)?;
         if data.len as usize + reserve <= self.attributes.eager_limit {
+            self.check_send_room(data.len as usize + reserve)?;
             let bytes = self.regs.slice(data)?;
             return Descriptor::prepare_src(
                 &self.pools,
@@ -214,6 +217,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         if !ready {
             return Err(BtlError::OutOfResource);
         }
+        self.check_send_room(len)?;
         let mut desc = Descriptor::alloc(
             &self.pools,
             SEND_PREFIX as u16,
@@ -356,6 +360,28 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
 impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     Engine<'r, 'm, PEERS, LINKS, REGS>
 {
+    /// A fragment for a message of `len` bytes to send leaves a quarter of
+    /// its class (at least one fragment) for receiving: were the process's
+    /// own unacknowledged sends to hold every fragment of a class, it could
+    /// not take in the very packet whose acknowledgement would free them
+    /// (the simulation found that deadlock: five hosts sending each other
+    /// large messages at once). Beyond it, a send is refused with
+    /// `OutOfResource` and is tried again after progress.
+    fn check_send_room(&self, len: usize) -> Result<(), BtlError> {
+        let total = len.saturating_add(SEND_PREFIX);
+        let Ok(class) = self.pools.class_for(total) else {
+            // Too large for any class: the allocation says so itself.
+            return Ok(());
+        };
+        let stats = self.pools.stats(class);
+        let free = stats.capacity.saturating_sub(stats.in_use);
+        let reserve = (stats.capacity / 4).max(1);
+        if free <= reserve {
+            return Err(BtlError::OutOfResource);
+        }
+        Ok(())
+    }
+
     /// A message of `len` bytes (reserve included) must fit one packet.
     fn check_send_size(&self, len: usize) -> Result<(), BtlError> {
         let max = self.attributes.max_send_size;

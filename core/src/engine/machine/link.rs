@@ -304,15 +304,17 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     /// Ends a link after a protocol failure: a CLOSE goes out first.
-    /// Ends a datagram link whose peer process started again from the same
-    /// address: no CLOSE (the old start is gone), and the peer's other
-    /// links, or a new one, carry on.
-    pub(super) fn end_superseded_link(&mut self, slot: usize) {
+    /// Ends a link without a CLOSE, keeping its peer: the peer's other
+    /// links, or a new one, carry on, and what was not acknowledged goes
+    /// again. For a datagram link whose peer process started again from
+    /// the same address (nobody is left to read a CLOSE), and for a stream
+    /// that stopped carrying anything (a CLOSE would be lost in it too).
+    pub(super) fn end_link_quietly(&mut self, slot: usize, reason: CloseReason) {
         let Some(l) = self.links[slot].as_mut() else {
             return;
         };
         l.state = LinkState::Closing;
-        l.end = Some((CloseReason::Normal, false));
+        l.end = Some((reason, false));
         l.tx.clear();
         l.written = 0;
         let (id, index, peer) = (l.id, l.index, l.peer);

@@ -633,10 +633,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 // (a receiver that stopped polling).
                 peer.rtt.on_timeout();
             }
+            // A stream whose last probe went unanswered for a whole
+            // interval carries nothing any more (a middlebox dropped its
+            // bytes, or a network dropped them without telling TCP, as
+            // turmoil's does across a partition): its links are dropped
+            // and the peer is connected again, well within the peer
+            // timeout, and what it had not acknowledged goes again.
+            let unanswered = !datagram
+                && peer.state == PeerState::Open
+                && peer.last_probe > peer.last_heard;
             for seq in lost {
                 self.resend(p, seq);
             }
-            if probe {
+            if probe && unanswered {
+                self.reset_links(p);
+            } else if probe {
                 self.probe(p);
             }
         }

@@ -277,6 +277,20 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
     }
 
+    /// Drops every open link of peer `p` quietly (see
+    /// [`end_link_quietly`](Self::end_link_quietly)): the peer is
+    /// connected again.
+    pub(super) fn reset_links(&mut self, p: usize) {
+        let Some(peer) = self.peers[p].as_ref() else {
+            return;
+        };
+        for id in peer.links.into_iter().flatten() {
+            if let Some(slot) = self.slot_of(id) {
+                self.end_link_quietly(slot, CloseReason::Timeout);
+            }
+        }
+    }
+
     /// A broken link of an open peer that no other link carries: connect
     /// again, resend what the peer has not acknowledged once open, and
     /// give up only after the peer timeout since it was last heard.

@@ -332,7 +332,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                         (old.job, old.rank) == (hello.job, hello.rank) && old.epoch != hello.epoch
                     }) =>
             {
-                self.end_superseded_link(slot);
+                self.end_link_quietly(slot, CloseReason::Normal);
                 Ok(())
             }
             Receiving::Control(ControlIn::HelloAck(_))

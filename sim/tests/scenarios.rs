@@ -234,6 +234,9 @@ struct Plan {
     faults: Vec<(Duration, Fault)>,
     /// The peer timeout.
     peer_timeout: Duration,
+    /// A hostile host knocks on every host: garbage, a HELLO without the
+    /// job key, and a host's own HELLO played back to it.
+    hostile: bool,
 }
 
 impl Plan {
@@ -247,6 +250,7 @@ impl Plan {
             random_order: false,
             faults: Vec::new(),
             peer_timeout: Duration::from_secs(2),
+            hostile: false,
         }
     }
 
@@ -334,6 +338,10 @@ fn run(plan: &Plan, seed: u64) -> Vec<Seen> {
             card
         })
         .collect();
+    if plan.hostile {
+        let victims: Vec<std::net::SocketAddr> = cards.iter().map(|c| c.contacts[0].addr).collect();
+        sim.client("hostile", hostile(plan.component, victims));
+    }
     *peers.borrow_mut() = Some(Arc::new(StaticPeers::new(cards, "the simulation")));
     // Faults as timed actions: (when, what).
     let mut actions: Vec<(Duration, Action)> = Vec::new();
@@ -391,6 +399,55 @@ fn run(plan: &Plan, seed: u64) -> Vec<Seen> {
         }
     }
     std::mem::take(&mut shared.borrow_mut().seen)
+}
+
+/// The hostile host: on every victim, garbage, a HELLO that cannot prove
+/// the job key, and the victim's own HELLO played back to it, each on a
+/// connection (or from a socket) of its own.
+async fn hostile(component: Component, victims: Vec<std::net::SocketAddr>) -> turmoil::Result {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rogue = ProcName::new(JOB, 99);
+    let keyless = btl_tests::rogue::hello(rogue, [9; 16], btl_core::wire::Capabilities::empty());
+    let garbage = btl_tests::rogue::garbage(0x6057);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let socket = match component {
+        Component::Udp => Some(turmoil::net::UdpSocket::bind("0.0.0.0:9000").await?),
+        Component::Tcp => None,
+    };
+    for at in victims {
+        match component {
+            Component::Tcp => {
+                for bytes in [&garbage, &keyless] {
+                    if let Ok(mut s) = turmoil::net::TcpStream::connect(at).await {
+                        let _ = s.write_all(bytes).await;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                // Its own HELLO back: the victim sends one as soon as it
+                // takes the connection.
+                if let Ok(mut s) = turmoil::net::TcpStream::connect(at).await {
+                    let mut hello = [0u8; 96];
+                    if let Ok(n) = s.read(&mut hello).await {
+                        let _ = s.write_all(&hello[..n]).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            Component::Udp => {
+                let socket = socket.as_ref().expect("bound above");
+                socket.send_to(&garbage, at).await?;
+                socket.send_to(&keyless, at).await?;
+                let mut answer = [0u8; 2048];
+                let got =
+                    tokio::time::timeout(Duration::from_millis(50), socket.recv_from(&mut answer))
+                        .await;
+                if let Ok(Ok((n, _))) = got {
+                    socket.send_to(&answer[..n], at).await?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A timed step of a run's faults.
@@ -738,6 +795,17 @@ fn a_bounced_host_rejoins_under_its_name() {
                 }
             });
             assert_eq!(seen[2].start, 1, "seed {seed}: host 2 started again");
+        });
+    }
+}
+
+#[test]
+fn a_hostile_host_disturbs_nobody() {
+    for component in [Component::Tcp, Component::Udp] {
+        for_seeds(3, |seed| {
+            let mut plan = Plan::new(component, 3, 30);
+            plan.hostile = true;
+            check(&plan, seed, &run(&plan, seed), none);
         });
     }
 }

@@ -986,8 +986,14 @@ fn sends_leave_fragments_for_receiving() {
     for _ in 0..50 {
         pair.advance(100_000);
         pump(&mut pair);
-        got[0] += drain(pair.a()).iter().filter(|e| e.starts_with("recv")).count();
-        got[1] += drain(pair.b()).iter().filter(|e| e.starts_with("recv")).count();
+        got[0] += drain(pair.a())
+            .iter()
+            .filter(|e| e.starts_with("recv"))
+            .count();
+        got[1] += drain(pair.b())
+            .iter()
+            .filter(|e| e.starts_with("recv"))
+            .count();
     }
     assert_eq!(got, [posted[1], posted[0]], "everything arrived, both ways");
     assert_eq!(in_use(pair.engine(Side::A)), 0);

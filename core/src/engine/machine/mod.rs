@@ -639,9 +639,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             // turmoil's does across a partition): its links are dropped
             // and the peer is connected again, well within the peer
             // timeout, and what it had not acknowledged goes again.
-            let unanswered = !datagram
-                && peer.state == PeerState::Open
-                && peer.last_probe > peer.last_heard;
+            let unanswered =
+                !datagram && peer.state == PeerState::Open && peer.last_probe > peer.last_heard;
             for seq in lost {
                 self.resend(p, seq);
             }

@@ -188,6 +188,27 @@ struct PeerLog {
     received: Vec<(u8, Vec<u8>)>,
     /// Why it was lost, if it was (and not since taken back).
     lost: Option<LostReason>,
+    /// The put into it and the get of the same bytes back: `None` until
+    /// posted, then how each ended.
+    put: Option<Option<Result<(), BtlError>>>,
+    get: Option<Option<Result<(), BtlError>>>,
+    /// The bytes the get brought back were the bytes put.
+    round_trip_intact: Option<bool>,
+}
+
+/// A bulk operation: not posted, posted, or ended how.
+type Bulk = Option<Option<Result<(), BtlError>>>;
+
+impl PeerLog {
+    /// The put and get to this peer ended, or will not be posted (the peer
+    /// is lost).
+    fn bulk_done(&self) -> bool {
+        let ended = |op: &Bulk| matches!(op, Some(Some(_)));
+        let pending = |op: &Bulk| matches!(op, Some(None));
+        let put_failed = matches!(self.put, Some(Some(Err(_))));
+        (ended(&self.put) && (put_failed || ended(&self.get)))
+            || (self.lost.is_some() && !pending(&self.put) && !pending(&self.get))
+    }
 }
 
 /// What one start of a host saw, for the checks at the end.
@@ -254,6 +275,14 @@ impl Plan {
         }
     }
 
+    /// The largest put.
+    fn max_put(&self) -> usize {
+        match self.component {
+            Component::Tcp => 4 << 20,
+            Component::Udp => 512 << 10,
+        }
+    }
+
     fn max_message(&self) -> usize {
         match self.component {
             Component::Tcp => 64 << 10,
@@ -265,6 +294,9 @@ impl Plan {
 /// The shared state of a run: what every host saw, and when each stalls.
 struct Shared {
     seen: Vec<Seen>,
+    /// The key of the region each host (first) lends each peer (second) for
+    /// its put, as a runtime's own exchange would carry it.
+    keys: BTreeMap<(u32, u32), btl_core::btl::RemoteKey>,
     stalled_until: Vec<Duration>,
     finished: bool,
 }
@@ -297,6 +329,7 @@ fn run(plan: &Plan, seed: u64) -> Vec<Seen> {
     let shared = Rc::new(RefCell::new(Shared {
         seen: (0..plan.hosts).map(|_| Seen::default()).collect(),
         stalled_until: vec![Duration::ZERO; plan.hosts as usize],
+        keys: BTreeMap::new(),
         finished: false,
     }));
     let peers: Rc<RefCell<Option<Arc<StaticPeers>>>> = Rc::new(RefCell::new(None));
@@ -460,6 +493,35 @@ enum Action {
     Stall(u32, Duration),
 }
 
+thread_local! {
+    /// Buffers lent to modules as registered memory, back from runs that
+    /// deregistered them: registered memory lives for `'static`, and the
+    /// runs of a test take turns on one thread.
+    static BUFFERS: RefCell<Vec<&'static mut [u8]>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A zeroed buffer of `len` bytes, recycled if one is free.
+fn buffer(len: usize) -> &'static mut [u8] {
+    let reused = BUFFERS.with(|b| {
+        let mut b = b.borrow_mut();
+        let i = b.iter().position(|x| x.len() == len)?;
+        Some(b.swap_remove(i))
+    });
+    match reused {
+        Some(buf) => {
+            buf.fill(0);
+            buf
+        }
+        None => Box::leak(vec![0u8; len].into_boxed_slice()),
+    }
+}
+
+/// The length of the put from `from` to `to`.
+fn put_len(seed: u64, from: u32, to: u32, max: usize) -> usize {
+    let mut r = Random(seed ^ 0xB0_u64 ^ (u64::from(from) << 40) ^ (u64::from(to) << 24));
+    r.below(max as u64 + 1) as usize
+}
+
 /// Message `i` from `from` to `to`: its tag and length.
 fn plan_message(seed: u64, from: u32, to: u32, i: u32, max: usize) -> (u8, usize) {
     let mut r = Random(seed ^ (u64::from(from) << 48) ^ (u64::from(to) << 32) ^ u64::from(i));
@@ -496,6 +558,34 @@ async fn run_host(
         .map(|e| e.expect("every host reaches every other"))
         .collect();
     let rank_of = |ep: EndpointId| others[eps.iter().position(|&e| e == ep).expect("a peer")];
+    // Bulk: a region lent to each peer for its put, the bytes this host
+    // puts (the same for every peer, each taking its own length), and a
+    // region per peer for the get back.
+    let max_put = plan.max_put();
+    let src = buffer(max_put);
+    src.copy_from_slice(&payload(rank, u32::MAX, 0, max_put));
+    let src = btl
+        .register_mem(src, btl_core::btl::Access::empty())
+        .expect("register the source");
+    let mut lent = Vec::new();
+    let mut back = Vec::new();
+    for &to in &others {
+        let region = btl
+            .register_mem(
+                buffer(max_put),
+                btl_core::btl::Access::REMOTE_WRITE | btl_core::btl::Access::REMOTE_READ,
+            )
+            .expect("register a region to lend");
+        shared
+            .borrow_mut()
+            .keys
+            .insert((rank, to), region.remote_key());
+        lent.push(region);
+        back.push(
+            btl.register_mem(buffer(max_put), btl_core::btl::Access::empty())
+                .expect("register a region for the get"),
+        );
+    }
     loop {
         let stalled = shared.borrow().stalled_until[rank as usize]
             > turmoil::sim_elapsed().unwrap_or_default();
@@ -504,19 +594,30 @@ async fn run_host(
         }
         if !stalled {
             post_all(btl, rank, &others, &eps, plan, seed, max, shared);
+            post_bulk(btl, rank, &others, &eps, src, &back, seed, max_put, shared);
             btl.progress();
             let mut all = shared.borrow_mut();
             let seen = &mut all.seen[rank as usize];
             debug_assert_eq!(seen.start, start);
             while let Some(event) = btl.poll_event() {
-                take(event, seen, &rank_of);
+                take(event, seen, &rank_of, &others);
+            }
+            // A get that ended well: are the bytes those put?
+            for (k, &to) in others.iter().enumerate() {
+                let log = seen.peers.entry(to).or_default();
+                if matches!(log.get, Some(Some(Ok(())))) && log.round_trip_intact.is_none() {
+                    let len = put_len(seed, rank, to, max_put);
+                    let got = btl.region(back[k]).map(|b| &b[..len]);
+                    let put = btl.region(src).map(|b| &b[..len]);
+                    log.round_trip_intact = Some(got.is_ok() && got == put);
+                }
             }
             seen.settled = others.iter().all(|r| {
                 let log = seen.peers.entry(*r).or_default();
                 let ended = log.ok + log.failed.len() as u32 == log.posted;
-                ended
-                    && (log.lost.is_some()
-                        || (log.posted == plan.each && log.received.len() == plan.each as usize))
+                let messages = log.lost.is_some()
+                    || (log.posted == plan.each && log.received.len() == plan.each as usize);
+                ended && messages && log.bulk_done()
             });
         }
         tokio::time::sleep(PASS).await;
@@ -524,6 +625,69 @@ async fn run_host(
     btl.finalize();
     while btl.poll_event().is_some() {}
     shared.borrow_mut().seen[rank as usize].left_in_use = Some(in_use(btl));
+    for handle in lent.into_iter().chain(back).chain([src]) {
+        if let Ok(buf) = btl.deregister_mem(handle) {
+            BUFFERS.with(|b| b.borrow_mut().push(buf));
+        }
+    }
+}
+
+/// Posts to each live peer its put, once its region's key is known, and
+/// after the put its get of the same bytes back.
+#[allow(clippy::too_many_arguments)]
+fn post_bulk(
+    btl: &mut dyn Btl<'static>,
+    rank: u32,
+    others: &[u32],
+    eps: &[EndpointId],
+    src: btl_core::btl::MemHandle,
+    back: &[btl_core::btl::MemHandle],
+    seed: u64,
+    max_put: usize,
+    shared: &Rc<RefCell<Shared>>,
+) {
+    let mut all = shared.borrow_mut();
+    let Shared { seen, keys, .. } = &mut *all;
+    let seen = &mut seen[rank as usize];
+    for (k, &to) in others.iter().enumerate() {
+        let log = seen.peers.entry(to).or_default();
+        if log.lost.is_some() {
+            continue;
+        }
+        let Some(&key) = keys.get(&(to, rank)) else {
+            continue;
+        };
+        let len = put_len(seed, rank, to, max_put) as u64;
+        let remote = btl_core::btl::RemoteSlice {
+            key,
+            offset: 0,
+            len,
+        };
+        let ctx = u64::from(to);
+        if log.put.is_none() {
+            let local = btl_core::btl::MemSlice {
+                handle: src,
+                offset: 0,
+                len,
+            };
+            match btl.put(eps[k], local, remote, ctx) {
+                Ok(_) => log.put = Some(None),
+                Err(BtlError::OutOfResource | BtlError::PeerLost(_)) => {}
+                Err(e) => panic!("seed {seed}: host {rank}: put to {to}: {e}"),
+            }
+        } else if matches!(log.put, Some(Some(Ok(())))) && log.get.is_none() {
+            let local = btl_core::btl::MemSlice {
+                handle: back[k],
+                offset: 0,
+                len,
+            };
+            match btl.get(eps[k], local, remote, ctx) {
+                Ok(_) => log.get = Some(None),
+                Err(BtlError::OutOfResource | BtlError::PeerLost(_)) => {}
+                Err(e) => panic!("seed {seed}: host {rank}: get from {to}: {e}"),
+            }
+        }
+    }
 }
 
 /// Posts to each live peer what the credits allow, in order.
@@ -568,7 +732,13 @@ fn post_all(
 }
 
 /// Records one event in `seen`.
-fn take(event: Event<'_>, seen: &mut Seen, rank_of: &impl Fn(EndpointId) -> u32) {
+fn take(event: Event<'_>, seen: &mut Seen, rank_of: &impl Fn(EndpointId) -> u32, others: &[u32]) {
+    // A put's or get's context is the peer's rank.
+    let peer_of = |ctx: u64| {
+        let peer = u32::try_from(ctx).expect("a rank");
+        assert!(others.contains(&peer), "a context this host gave");
+        peer
+    };
     match event {
         Event::Received(m) => {
             let from = rank_of(m.from);
@@ -587,6 +757,24 @@ fn take(event: Event<'_>, seen: &mut Seen, rank_of: &impl Fn(EndpointId) -> u32)
                 Err(e) => log.failed.push(e),
             }
         }
+        Event::PutComplete { ctx, result, .. } => {
+            let log = seen.peers.entry(peer_of(ctx)).or_default();
+            assert!(
+                matches!(log.put, Some(None)),
+                "a put ends once: {:?}",
+                log.put
+            );
+            log.put = Some(Some(result));
+        }
+        Event::GetComplete { ctx, result, .. } => {
+            let log = seen.peers.entry(peer_of(ctx)).or_default();
+            assert!(
+                matches!(log.get, Some(None)),
+                "a get ends once: {:?}",
+                log.get
+            );
+            log.get = Some(Some(result));
+        }
         Event::Error(e) => {
             let peer = e.endpoint.map(rank_of);
             seen.errors.push((peer, e.error));
@@ -601,7 +789,6 @@ fn take(event: Event<'_>, seen: &mut Seen, rank_of: &impl Fn(EndpointId) -> u32)
                 }
             }
         }
-        other => panic!("unexpected {other:?}"),
     }
 }
 
@@ -684,7 +871,35 @@ fn check(
         }
         // A peer not lost delivered everything, and got everything.
         for (&peer, log) in &s.peers {
+            for op in [&log.put, &log.get] {
+                if let Some(Some(Err(e))) = op {
+                    let BtlError::PeerLost(reason) = e else {
+                        panic!(
+                            "seed {seed}: host {rank} with {peer}: a put or get failed with {e}"
+                        );
+                    };
+                    assert!(
+                        may_lose(rank, peer).contains(reason),
+                        "seed {seed}: {rank} with {peer}: {e}"
+                    );
+                }
+            }
+            if log.round_trip_intact.is_some() {
+                assert_eq!(
+                    log.round_trip_intact,
+                    Some(true),
+                    "seed {seed}: {rank} with {peer}: the get brought back what was put"
+                );
+            }
             if log.lost.is_none() {
+                assert!(
+                    matches!(log.put, Some(Some(Ok(())))),
+                    "seed {seed}: {rank} -> {peer}: the put"
+                );
+                assert!(
+                    matches!(log.get, Some(Some(Ok(())))),
+                    "seed {seed}: {rank} -> {peer}: the get"
+                );
                 assert_eq!(
                     log.received.len(),
                     plan.each as usize,

@@ -142,6 +142,25 @@ impl Registered {
     }
 }
 
+/// [`Watch`] for a socket type with a `registered` field.
+macro_rules! watched {
+    ($($socket:ty),*) => {$(
+        impl Watch<Tokens> for $socket {
+            fn watch(&mut self, tokens: &Tokens, token: usize, writable: bool) -> io::Result<()> {
+                self.registered.watch(tokens, token, writable)
+            }
+            fn rewatch(&mut self, tokens: &Tokens, token: usize, writable: bool) -> io::Result<()> {
+                self.registered.watch(tokens, token, writable)
+            }
+            fn unwatch(&mut self, tokens: &Tokens) -> io::Result<()> {
+                self.registered.unwatch(tokens)
+            }
+        }
+    )*};
+}
+
+watched!(SimStream, SimListener, SimDatagram);
+
 /// A connect under way, resolving to a stream.
 type Connecting = Pin<Box<dyn Future<Output = io::Result<turmoil::net::TcpStream>>>>;
 
@@ -225,18 +244,6 @@ impl StreamSocket for SimStream {
     }
 }
 
-impl Watch<Tokens> for SimStream {
-    fn watch(&mut self, tokens: &Tokens, token: usize, writable: bool) -> io::Result<()> {
-        self.registered.watch(tokens, token, writable)
-    }
-    fn rewatch(&mut self, tokens: &Tokens, token: usize, writable: bool) -> io::Result<()> {
-        self.registered.watch(tokens, token, writable)
-    }
-    fn unwatch(&mut self, tokens: &Tokens) -> io::Result<()> {
-        self.registered.unwatch(tokens)
-    }
-}
-
 /// A simulated TCP listener.
 pub struct SimListener {
     listener: turmoil::net::TcpListener,
@@ -264,18 +271,6 @@ impl ListenerSocket for SimListener {
     }
 }
 
-impl Watch<Tokens> for SimListener {
-    fn watch(&mut self, tokens: &Tokens, token: usize, writable: bool) -> io::Result<()> {
-        self.registered.watch(tokens, token, writable)
-    }
-    fn rewatch(&mut self, tokens: &Tokens, token: usize, writable: bool) -> io::Result<()> {
-        self.registered.watch(tokens, token, writable)
-    }
-    fn unwatch(&mut self, tokens: &Tokens) -> io::Result<()> {
-        self.registered.unwatch(tokens)
-    }
-}
-
 /// A simulated UDP socket.
 pub struct SimDatagram {
     socket: turmoil::net::UdpSocket,
@@ -296,18 +291,6 @@ impl DatagramSocket for SimDatagram {
 
     fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.socket.try_recv_from(buf)
-    }
-}
-
-impl Watch<Tokens> for SimDatagram {
-    fn watch(&mut self, tokens: &Tokens, token: usize, writable: bool) -> io::Result<()> {
-        self.registered.watch(tokens, token, writable)
-    }
-    fn rewatch(&mut self, tokens: &Tokens, token: usize, writable: bool) -> io::Result<()> {
-        self.registered.watch(tokens, token, writable)
-    }
-    fn unwatch(&mut self, tokens: &Tokens) -> io::Result<()> {
-        self.registered.unwatch(tokens)
     }
 }
 

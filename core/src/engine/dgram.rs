@@ -378,18 +378,8 @@ where
         self.links[side.index()] = None;
         self.dead[side.index()] = false;
         self.paused[side.index()] = false;
-        // The new engine learns the time before anything is asked of it.
-        let now = self.now;
-        self.engine_mut(side).handle_timeout(now);
-        let mut endpoint = [None];
-        let mut words = [0u64];
-        let other = self.names[side.other().index()];
-        self.engine_mut(side).add_procs(
-            &[other],
-            &mut endpoint,
-            &mut crate::endpoint::Reachability::new(&mut words),
-        )?;
-        let endpoint = endpoint[0].ok_or(BtlError::Unreachable)?;
+        let (other, now) = (self.names[side.other().index()], self.now);
+        let endpoint = super::pipe::introduce_restarted(self.engine_mut(side), other, now)?;
         self.peers[side.index()] = Some(endpoint);
         Ok(endpoint)
     }

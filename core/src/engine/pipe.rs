@@ -329,6 +329,21 @@ where
     Ok(out)
 }
 
+/// Makes `engine`, a new start of one side, know the other side's process
+/// `other` (`add_procs`), after telling it the time `now`; its endpoint.
+pub(crate) fn introduce_restarted<const PEERS: usize, const LINKS: usize, const REGS: usize>(
+    engine: &mut Engine<'_, '_, PEERS, LINKS, REGS>,
+    other: ProcName,
+    now: u64,
+) -> Result<EndpointId, BtlError> {
+    // The new engine learns the time before anything is asked of it.
+    engine.handle_timeout(now);
+    let mut endpoint = [None];
+    let mut words = [0u64];
+    engine.add_procs(&[other], &mut endpoint, &mut Reachability::new(&mut words))?;
+    endpoint[0].ok_or(BtlError::Unreachable)
+}
+
 /// One of the two engines of a [`StreamPair`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Side {
@@ -862,18 +877,8 @@ where
         self.engines[side.index()] = engine;
         self.dead[side.index()] = false;
         self.paused[side.index()] = false;
-        // The new engine learns the time before anything is asked of it.
-        let now = self.now;
-        self.engine_mut(side).handle_timeout(now);
-        let mut endpoint = [None];
-        let mut words = [0u64];
-        let other = self.names[side.other().index()];
-        self.engine_mut(side).add_procs(
-            &[other],
-            &mut endpoint,
-            &mut Reachability::new(&mut words),
-        )?;
-        let endpoint = endpoint[0].ok_or(BtlError::Unreachable)?;
+        let (other, now) = (self.names[side.other().index()], self.now);
+        let endpoint = introduce_restarted(self.engine_mut(side), other, now)?;
         self.peers[side.index()] = Some(endpoint);
         Ok(endpoint)
     }

@@ -876,27 +876,37 @@ fn a_restarted_peer_fails_the_old_starts_operations_once_and_talks_under_the_sam
     assert_eq!(in_use(pair.engine(Side::A)), 0);
 }
 
-#[test]
-fn the_same_start_of_a_lost_peer_stays_lost() {
-    let config = |me, epoch| {
-        let mut c = EngineConfig::new(me);
-        c.epoch = epoch;
-        c.peer_timeout = 50_000_000;
-        c.keepalive = 10_000_000;
-        engine_with(c)
-    };
-    let (mut pair, ep_b, _) = new_pair(config(A, 1), config(B, 1));
+/// An engine of `me`'s start `epoch` that loses a silent peer after 50 ms.
+fn quick_to_lose(me: ProcName, epoch: u64) -> E {
+    let mut c = EngineConfig::new(me);
+    c.epoch = epoch;
+    c.peer_timeout = 50_000_000;
+    c.keepalive = 10_000_000;
+    engine_with(c)
+}
+
+/// A and B exchange a message; then B falls silent (`silence`: paused or
+/// killed) until A loses it for the timeout.
+fn lose_b(silence: impl FnOnce(&mut Pair)) -> (Pair, EndpointId) {
+    let (mut pair, ep_b, _) = new_pair(quick_to_lose(A, 1), quick_to_lose(B, 1));
     post(&mut pair, Side::A, b"x", 0x80);
     pump(&mut pair);
     drain(pair.b());
-    // B stops answering for longer than A's peer timeout: A loses it.
-    pair.pause(Side::B);
+    silence(&mut pair);
     for _ in 0..200 {
         pair.advance(1_000_000);
         pump(&mut pair);
     }
     let lost = BtlError::PeerLost(LostReason::Timeout);
     assert_eq!(drain(pair.a()), [format!("error {lost:?}")]);
+    (pair, ep_b)
+}
+
+#[test]
+fn the_same_start_of_a_lost_peer_stays_lost() {
+    // B stops answering for longer than A's peer timeout: A loses it.
+    let (mut pair, ep_b) = lose_b(|pair| pair.pause(Side::B));
+    let lost = BtlError::PeerLost(LostReason::Timeout);
     // B comes back, the same start, and sends: A refuses it and B loses A.
     pair.resume(Side::B);
     post(&mut pair, Side::B, b"back", 0x81);
@@ -918,28 +928,11 @@ fn the_same_start_of_a_lost_peer_stays_lost() {
 
 #[test]
 fn a_lost_peer_that_starts_again_is_taken_back_and_said_so() {
-    let config = |me, epoch| {
-        let mut c = EngineConfig::new(me);
-        c.epoch = epoch;
-        c.peer_timeout = 50_000_000;
-        c.keepalive = 10_000_000;
-        engine_with(c)
-    };
-    let (mut pair, ep_b, _) = new_pair(config(A, 1), config(B, 1));
-    post(&mut pair, Side::A, b"x", 0x80);
-    pump(&mut pair);
-    drain(pair.b());
-    pair.kill(Side::B);
-    for _ in 0..200 {
-        pair.advance(1_000_000);
-        pump(&mut pair);
-    }
-    let lost = BtlError::PeerLost(LostReason::Timeout);
-    assert_eq!(drain(pair.a()), [format!("error {lost:?}")]);
+    let (mut pair, ep_b) = lose_b(|pair| pair.kill(Side::B));
     // B, dead for longer than the peer timeout, starts again (another
     // epoch) and sends: A takes the new start back
     // under the same endpoint, and says so.
-    pair.restart(Side::B, Box::new(config(B, 2)))
+    pair.restart(Side::B, Box::new(quick_to_lose(B, 2)))
         .expect("B again");
     post(&mut pair, Side::B, b"back", 0x81);
     for _ in 0..20 {

@@ -9,7 +9,8 @@
 //! registered socket as ready on each pass, and the transports try them all
 //! (a read that finds nothing is a `WouldBlock`, as over the OS). Time is
 //! turmoil's simulated clock and randomness a seeded generator: a run is a
-//! function of its seed.
+//! function of its seed. turmoil loses and reorders datagrams; `SimNet`
+//! adds duplication.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -30,7 +31,26 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// and a generator seeded for this start of this host.
 #[derive(Debug)]
 pub struct SimNet {
-    random: Cell<u64>,
+    random: Random,
+    /// Datagrams sent twice, in thousandths: turmoil loses and reorders
+    /// datagrams, but never duplicates them.
+    duplication: u16,
+}
+
+/// SplitMix64, shared by a host's network and its datagram sockets: a
+/// bijection of a counter, deterministic from its seed.
+#[derive(Debug, Clone)]
+struct Random(Rc<Cell<u64>>);
+
+impl Random {
+    fn next(&self) -> u64 {
+        let s = self.0.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.0.set(s);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
 }
 
 impl SimNet {
@@ -38,18 +58,19 @@ impl SimNet {
     /// epoch) comes from `seed`: give each start of each host its own.
     pub fn new(seed: u64) -> Self {
         SimNet {
-            random: Cell::new(seed),
+            random: Random(Rc::new(Cell::new(seed))),
+            duplication: 0,
         }
     }
 
+    /// Sends `per_mille` thousandths of the datagrams twice.
+    pub fn with_duplication(mut self, per_mille: u16) -> Self {
+        self.duplication = per_mille;
+        self
+    }
+
     fn next(&self) -> u64 {
-        // SplitMix64: a bijection of a counter, deterministic from its seed.
-        let s = self.random.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        self.random.set(s);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.random.next()
     }
 }
 
@@ -277,6 +298,9 @@ pub struct SimDatagram {
     registered: Registered,
     /// A datagram's slices joined, kept from send to send.
     joined: RefCell<Vec<u8>>,
+    /// Datagrams sent twice, in thousandths, by the host's generator.
+    duplication: u16,
+    random: Random,
 }
 
 impl DatagramSocket for SimDatagram {
@@ -286,7 +310,12 @@ impl DatagramSocket for SimDatagram {
         for buf in bufs {
             joined.extend_from_slice(buf);
         }
-        self.socket.try_send_to(&joined, to)
+        let sent = self.socket.try_send_to(&joined, to)?;
+        if self.duplication > 0 && self.random.next() % 1000 < u64::from(self.duplication) {
+            // The copy is the network's doing: its fate is not the sender's.
+            let _ = self.socket.try_send_to(&joined, to);
+        }
+        Ok(sent)
     }
 
     fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
@@ -355,6 +384,8 @@ impl Net for SimNet {
             socket,
             registered: Registered::default(),
             joined: RefCell::new(Vec::new()),
+            duplication: self.duplication,
+            random: self.random.clone(),
         };
         Ok((socket, SocketAddr::new(at.ip(), port)))
     }

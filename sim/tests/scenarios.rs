@@ -252,6 +252,8 @@ struct Plan {
     fail_repair: Option<(f64, f64)>,
     /// Hosts run in random order on each step.
     random_order: bool,
+    /// Datagrams sent twice, in thousandths.
+    duplication: u16,
     faults: Vec<(Duration, Fault)>,
     /// The peer timeout.
     peer_timeout: Duration,
@@ -269,6 +271,7 @@ impl Plan {
             latency: (Duration::from_micros(50), Duration::from_micros(500)),
             fail_repair: None,
             random_order: false,
+            duplication: 0,
             faults: Vec::new(),
             peer_timeout: Duration::from_secs(2),
             hostile: false,
@@ -342,7 +345,8 @@ fn run(plan: &Plan, seed: u64) -> Vec<Seen> {
             starts.set(start + 1);
             async move {
                 let boot = peers.borrow().clone().expect("cards before the hosts run");
-                let net = SimNet::new(seed ^ (u64::from(rank) << 32) ^ (u64::from(start) << 48));
+                let net = SimNet::new(seed ^ (u64::from(rank) << 32) ^ (u64::from(start) << 48))
+                    .with_duplication(plan.duplication);
                 let mut config = engine();
                 config.peer_timeout = plan.peer_timeout.as_nanos() as u64;
                 config.keepalive = config.peer_timeout / 4;
@@ -925,11 +929,12 @@ fn all_to_all_over_tcp() {
 }
 
 #[test]
-fn all_to_all_over_udp_with_loss_and_reordering() {
+fn all_to_all_over_udp_with_loss_duplication_and_reordering() {
     for_seeds(4, |seed| {
         let mut plan = Plan::new(Component::Udp, 3 + (seed % 6) as u32, 30);
         plan.fail_repair = Some((0.05, 0.5));
         plan.random_order = true;
+        plan.duplication = 30;
         check(&plan, seed, &run(&plan, seed), none);
     });
 }

@@ -440,7 +440,8 @@ fn run(plan: &Plan, seed: u64) -> Vec<Seen> {
 
 /// The hostile host: on every victim, garbage, a HELLO that cannot prove
 /// the job key, and the victim's own HELLO played back to it, each on a
-/// connection (or from a socket) of its own.
+/// connection (or from a socket) of its own; over TCP also that HELLO
+/// played to the next victim, as if from the first.
 async fn hostile(component: Component, victims: Vec<std::net::SocketAddr>) -> turmoil::Result {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rogue = ProcName::new(JOB, 99);
@@ -451,7 +452,7 @@ async fn hostile(component: Component, victims: Vec<std::net::SocketAddr>) -> tu
         Component::Udp => Some(turmoil::net::UdpSocket::bind("0.0.0.0:9000").await?),
         Component::Tcp => None,
     };
-    for at in victims {
+    for (k, &at) in victims.iter().enumerate() {
         match component {
             Component::Tcp => {
                 for bytes in [&garbage, &keyless] {
@@ -460,12 +461,19 @@ async fn hostile(component: Component, victims: Vec<std::net::SocketAddr>) -> tu
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                 }
-                // Its own HELLO back: the victim sends one as soon as it
-                // takes the connection.
+                // Its own HELLO back (the victim sends one as soon as it
+                // takes the connection), and the same HELLO to the next
+                // victim: an impersonation that cannot prove the key, of a
+                // process that victim talks to.
                 if let Ok(mut s) = turmoil::net::TcpStream::connect(at).await {
                     let mut hello = [0u8; 96];
                     if let Ok(n) = s.read(&mut hello).await {
                         let _ = s.write_all(&hello[..n]).await;
+                        let next = victims[(k + 1) % victims.len()];
+                        if let Ok(mut t) = turmoil::net::TcpStream::connect(next).await {
+                            let _ = t.write_all(&hello[..n]).await;
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }

@@ -25,6 +25,7 @@ pub mod progress_thread;
 pub mod raw;
 pub mod tcp;
 pub mod udp;
+pub mod wake;
 
 use btl_core::loopback::SelfComponent;
 use btl_core::mca::{Component, Params, RegisterError, Registry, register_framework_params};

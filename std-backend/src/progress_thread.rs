@@ -14,7 +14,6 @@
 //! not call back in.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -26,19 +25,14 @@ use mio::Waker;
 
 use crate::module::{Module, Transport, WaitCosts};
 use crate::net::{Os, OsPoller, Poller};
-
-/// Engine time of the thread's next wake-up while it blocks on no timer.
-const NO_TIMER: u64 = u64::MAX;
+use crate::wake::Wakeup;
 
 /// A module served by a progress thread, shared by the thread and the
 /// callers that post to it.
 pub struct Served<T: Transport> {
     module: Mutex<Module<T>>,
-    waker: Arc<Waker>,
-    stop: AtomicBool,
-    /// When the thread will look at the engine's timers next (engine
-    /// nanoseconds), so that a caller who arms an earlier one wakes it.
-    wakes_at: AtomicU64,
+    /// When callers wake the thread, and how.
+    wakeup: Wakeup<Arc<Waker>>,
     thread: ThreadId,
 }
 
@@ -58,24 +52,24 @@ impl<T: Transport> Served<T> {
         let mut module = self.lock();
         let r = f(&mut module);
         module.serve_queued();
-        let wake = module.pending_events() > 0
-            || module
-                .timer_at()
-                .is_some_and(|t| t < self.wakes_at.load(Ordering::Acquire));
+        let wake = self
+            .wakeup
+            .needed(module.pending_events() > 0, module.timer_at());
         drop(module);
+        // The thread's own calls (its handler's) need no wake: it looks
+        // again before it sleeps.
         if wake && std::thread::current().id() != self.thread {
             // A failed wake leaves the thread to its own timeout; the
             // eventfd behind it does not fail once made.
-            let _ = self.waker.wake();
+            let _ = self.wakeup.wake();
         }
         r
     }
 
     /// How long the thread may block: until the engine's next timer, which
-    /// callers learn from `wakes_at`. Called under the lock.
+    /// callers learn from the plan. Called under the lock.
     fn plan_wake(&self, module: &Module<T>) -> Option<Duration> {
-        self.wakes_at
-            .store(module.timer_at().unwrap_or(NO_TIMER), Ordering::Release);
+        self.wakeup.plan(module.timer_at());
         module.until_timer()
     }
 
@@ -162,9 +156,7 @@ impl<T: Transport<Net = Os> + Send + 'static> ProgressThread<T> {
             })?;
         let served = Arc::new(Served {
             module: Mutex::new(module),
-            waker,
-            stop: AtomicBool::new(false),
-            wakes_at: AtomicU64::new(NO_TIMER),
+            wakeup: Wakeup::new(waker),
             thread: thread.thread().id(),
         });
         tx.send(Arc::clone(&served))
@@ -208,8 +200,7 @@ impl<T: Transport<Net = Os> + Send + 'static> ProgressThread<T> {
             .thread
             .take()
             .ok_or_else(|| io::Error::other("the progress thread is stopped already"))?;
-        self.served.stop.store(true, Ordering::Release);
-        self.served.waker.wake()?;
+        self.served.wakeup.stop()?;
         thread
             .join()
             .map_err(|_| io::Error::other("the progress thread's handler panicked"))?
@@ -232,7 +223,7 @@ fn wait(
     timeout: Option<Duration>,
     spin: Duration,
     costs: &mut WaitCosts,
-    stop: &AtomicBool,
+    wakeup: &Wakeup<Arc<Waker>>,
 ) -> io::Result<()> {
     let start = Instant::now();
     let spins = costs.spin_now();
@@ -244,7 +235,7 @@ fn wait(
                 costs.record(true, start.elapsed());
                 return Ok(());
             }
-            if start.elapsed() >= spin || stop.load(Ordering::Relaxed) {
+            if start.elapsed() >= spin || wakeup.stopping() {
                 break;
             }
             std::hint::spin_loop();
@@ -271,11 +262,11 @@ fn serve<T: Transport<Net = Os>>(
         (served.plan_wake(&module), module.spin())
     };
     loop {
-        if let Err(e) = wait(&mut poller, timeout, spin, &mut costs, &served.stop) {
+        if let Err(e) = wait(&mut poller, timeout, spin, &mut costs, &served.wakeup) {
             tracing::error!(error = %e, "the progress thread's poller failed");
             return Err(e);
         }
-        if served.stop.load(Ordering::Acquire) {
+        if served.wakeup.stopping() {
             return Ok(poller);
         }
         let mut module = served.lock();

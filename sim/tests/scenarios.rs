@@ -306,7 +306,14 @@ struct Shared {
 
 /// Runs `plan` with `seed` and checks its invariants; returns what every
 /// host saw.
-fn run(plan: &Plan, seed: u64) -> Vec<Seen> {
+/// What a run came to: what every host saw, and how many steps it took
+/// to settle.
+struct Run {
+    seen: Vec<Seen>,
+    steps: u64,
+}
+
+fn run(plan: &Plan, seed: u64) -> Run {
     // `BTL_SIM_LOG=debug` shows the transports' log of a replayed seed.
     if let Ok(filter) = std::env::var("BTL_SIM_LOG") {
         let _ = tracing_subscriber::fmt()
@@ -435,7 +442,29 @@ fn run(plan: &Plan, seed: u64) -> Vec<Seen> {
             break;
         }
     }
-    std::mem::take(&mut shared.borrow_mut().seen)
+    Run {
+        seen: std::mem::take(&mut shared.borrow_mut().seen),
+        steps,
+    }
+}
+
+/// A run's outcome in brief: per host and peer, what was posted, how it
+/// ended and what arrived in which order (tags and lengths), and how the
+/// bulk operations ended. Two runs of one seed must give the same.
+fn digest(seen: &[Seen]) -> String {
+    let mut out = String::new();
+    for (rank, s) in seen.iter().enumerate() {
+        out += &format!("host {rank} start {} errors {:?}\n", s.start, s.errors);
+        for (peer, log) in &s.peers {
+            let arrived: Vec<(u8, usize)> =
+                log.received.iter().map(|(t, d)| (*t, d.len())).collect();
+            out += &format!(
+                "  {peer}: posted {} ok {} failed {:?} lost {:?} put {:?} get {:?} arrived {arrived:?}\n",
+                log.posted, log.ok, log.failed, log.lost, log.put, log.get
+            );
+        }
+    }
+    out
 }
 
 /// The hostile host: on every victim, garbage, a HELLO that cannot prove
@@ -932,7 +961,7 @@ fn none(_: u32, _: u32) -> &'static [LostReason] {
 fn all_to_all_over_tcp() {
     for_seeds(4, |seed| {
         let plan = Plan::new(Component::Tcp, 3 + (seed % 6) as u32, 30);
-        check(&plan, seed, &run(&plan, seed), none);
+        check(&plan, seed, &run(&plan, seed).seen, none);
     });
 }
 
@@ -943,7 +972,7 @@ fn all_to_all_over_udp_with_loss_duplication_and_reordering() {
         plan.fail_repair = Some((0.05, 0.5));
         plan.random_order = true;
         plan.duplication = 30;
-        check(&plan, seed, &run(&plan, seed), none);
+        check(&plan, seed, &run(&plan, seed).seen, none);
     });
 }
 
@@ -957,7 +986,7 @@ fn a_partition_shorter_than_the_peer_timeout_costs_nothing() {
                 Duration::from_millis(2),
                 Fault::Partition { a: 0, b: 1, for_ },
             ));
-            check(&plan, seed, &run(&plan, seed), none);
+            check(&plan, seed, &run(&plan, seed).seen, none);
         });
     }
 }
@@ -972,7 +1001,7 @@ fn a_partition_longer_than_the_peer_timeout_loses_exactly_that_pair() {
                 Duration::from_millis(2),
                 Fault::Partition { a: 0, b: 1, for_ },
             ));
-            let seen = run(&plan, seed);
+            let seen = run(&plan, seed).seen;
             check(&plan, seed, &seen, |a, b| {
                 if (a.min(b), a.max(b)) == (0, 1) {
                     &[LostReason::Timeout]
@@ -999,7 +1028,7 @@ fn a_stalled_receiver_holds_its_senders_back_without_loss() {
             let for_ = Duration::from_millis(800);
             plan.faults
                 .push((Duration::from_millis(1), Fault::Stall { host: 2, for_ }));
-            check(&plan, seed, &run(&plan, seed), none);
+            check(&plan, seed, &run(&plan, seed).seen, none);
         });
     }
 }
@@ -1014,7 +1043,7 @@ fn a_bounced_host_rejoins_under_its_name() {
             let down = Duration::from_millis(300);
             plan.faults
                 .push((Duration::from_millis(2), Fault::Bounce { host: 2, down }));
-            let seen = run(&plan, seed);
+            let seen = run(&plan, seed).seen;
             check(&plan, seed, &seen, |_, b| {
                 if b == 2 {
                     &[LostReason::Restarted]
@@ -1033,7 +1062,35 @@ fn a_hostile_host_disturbs_nobody() {
         for_seeds(3, |seed| {
             let mut plan = Plan::new(component, 3, 30);
             plan.hostile = true;
-            check(&plan, seed, &run(&plan, seed), none);
+            check(&plan, seed, &run(&plan, seed).seen, none);
         });
+    }
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    for component in [Component::Tcp, Component::Udp] {
+        let mut plan = Plan::new(component, 4, 20);
+        plan.random_order = true;
+        if component == Component::Udp {
+            plan.fail_repair = Some((0.05, 0.5));
+            plan.duplication = 30;
+        }
+        let for_ = Duration::from_millis(300);
+        plan.faults.push((
+            Duration::from_millis(2),
+            Fault::Partition { a: 0, b: 1, for_ },
+        ));
+        let seed = seeds(1)[0];
+        let (first, second) = (run(&plan, seed), run(&plan, seed));
+        assert_eq!(
+            first.steps, second.steps,
+            "seed {seed}: {component:?}: the same steps"
+        );
+        assert_eq!(
+            digest(&first.seen),
+            digest(&second.seen),
+            "seed {seed}: {component:?}: the same outcome, event for event"
+        );
     }
 }

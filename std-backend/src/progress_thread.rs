@@ -1,8 +1,9 @@
 //! A progress thread: a module whose sockets a thread of its own serves,
 //! for callers that do not poll (a storage service, a runtime between
-//! phases). The thread blocks in the poller until a socket, a timer of the
-//! engine or a caller needs it, moves the protocol forward, and calls a
-//! handler with each event.
+//! phases). The thread waits in the poller (spinning first while that
+//! pays, as [`Module::wait`] does) until a socket, a timer of the engine or
+//! a caller needs it, moves the protocol forward, and calls a handler with
+//! each event. When a caller wakes it is [`crate::wake`]'s to say.
 //!
 //! The module lives behind one lock, shared by the thread and callers
 //! ([`Served::with`]). The handler is called with the lock released, so it
@@ -18,8 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use btl_core::btl::Tag;
-use btl_core::btl::{Btl, Completion, Event, Incoming};
+use btl_core::btl::{Btl, Completion, Event, Incoming, Tag};
 use btl_core::endpoint::EndpointId;
 use mio::Waker;
 

@@ -32,8 +32,13 @@ impl fmt::Display for ProcName {
 }
 
 /// Handle of a reachable process inside one BTL.
+///
+/// Opaque to the upper layer: a BTL may pack more than a table index into
+/// it. The engine puts a slot's generation in the high 16 bits, so that a
+/// handle kept after the BTL forgot its peer (a client that left a server)
+/// never names the newer peer that took the slot; such a handle is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct EndpointId(pub u16);
+pub struct EndpointId(pub u32);
 
 impl fmt::Display for EndpointId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -93,7 +98,7 @@ impl<const N: usize> EndpointTable<N> {
     /// reference if it exists.
     pub fn add(&mut self, proc: ProcName) -> Result<EndpointId, EndpointError> {
         if let Some(id) = self.find(proc) {
-            if let Some(e) = self.entries[usize::from(id.0)].as_mut() {
+            if let Some(e) = self.entries[id.0 as usize].as_mut() {
                 e.refs = e.refs.saturating_add(1);
             }
             return Ok(id);
@@ -105,7 +110,7 @@ impl<const N: usize> EndpointTable<N> {
             .ok_or(EndpointError::Full)?;
         self.entries[slot] = Some(Entry { proc, refs: 1 });
         // `N <= u16::MAX` is asserted at construction.
-        Ok(EndpointId(slot as u16))
+        Ok(EndpointId(slot as u32))
     }
 
     /// Drops one reference; returns true when it was the last and the
@@ -113,7 +118,7 @@ impl<const N: usize> EndpointTable<N> {
     pub fn release(&mut self, id: EndpointId) -> Result<bool, EndpointError> {
         let slot = self
             .entries
-            .get_mut(usize::from(id.0))
+            .get_mut(id.0 as usize)
             .ok_or(EndpointError::Unknown(id))?;
         let entry = slot.as_mut().ok_or(EndpointError::Unknown(id))?;
         entry.refs -= 1;
@@ -129,13 +134,13 @@ impl<const N: usize> EndpointTable<N> {
         self.entries
             .iter()
             .position(|e| e.is_some_and(|e| e.proc == proc))
-            .map(|i| EndpointId(i as u16))
+            .map(|i| EndpointId(i as u32))
     }
 
     /// The process behind an endpoint.
     pub fn proc(&self, id: EndpointId) -> Result<ProcName, EndpointError> {
         self.entries
-            .get(usize::from(id.0))
+            .get(id.0 as usize)
             .copied()
             .flatten()
             .map(|e| e.proc)
@@ -145,7 +150,7 @@ impl<const N: usize> EndpointTable<N> {
     /// How many references an endpoint has (0 if it does not exist).
     pub fn refs(&self, id: EndpointId) -> u32 {
         self.entries
-            .get(usize::from(id.0))
+            .get(id.0 as usize)
             .copied()
             .flatten()
             .map_or(0, |e| e.refs)
@@ -156,7 +161,7 @@ impl<const N: usize> EndpointTable<N> {
         self.entries
             .iter()
             .enumerate()
-            .filter_map(|(i, e)| e.map(|e| (EndpointId(i as u16), e.proc)))
+            .filter_map(|(i, e)| e.map(|e| (EndpointId(i as u32), e.proc)))
     }
 }
 

@@ -259,6 +259,14 @@ impl StreamSocket for SimStream {
                 self.state = StreamState::Open(stream);
                 Ok(true)
             }
+            // Turmoil drops the SYN's answer alike whether the port is
+            // closed or a partition ate the SYN, and calls both refused. A
+            // refusal means the process is gone (the engine gives such a
+            // peer up quickly), so it is said only where it is sure: never
+            // here. A simulated connect fails as across a partition.
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, e))
+            }
             Poll::Ready(Err(e)) => Err(e),
             Poll::Pending => Ok(false),
         }

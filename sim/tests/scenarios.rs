@@ -169,6 +169,17 @@ impl SimModule {
     }
 }
 
+impl Drop for SimModule {
+    /// Dropped unfinalized, a host crashed (turmoil dropped its future):
+    /// as a killed process, it sends no CLOSE; its sockets just go.
+    fn drop(&mut self) {
+        match self {
+            SimModule::Tcp(m) => m.abort_on_drop(),
+            SimModule::Udp(m) => m.abort_on_drop(),
+        }
+    }
+}
+
 /// Fragments in use in every pool of `btl`.
 fn in_use(btl: &dyn Btl<'static>) -> u32 {
     FragmentClass::ALL

@@ -35,6 +35,14 @@ pub trait Bootstrap: Send + Sync {
     /// The card of `proc`, waiting up to `timeout` for it to be published.
     fn lookup(&self, proc: ProcName, timeout: Duration) -> Result<Card, BootstrapError>;
 
+    /// Takes back `card`, published by this process, as it stops
+    /// listening: a process that comes later finds no stale addresses.
+    /// Nothing to do where cards are not kept (a static list).
+    fn withdraw(&self, card: &Card) -> Result<(), BootstrapError> {
+        let _ = card;
+        Ok(())
+    }
+
     /// The contacts `proc` must listen on, when they were fixed in advance
     /// (a static list); `None` when the process chooses and publishes them.
     fn assigned(&self, proc: ProcName) -> Option<Card> {

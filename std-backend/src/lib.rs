@@ -23,6 +23,7 @@ pub mod params;
 pub mod plot;
 pub mod progress_thread;
 pub mod raw;
+pub mod refusals;
 pub mod tcp;
 pub mod udp;
 pub mod wake;

@@ -20,6 +20,7 @@
 //! Nothing here takes a lock: a module belongs to one thread at a time,
 //! and events are handed out by [`Btl::poll_event`], never called back.
 
+use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -29,12 +30,13 @@ use btl_core::btl::{
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::engine::{ConnectRequest, LinkEnd, LinkId};
+use btl_core::engine::{ConnectRequest, LinkId, Source, Usage};
 use btl_core::pool::FragmentPools;
-use btl_core::wire::CloseReason;
 
+use crate::contacts::LookupError;
 use crate::engine_cell::{EngineCell, StdEngine};
 use crate::net::{Net, Poller, Readiness, RegistryOf, WAKE};
+use crate::refusals::Refusals;
 /// How often a busy-polling module asks the engine for its next timer:
 /// finding it scans every peer and link, and the finest timer (the
 /// acknowledgement delay) is coarser than this.
@@ -58,8 +60,15 @@ pub trait Transport {
     fn net(&self) -> &Self::Net;
 
     /// Whether this transport reaches `proc` (it has an address for it
-    /// that pairs with a local one); called before the engine learns of it.
-    fn resolve(&mut self, proc: ProcName) -> bool;
+    /// that pairs with a local one), waiting up to `timeout` for its card;
+    /// why not if it does not. Called before the engine learns of it.
+    fn resolve(&mut self, proc: ProcName, timeout: Duration) -> Result<(), LookupError>;
+
+    /// How long [`Btl::add_procs`] waits for a card.
+    fn lookup_timeout(&self) -> Duration;
+
+    /// The refusals of strangers so far, by reason.
+    fn refusals(&self) -> &Refusals;
 
     /// A readiness event of the poller for one of this transport's tokens.
     fn on_event(
@@ -132,37 +141,15 @@ fn serve_engine<T: Transport>(
     engine.progress();
 }
 
-/// Logs why the engine closes a link, once, as its connection with
-/// `remote` goes: a refused handshake (an unknown process, a wrong job key,
-/// another protocol version, garbage) or an abnormal close as a warning
-/// with the reason, an orderly close only at debug level.
-pub(crate) fn log_link_end(
-    component: &str,
-    me: ProcName,
-    remote: Option<std::net::SocketAddr>,
-    end: Option<LinkEnd>,
-) {
-    let Some(end) = end else {
-        return;
-    };
-    let remote = match remote {
-        Some(at) => format!("{at}"),
-        None => "a peer whose address is gone".to_owned(),
-    };
-    let reason = end.reason;
-    let by = if end.by_peer { "the peer" } else { "this side" };
-    match (reason, end.verified) {
-        (CloseReason::Normal | CloseReason::Shutdown, _) => {
-            tracing::debug!("{component} {me}: link with {remote} closed by {by}: {reason}")
-        }
-        (_, false) if !end.by_peer => {
-            tracing::warn!("{component} {me}: refused a connection with {remote}: {reason}")
-        }
-        (_, false) => {
-            tracing::warn!("{component} {me}: {remote} refused the connection: {reason}")
-        }
-        (_, true) => {
-            tracing::warn!("{component} {me}: link with {remote} closed by {by}: {reason}")
+/// The engine's name for where a connection or datagram comes from: its IP
+/// address (an IPv6 address by its /64, which one host can fill), so that
+/// the handshake budget per source holds one host to its share.
+pub fn source_of(at: std::net::SocketAddr) -> Source {
+    match at.ip() {
+        std::net::IpAddr::V4(ip) => Source(u64::from(u32::from(ip))),
+        std::net::IpAddr::V6(ip) => {
+            let [a, b, c, d, e, f, g, h, ..] = ip.octets();
+            Source(u64::from_be_bytes([a, b, c, d, e, f, g, h]) | 1 << 63)
         }
     }
 }
@@ -185,6 +172,39 @@ pub struct Module<T: Transport> {
     clock: u64,
     /// What waiting has cost, spinning first and blocking at once.
     waits: WaitCosts,
+    /// Why processes that `add_procs` did not reach could not be reached,
+    /// until a later lookup reaches them.
+    unreachable: HashMap<ProcName, LookupError>,
+    /// Whether dropping the module finalizes it (see [`Drop`]).
+    finalize_on_drop: bool,
+}
+
+/// Why [`Module::reach`] could not reach a process.
+#[derive(Debug, thiserror::Error)]
+pub enum ReachError {
+    /// The transport has no usable address for it.
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    /// The engine would not add it.
+    #[error("adding process {proc}: {error}")]
+    Btl {
+        /// The process.
+        proc: ProcName,
+        /// Why.
+        error: BtlError,
+    },
+}
+
+/// What [`Module::flush`] could not deliver before its timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{outstanding} sends, puts or gets not yet acknowledged after {waited:?}")]
+pub struct Unflushed {
+    /// Packets and operations still outstanding ([`Engine::outstanding`]).
+    ///
+    /// [`Engine::outstanding`]: btl_core::engine::Engine::outstanding
+    pub outstanding: usize,
+    /// How long the flush waited.
+    pub waited: Duration,
 }
 
 /// How long [`Module::wait`] took to see something, spinning first and
@@ -248,6 +268,8 @@ impl<T: Transport> Module<T> {
             passes: 0,
             clock: 0,
             waits: WaitCosts::default(),
+            unreachable: HashMap::new(),
+            finalize_on_drop: true,
         })
     }
 
@@ -282,6 +304,86 @@ impl<T: Transport> Module<T> {
     /// The transport, to inspect it (its addresses, its connections).
     pub fn transport(&self) -> &T {
         &self.transport
+    }
+
+    /// Looks `proc` up, waiting up to `timeout` for its card, and adds it
+    /// (as [`Btl::add_procs`] does, with the lookup's bound and cause):
+    /// its endpoint, or why it cannot be reached.
+    pub fn reach(&mut self, proc: ProcName, timeout: Duration) -> Result<EndpointId, ReachError> {
+        self.transport.resolve(proc, timeout)?;
+        self.unreachable.remove(&proc);
+        let mut one = [None];
+        let mut word = [0u64];
+        self.cell
+            .engine_mut(|e| {
+                e.add_procs(
+                    core::slice::from_ref(&proc),
+                    &mut one,
+                    &mut Reachability::new(&mut word),
+                )
+            })
+            .map_err(|error| ReachError::Btl { proc, error })?;
+        one[0].ok_or(ReachError::Btl {
+            proc,
+            error: BtlError::Unreachable,
+        })
+    }
+
+    /// Why [`Btl::add_procs`] found `proc` unreachable, if it did (and no
+    /// later lookup reached it).
+    pub fn why_unreachable(&self, proc: ProcName) -> Option<&LookupError> {
+        self.unreachable.get(&proc)
+    }
+
+    /// Makes dropping this module close its sockets without a word, as a
+    /// killed process's are: its peers find it gone by their own means
+    /// (refused reconnections, their peer timeout). For simulations and
+    /// tests that play a crash.
+    pub fn abort_on_drop(&mut self) {
+        self.finalize_on_drop = false;
+    }
+
+    /// How much of the engine's fixed storage is in use.
+    pub fn usage(&self) -> Usage {
+        self.cell.engine(|e| e.usage())
+    }
+
+    /// The refusals of strangers so far, by reason.
+    pub fn refusals(&self) -> &Refusals {
+        self.transport.refusals()
+    }
+
+    /// Moves the protocol forward until everything sent so far is
+    /// acknowledged by its peer (or has failed, and its event is queued),
+    /// waiting up to `timeout`: the first half of a graceful close, before
+    /// [`Btl::finalize`], after which nothing queued is lost unreported.
+    /// Sends that owe no event (`sendi`, owned descriptors) are covered
+    /// too: when this returns `Ok`, their peers have them.
+    ///
+    /// Events that arrive meanwhile stay queued for [`Btl::poll_event`].
+    pub fn flush(&mut self, timeout: Duration) -> Result<(), Unflushed> {
+        let start = Instant::now();
+        loop {
+            let outstanding = self.cell.engine(|e| e.outstanding());
+            if outstanding == 0 {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(Unflushed {
+                    outstanding,
+                    waited,
+                });
+            }
+            let step = (timeout - waited).min(Duration::from_millis(10));
+            if self.poller.is_some() {
+                let _ = self.pass(Some(step));
+            } else {
+                // A progress thread reads the sockets: let it.
+                self.serve_queued();
+                std::thread::sleep(step.min(Duration::from_micros(200)));
+            }
+        }
     }
 
     /// Nanoseconds since the module was made: the engine's clock.
@@ -488,11 +590,18 @@ impl<T: Transport> Btl<'static> for Module<T> {
         endpoints: &mut [Option<EndpointId>],
         reachable: &mut Reachability<'_>,
     ) -> Result<(), BtlError> {
+        let timeout = self.transport.lookup_timeout();
         for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
             *ep = None;
-            if !self.transport.resolve(*proc) {
+            if let Err(e) = self.transport.resolve(*proc, timeout) {
+                tracing::debug!(
+                    "{}: process {proc} is not reachable: {e}",
+                    self.attributes().name
+                );
+                self.unreachable.insert(*proc, e);
                 continue;
             }
+            self.unreachable.remove(proc);
             let mut one = [None];
             let mut word = [0u64];
             self.cell.engine_mut(|e| {
@@ -632,5 +741,17 @@ impl<T: Transport> Btl<'static> for Module<T> {
         self.cell.engine_mut(|e| e.finalize());
         // The CLOSEs go out before the sockets are dropped.
         let _ = self.pass(None);
+    }
+}
+
+impl<T: Transport> Drop for Module<T> {
+    /// A module dropped without [`Btl::finalize`] (an early return, a
+    /// panic) is finalized: its peers read a CLOSE and lose this process
+    /// at once, instead of waiting out their peer timeout. Unless
+    /// [`abort_on_drop`](Module::abort_on_drop) said otherwise.
+    fn drop(&mut self) {
+        if self.finalize_on_drop && !self.cell.engine(|e| e.is_finalized()) {
+            self.finalize();
+        }
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::{EngineConfig, Framing};
-use btl_core::engine::{ConnectRequest, LinkId};
+use btl_core::engine::{ConnectFailure, ConnectRequest, LinkId};
 use btl_core::mca::{
     BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
     ParamSpec, Params, RegisterError, Version,
@@ -24,13 +24,14 @@ use btl_core::mca::{
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 
 use crate::bootstrap::{Bootstrap, Card, Contact};
-use crate::contacts::PeerContacts;
+use crate::contacts::{LookupError, PeerContacts};
 use crate::engine_cell::StdEngine;
 use crate::interfaces::{self, Selection};
 use crate::listen::{Ports, listen_all};
-use crate::module::{EventOf, Module, Transport, log_link_end};
+use crate::module::{EventOf, Module, Transport, source_of};
 use crate::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Watch};
 use crate::params::{SocketParams, engine_param_specs, register_specs, socket_param_specs};
+use crate::refusals::{Refusals, Refused};
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "udp";
@@ -112,6 +113,9 @@ pub struct Udp<N: Net> {
     /// Scratch of `flush`, kept so that a flush allocates nothing.
     scratch_links: Vec<(LinkId, usize, SocketAddr)>,
     scratch_blocked: Vec<bool>,
+    /// This process's card, withdrawn when the transport is dropped.
+    card: Card,
+    refusals: Refusals,
 }
 
 impl<N: Net> Udp<N> {
@@ -152,6 +156,8 @@ impl<N: Net> Udp<N> {
             write_interest: vec![false; n],
             scratch_links: Vec::new(),
             scratch_blocked: vec![false; n],
+            card,
+            refusals: Refusals::default(),
         })
     }
 
@@ -201,14 +207,28 @@ impl<N: Net> Udp<N> {
             };
             let link = match self.by_addr.get(&from) {
                 Some(&link) => link,
-                None => match engine.handle_accepted(self.net.random(), now) {
+                None => match engine.handle_accepted(source_of(from), self.net.random(), now) {
                     Ok(link) => {
                         self.by_addr.insert(from, link);
                         self.by_link.insert(link, (s, from));
                         link
                     }
-                    // Every link slot is in use: the datagram is dropped.
-                    Err(_) => continue,
+                    // Every link slot is in use (by verified peers:
+                    // strangers are held to the handshake budget): the
+                    // datagram is dropped, and the sender retries.
+                    Err(_) => {
+                        let what = "every link slot in use";
+                        if self
+                            .refusals
+                            .record(now, Some(from), Refused::Datagram, what)
+                        {
+                            tracing::warn!(
+                                "udp {}: refused a datagram from {from}: {what}",
+                                self.me
+                            );
+                        }
+                        continue;
+                    }
                 },
             };
             if engine.handle_datagram(link, &self.recv[..n], now).is_err() {
@@ -225,12 +245,23 @@ impl<N: Net> Transport for Udp<N> {
         &self.net
     }
 
-    fn resolve(&mut self, proc: ProcName) -> bool {
+    fn resolve(&mut self, proc: ProcName, timeout: Duration) -> Result<(), LookupError> {
         if proc == self.me {
-            return false;
+            return Err(LookupError::Itself(proc));
         }
-        let timeout = self.config.lookup_timeout;
-        self.peers.learn(&*self.bootstrap, proc, timeout).is_some() && self.pair_for(proc).is_some()
+        self.peers.learn(&*self.bootstrap, proc, timeout)?;
+        match self.pair_for(proc) {
+            Some(_) => Ok(()),
+            None => Err(self.peers.no_pairing(proc)),
+        }
+    }
+
+    fn lookup_timeout(&self) -> Duration {
+        self.config.lookup_timeout
+    }
+
+    fn refusals(&self) -> &Refusals {
+        &self.refusals
     }
 
     fn on_event(
@@ -257,7 +288,9 @@ impl<N: Net> Transport for Udp<N> {
         now: u64,
     ) {
         let Some((s, remote)) = self.pair_for(req.proc) else {
-            engine.handle_connect_failed(req, now);
+            // A peer that came to this side and published no address here:
+            // it is waited for, to come again.
+            engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
             return;
         };
         if self.by_addr.contains_key(&remote) {
@@ -269,7 +302,7 @@ impl<N: Net> Transport for Udp<N> {
                 self.by_addr.insert(remote, link);
                 self.by_link.insert(link, (s, remote));
             }
-            Err(_) => engine.handle_connect_failed(req, now),
+            Err(_) => engine.handle_connect_failed(req, ConnectFailure::Unreachable, now),
         }
     }
 
@@ -281,7 +314,9 @@ impl<N: Net> Transport for Udp<N> {
         now: u64,
     ) {
         if let Some(addr) = self.forget(link) {
-            log_link_end(NAME, self.me, Some(addr), engine.link_end(link));
+            let end = engine.link_end(link);
+            self.refusals
+                .link_end(now, (NAME, self.me), Some(addr), end, Refused::Datagram);
         }
         engine.handle_closed(link, now);
     }
@@ -303,7 +338,8 @@ impl<N: Net> Transport for Udp<N> {
         any
     }
 
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, _now: u64) {
+    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: u64) {
+        self.refusals.log_summaries(now, (NAME, self.me));
         let mut links = std::mem::take(&mut self.scratch_links);
         let mut blocked = std::mem::take(&mut self.scratch_blocked);
         links.clear();
@@ -348,6 +384,16 @@ impl<N: Net> Transport for Udp<N> {
         }
         self.scratch_links = links;
         self.scratch_blocked = blocked;
+    }
+}
+
+impl<N: Net> Drop for Udp<N> {
+    /// The card goes with the transport: nobody is to look for this
+    /// process there any more.
+    fn drop(&mut self) {
+        if let Err(e) = self.bootstrap.withdraw(&self.card) {
+            tracing::debug!("udp {}: withdrawing its card: {e}", self.me);
+        }
     }
 }
 

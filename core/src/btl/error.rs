@@ -6,6 +6,7 @@ use super::memory::MemError;
 use crate::endpoint::EndpointError;
 use crate::pool::PoolError;
 
+use crate::wire::CloseReason;
 pub use crate::wire::RejectCode;
 
 impl From<MemError> for RejectCode {
@@ -37,6 +38,33 @@ pub enum LostReason {
     /// epoch). What was outstanding to the old start failed; the endpoint
     /// goes on to the new one.
     Restarted,
+    /// Its host refused every connection for the refusal timeout
+    /// (`btl_<component>_refused_timeout`): nothing listens there any more,
+    /// the process is gone.
+    Refused,
+    /// No connection could be made to it: no route, no address, or the
+    /// connect timed out.
+    Unreachable,
+    /// It refused this process for want of room (every peer or link slot
+    /// in use).
+    NoRoom,
+}
+
+impl LostReason {
+    /// The loss a CLOSE with `reason` means for its peer, when the CLOSE
+    /// ends the peer and not only one of its links (a `Normal` close is
+    /// one link's end).
+    pub const fn of_close(reason: CloseReason) -> Option<LostReason> {
+        match reason {
+            CloseReason::Normal => None,
+            CloseReason::ProtocolError => Some(LostReason::ProtocolViolation),
+            CloseReason::VersionMismatch => Some(LostReason::VersionMismatch),
+            CloseReason::AuthFailed => Some(LostReason::AuthFailed),
+            CloseReason::Timeout => Some(LostReason::Timeout),
+            CloseReason::ResourceExhausted => Some(LostReason::NoRoom),
+            CloseReason::Shutdown | CloseReason::Other(_) => Some(LostReason::Closed),
+        }
+    }
 }
 
 /// Why a BTL operation failed.
@@ -101,6 +129,9 @@ impl fmt::Display for LostReason {
             LostReason::Closed => "closed by the peer",
             LostReason::Removed => "removed",
             LostReason::Restarted => "restarted",
+            LostReason::Refused => "its host refuses connections",
+            LostReason::Unreachable => "no connection could be made",
+            LostReason::NoRoom => "it has no room for this process",
         })
     }
 }

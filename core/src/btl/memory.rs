@@ -149,6 +149,16 @@ impl<'m, const N: usize> Registrations<'m, N> {
         }
     }
 
+    /// Regions registered now.
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.region.is_some()).count()
+    }
+
+    /// Whether no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Lends `region` to the table with the given peer access.
     pub fn register(
         &mut self,

@@ -72,6 +72,21 @@ pub struct EngineConfig {
     /// one breaks the others carry what it had not delivered. From 1 to
     /// [`MAX_PEER_LINKS`](super::MAX_PEER_LINKS); datagram framing uses 1.
     pub links: u8,
+    /// A peer that was open and whose host refuses every reconnection
+    /// (nothing listens there: the process died) is lost with
+    /// `PeerLost(Refused)` once the refusals have lasted this many
+    /// nanoseconds, counted from the first refused reconnection; other
+    /// failures (no route, no answer) are retried until `peer_timeout`.
+    pub refused_timeout: u64,
+    /// Connections (and datagram sources) that peers opened and that are
+    /// still in their handshake, at most, whoever opened them: unverified
+    /// strangers cannot take the link slots of verified peers. A new one
+    /// beyond it drops the oldest, silent ones (nothing received yet)
+    /// first.
+    pub handshake_budget: u16,
+    /// As `handshake_budget`, from one source (one network address, as the
+    /// driver names it): one host cannot take the whole budget.
+    pub handshake_budget_per_source: u16,
     /// This start of the process, sent in every HELLO: a driver sets a
     /// fresh value each time the process starts (a random number, a boot
     /// counter), so that its peers tell a restart from a reconnection and
@@ -83,8 +98,10 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// Defaults for process `me`: stream links, 1 MiB bodies, 16 credits,
     /// 64 KiB PUT packets, 5 s handshake, 30 s peer timeout, 10 s
-    /// keepalive, data-centre retransmission bounds, 50 µs acknowledgement
-    /// delay, one link per peer, no job key, no checksum.
+    /// keepalive, 250 ms of refused reconnections, 32 handshakes of
+    /// strangers at once (8 from one source), data-centre retransmission
+    /// bounds, 50 µs acknowledgement delay, one link per peer, no job key,
+    /// no checksum.
     pub fn new(me: ProcName) -> Self {
         EngineConfig {
             me,
@@ -100,6 +117,9 @@ impl EngineConfig {
             rtt: RttConfig::DATA_CENTRE,
             ack_delay: 50_000,
             links: 1,
+            refused_timeout: 250 * MS,
+            handshake_budget: 32,
+            handshake_budget_per_source: 8,
             epoch: 0,
         }
     }

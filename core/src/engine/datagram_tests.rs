@@ -10,10 +10,10 @@ use std::string::String;
 use std::vec;
 use std::vec::Vec;
 
-use super::Engine;
 use super::config::{EngineConfig, Framing};
 use super::dgram::{DatagramPair, Faults};
 use super::pipe::Side;
+use super::{Engine, Source};
 use crate::btl::{Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteSlice, Tag};
 use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName};
@@ -376,7 +376,7 @@ fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
     let mut frame = [0u8; HEADER_LEN + HelloRepr::LEN];
     wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).expect("hello");
     frame[HEADER_LEN + 4] = VERSION_MAJOR + 1;
-    let link = e.handle_accepted([1; 16], 0).expect("link");
+    let link = e.handle_accepted(Source(0), [1; 16], 0).expect("link");
     e.handle_datagram(link, &frame, 0).expect("known link");
     let mut closed = false;
     while let Some(bytes) = e.poll_transmit(link).map(|t| t.segments.concat()) {

@@ -55,7 +55,7 @@ use core::marker::PhantomData;
 use heapless::Vec;
 
 use super::pipe::{Side, SplitMix64};
-use super::{Engine, LinkId};
+use super::{ConnectFailure, Engine, LinkId, Source};
 use crate::btl::{Btl, BtlError};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::wire::NONCE_LEN;
@@ -454,7 +454,8 @@ where
                 break;
             };
             if req.proc != self.names[side.other().index()] {
-                self.engine_mut(side).handle_connect_failed(req, now);
+                self.engine_mut(side)
+                    .handle_connect_failed(req, ConnectFailure::Unreachable, now);
                 continue;
             }
             // One association per pair of addresses: a link that exists
@@ -465,7 +466,11 @@ where
             let nonce = self.nonce();
             match self.engine_mut(side).handle_connected(req, nonce, now) {
                 Ok(link) => self.links[side.index()] = Some(link),
-                Err(_) => self.engine_mut(side).handle_connect_failed(req, now),
+                Err(_) => self.engine_mut(side).handle_connect_failed(
+                    req,
+                    ConnectFailure::Unreachable,
+                    now,
+                ),
             }
         }
     }
@@ -616,7 +621,11 @@ where
         }
         let now = self.now;
         let nonce = self.nonce();
-        let link = self.engine_mut(side).handle_accepted(nonce, now).ok()?;
+        let from = Source(side.other().index() as u64);
+        let link = self
+            .engine_mut(side)
+            .handle_accepted(from, nonce, now)
+            .ok()?;
         self.links[side.index()] = Some(link);
         Some(link)
     }

@@ -21,11 +21,13 @@ pub mod window;
 #[cfg(test)]
 mod datagram_tests;
 #[cfg(test)]
+mod hardening_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod third_party_tests;
 
 pub use machine::{
-    ConnectRequest, Engine, LinkEnd, LinkError, LinkId, MAX_OPS, MAX_PEER_LINKS, MAX_SEGMENTS,
-    Transmit, WINDOW,
+    ConnectFailure, ConnectRequest, Engine, LinkEnd, LinkError, LinkId, MAX_OPS, MAX_PEER_LINKS,
+    MAX_SEGMENTS, Source, Transmit, Usage, WINDOW,
 };

@@ -62,10 +62,13 @@ use core::borrow::BorrowMut;
 use core::marker::PhantomData;
 use core::ops::AddAssign;
 
-use super::{Engine, LinkError, LinkId};
+use super::{ConnectFailure, Engine, LinkError, LinkId, Source};
 use crate::btl::{Btl, BtlError};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 use crate::wire::NONCE_LEN;
+
+/// The source of connections made from outside the pair (a rogue's).
+const EXTERNAL: Source = Source(2);
 
 /// Transmits one [`write_link`] takes at most (an engine hands out far
 /// fewer before its link is drained): the bound of a loop that must end.
@@ -993,7 +996,11 @@ where
                 let slot = self.free_slot();
                 let reachable = req.proc == self.names[target.index()] && !self.is_dead(target);
                 let Some(i) = slot.filter(|_| reachable) else {
-                    self.engine_mut(side).handle_connect_failed(req, now);
+                    self.engine_mut(side).handle_connect_failed(
+                        req,
+                        ConnectFailure::Unreachable,
+                        now,
+                    );
                     activity.closed += 1;
                     continue;
                 };
@@ -1001,7 +1008,11 @@ where
                 let link = match self.engine_mut(side).handle_connected(req, nonce, now) {
                     Ok(link) => link,
                     Err(_) => {
-                        self.engine_mut(side).handle_connect_failed(req, now);
+                        self.engine_mut(side).handle_connect_failed(
+                            req,
+                            ConnectFailure::Unreachable,
+                            now,
+                        );
                         activity.closed += 1;
                         continue;
                     }
@@ -1097,7 +1108,7 @@ where
             let now = self.now;
             let link = self
                 .engine_mut(target)
-                .handle_accepted(nonce, now)
+                .handle_accepted(EXTERNAL, nonce, now)
                 .map_err(PairError::Link)?;
             (End::Link(target, link), None)
         } else {
@@ -1206,7 +1217,8 @@ where
         }
         let nonce = self.nonce();
         let now = self.now;
-        match self.engine_mut(side).handle_accepted(nonce, now) {
+        let from = Source(side.other().index() as u64);
+        match self.engine_mut(side).handle_accepted(from, nonce, now) {
             Ok(link) => (End::Link(side, link), None),
             Err(_) => (End::Accepting(side), Some(Closure::Refused)),
         }

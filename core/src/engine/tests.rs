@@ -7,9 +7,9 @@ use std::boxed::Box;
 use std::vec;
 use std::vec::Vec;
 
-use super::Engine;
 use super::config::EngineConfig;
 use super::pipe::{Closure, Role, Side, StreamPair};
+use super::{Engine, Source};
 use crate::btl::{
     Access, Btl, BtlError, Event, LostReason, MemSlice, RejectCode, RemoteSlice, SendStatus, Tag,
 };
@@ -330,7 +330,7 @@ fn a_wrong_job_key_is_refused_and_the_send_fails_once() {
 #[test]
 fn garbage_on_an_accepted_link_closes_only_that_link() {
     let mut b = engine(B, None, 16);
-    let link = b.handle_accepted([1; 16], 1).expect("link");
+    let link = b.handle_accepted(Source(0), [1; 16], 1).expect("link");
     let taken = b.handle_stream(link, &[0xAB; 100], 2).expect("known link");
     assert_eq!(taken, 100);
     // The engine answers with a CLOSE and asks the driver to drop the link.
@@ -788,9 +788,9 @@ fn a_refused_puts_late_acks_do_not_complete_the_next_put() {
 #[test]
 fn a_closed_links_id_is_refused_after_its_slot_is_reused() {
     let mut e = engine(A, None, 16);
-    let old = e.handle_accepted([1; 16], 0).expect("link");
+    let old = e.handle_accepted(Source(0), [1; 16], 0).expect("link");
     e.handle_closed(old, 0);
-    let new = e.handle_accepted([2; 16], 0).expect("link");
+    let new = e.handle_accepted(Source(0), [2; 16], 0).expect("link");
     assert_ne!(old, new);
     assert_eq!(
         e.handle_stream(old, b"stale bytes", 0),

@@ -9,11 +9,11 @@ use std::format;
 use std::vec;
 use std::vec::Vec;
 
-use super::LinkId;
 use super::config::EngineConfig;
 use super::pipe::{Pipe, read_link, write_link};
 use super::rtt::RttConfig;
 use super::tests::{E, drain, engine_with, in_use};
+use super::{ConnectFailure, LinkId, Source};
 use crate::btl::{Access, Btl, BtlError, MemHandle, RejectCode, RemoteSlice};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 
@@ -105,12 +105,12 @@ impl Mesh {
             {
                 let j = self.names.iter().position(|&n| n == req.proc);
                 let Some(j) = j.filter(|&j| !self.down[j]) else {
-                    self.engines[i].handle_connect_failed(req, now);
+                    self.engines[i].handle_connect_failed(req, ConnectFailure::Unreachable, now);
                     continue;
                 };
                 let (n1, n2) = (self.nonce(), self.nonce());
                 let from = self.engines[i].handle_connected(req, n1, now);
-                let to = self.engines[j].handle_accepted(n2, now);
+                let to = self.engines[j].handle_accepted(Source(0), n2, now);
                 let (Ok(from), Ok(to)) = (from, to) else {
                     panic!("no link slot");
                 };

@@ -59,6 +59,28 @@ impl Bootstrap for SharedDir {
         std::fs::rename(&temp, &path).map_err(io(format!("renaming to {}", path.display())))
     }
 
+    /// Removes the card file if it is still `card` (a later start of the
+    /// same process may have replaced it), and the job's directory once
+    /// it is empty.
+    fn withdraw(&self, card: &Card) -> Result<(), BootstrapError> {
+        let path = self.path_of(card.proc);
+        if Self::read(&path)?.is_some_and(|text| text == card.to_string()) {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(BootstrapError::Io {
+                        what: format!("removing {}", path.display()),
+                        source: e,
+                    });
+                }
+            }
+        }
+        // Fails, as it should, while other cards are there.
+        let _ = std::fs::remove_dir(self.job_dir(card.proc));
+        Ok(())
+    }
+
     fn lookup(&self, proc: ProcName, timeout: Duration) -> Result<Card, BootstrapError> {
         let path = self.path_of(proc);
         let start = Instant::now();

@@ -8,18 +8,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
-use btl_core::engine::{ConnectRequest, LinkId};
+use btl_core::engine::{ConnectFailure, ConnectRequest, LinkError, LinkId};
+use btl_core::wire::{self, CloseReason, CloseRepr, HEADER_LEN, HeaderRepr, PacketRepr};
 use ipnet::IpNet;
 
 use super::TcpConfig;
 use super::conn::{Conn, ConnState, ReadOutcome};
 use crate::bootstrap::{Bootstrap, Card, Contact};
-use crate::contacts::PeerContacts;
+use crate::contacts::{LookupError, PeerContacts};
 use crate::engine_cell::StdEngine;
 use crate::interfaces;
 use crate::listen::listen_all;
-use crate::module::{EventOf, Transport, log_link_end};
+use crate::module::{EventOf, Transport, source_of};
 use crate::net::{ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch};
+use crate::refusals::{Refusals, Refused};
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "tcp";
@@ -37,6 +39,10 @@ pub struct Tcp<N: Net> {
     by_link: HashMap<LinkId, usize>,
     /// Each reachable peer's TCP contacts, as it published them.
     peers: PeerContacts,
+    /// This process's card, withdrawn from the bootstrap when the
+    /// transport is dropped.
+    card: Card,
+    refusals: Refusals,
 }
 
 impl<N: Net> Tcp<N> {
@@ -73,6 +79,8 @@ impl<N: Net> Tcp<N> {
             conns: Vec::new(),
             by_link: HashMap::new(),
             peers: PeerContacts::new(NAME),
+            card,
+            refusals: Refusals::default(),
         })
     }
 
@@ -140,13 +148,20 @@ impl<N: Net> Tcp<N> {
         Some(conn)
     }
 
-    /// A connection that broke or was closed by its peer: the engine is
-    /// told and the socket dropped.
-    fn broken(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, i: usize, now: u64) {
+    /// A connection that broke or was closed by its peer (`why`, if it was
+    /// still connecting): the engine is told and the socket dropped.
+    fn broken(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<N>,
+        i: usize,
+        why: ConnectFailure,
+        now: u64,
+    ) {
         if let Some(conn) = self.remove(i, registry) {
             match conn.state {
                 ConnState::Open(link) => engine.handle_closed(link, now),
-                ConnState::Connecting { req, .. } => engine.handle_connect_failed(req, now),
+                ConnState::Connecting { req, .. } => engine.handle_connect_failed(req, why, now),
             }
         }
     }
@@ -157,22 +172,46 @@ impl<N: Net> Tcp<N> {
                 Some((listener, _)) => listener.accept(),
                 None => return,
             };
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
+            let (mut stream, from) = match accepted {
+                Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    tracing::warn!("tcp: accept failed: {e}");
+                    // Out of file descriptors, most likely: the listener
+                    // stays, and the next readiness tries again.
+                    if self
+                        .refusals
+                        .record(now, None, Refused::Connection, "accept failed")
+                    {
+                        tracing::warn!("tcp {}: accept failed: {e}", self.me);
+                    }
                     return;
                 }
             };
             if let Err(e) = self.net.tune(&stream, &self.options()) {
-                tracing::warn!("tcp: socket options of an accepted connection: {e}");
+                tracing::debug!(
+                    "tcp {}: socket options of a connection from {from}: {e}",
+                    self.me
+                );
             }
-            let link = match engine.handle_accepted(self.net.random(), now) {
+            let link = match engine.handle_accepted(source_of(from), self.net.random(), now) {
                 Ok(link) => link,
                 Err(e) => {
-                    tracing::warn!("tcp: connection refused: {e}");
+                    // Every link slot is taken (by verified peers: strangers
+                    // are held to the handshake budget). The peer is told
+                    // why, so that it fails at once and says so.
+                    let reason = CloseReason::ResourceExhausted;
+                    let _ = stream.write_vectored(&[io::IoSlice::new(&close_frame(reason))]);
+                    let what = match e {
+                        LinkError::TooManyLinks => "every link slot in use",
+                        _ => "refused by the engine",
+                    };
+                    if self
+                        .refusals
+                        .record(now, Some(from), Refused::Connection, what)
+                    {
+                        tracing::warn!("tcp {}: refused a connection with {from}: {what}", self.me);
+                    }
                     continue;
                 }
             };
@@ -205,8 +244,9 @@ impl<N: Net> Tcp<N> {
         match conn.stream.connected() {
             Ok(true) => {}
             Ok(false) => return,
-            Err(_) => {
-                self.broken(engine, registry, i, now);
+            Err(e) => {
+                tracing::debug!("tcp {}: connecting to {}: {e}", self.me, req.proc);
+                self.broken(engine, registry, i, failure(&e), now);
                 return;
             }
         }
@@ -216,9 +256,13 @@ impl<N: Net> Tcp<N> {
                 self.by_link.insert(link, i);
             }
             Err(e) => {
-                tracing::warn!("tcp: engine refused a connection to {}: {e}", req.proc);
+                tracing::debug!(
+                    "tcp {}: no link for a connection to {}: {e}",
+                    self.me,
+                    req.proc
+                );
                 self.remove(i, registry);
-                engine.handle_connect_failed(req, now);
+                engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
             }
         }
     }
@@ -240,7 +284,7 @@ impl<N: Net> Tcp<N> {
             return;
         };
         if conn.read(engine, link, now, closing) == ReadOutcome::Closed {
-            self.broken(engine, registry, i, now);
+            self.broken(engine, registry, i, ConnectFailure::Unreachable, now);
         }
     }
 
@@ -261,7 +305,35 @@ impl<N: Net> Tcp<N> {
                     conn.write_interest = waiting;
                 }
             }
-            Err(_) => self.broken(engine, registry, i, now),
+            Err(_) => self.broken(engine, registry, i, ConnectFailure::Unreachable, now),
+        }
+    }
+}
+
+/// How the engine is to take a failed connect: a refusal means nothing
+/// listens at the peer's address (its process is gone).
+fn failure(e: &io::Error) -> ConnectFailure {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => ConnectFailure::Refused,
+        _ => ConnectFailure::Unreachable,
+    }
+}
+
+/// A CLOSE frame saying `reason`: what a connection the engine has no
+/// link for is told before it is dropped.
+fn close_frame(reason: CloseReason) -> heapless::Vec<u8, { HEADER_LEN + CloseRepr::LEN }> {
+    let packet = PacketRepr::Close(CloseRepr { reason });
+    let mut frame = [0u8; HEADER_LEN + CloseRepr::LEN];
+    let len = wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).unwrap_or(0);
+    heapless::Vec::from_slice(&frame[..len]).unwrap_or_default()
+}
+
+impl<N: Net> Drop for Tcp<N> {
+    /// The card goes with the transport: nobody is to look for this
+    /// process there any more.
+    fn drop(&mut self) {
+        if let Err(e) = self.bootstrap.withdraw(&self.card) {
+            tracing::debug!("tcp {}: withdrawing its card: {e}", self.me);
         }
     }
 }
@@ -273,13 +345,23 @@ impl<N: Net> Transport for Tcp<N> {
         &self.net
     }
 
-    fn resolve(&mut self, proc: ProcName) -> bool {
+    fn resolve(&mut self, proc: ProcName, timeout: Duration) -> Result<(), LookupError> {
         if proc == self.me {
-            return false;
+            return Err(LookupError::Itself(proc));
         }
-        let timeout = self.config.lookup_timeout;
-        self.peers.learn(&*self.bootstrap, proc, timeout).is_some()
-            && self.pair_for(proc, 0).is_some()
+        self.peers.learn(&*self.bootstrap, proc, timeout)?;
+        match self.pair_for(proc, 0) {
+            Some(_) => Ok(()),
+            None => Err(self.peers.no_pairing(proc)),
+        }
+    }
+
+    fn lookup_timeout(&self) -> Duration {
+        self.config.lookup_timeout
+    }
+
+    fn refusals(&self) -> &Refusals {
+        &self.refusals
     }
 
     fn on_event(
@@ -330,20 +412,22 @@ impl<N: Net> Transport for Tcp<N> {
         now: u64,
     ) {
         let Some((local, remote)) = self.pair_for(req.proc, req.link_index) else {
-            engine.handle_connect_failed(req, now);
+            // A peer that connected to this side and published no address
+            // here: it is waited for, to connect again.
+            engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
             return;
         };
         let stream = match self.net.connect(local.addr(), remote, &self.options()) {
             Ok(s) => s,
             Err(e) => {
-                tracing::debug!("tcp: connect to {} at {remote}: {e}", req.proc);
-                engine.handle_connect_failed(req, now);
+                tracing::debug!("tcp {}: connect to {} at {remote}: {e}", self.me, req.proc);
+                engine.handle_connect_failed(req, failure(&e), now);
                 return;
             }
         };
         let state = ConnState::Connecting { req, since: now };
         if self.insert(Conn::new(stream, state), registry).is_err() {
-            engine.handle_connect_failed(req, now);
+            engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
         }
     }
 
@@ -361,7 +445,9 @@ impl<N: Net> Transport for Tcp<N> {
             .and_then(|i| self.remove(i, registry))
         {
             let remote = conn.stream.peer_addr().ok();
-            log_link_end(NAME, self.me, remote, engine.link_end(link));
+            let end = engine.link_end(link);
+            self.refusals
+                .link_end(now, (NAME, self.me), remote, end, Refused::Connection);
         }
         engine.handle_closed(link, now);
     }
@@ -386,6 +472,7 @@ impl<N: Net> Transport for Tcp<N> {
     }
 
     fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: u64) {
+        self.refusals.log_summaries(now, (NAME, self.me));
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_ref() else {
                 continue;
@@ -395,8 +482,8 @@ impl<N: Net> Transport for Tcp<N> {
                     let limit =
                         u64::try_from(self.config.connect_timeout.as_nanos()).unwrap_or(u64::MAX);
                     if now.saturating_sub(since) >= limit {
-                        tracing::debug!("tcp: connect to {} timed out", req.proc);
-                        self.broken(engine, registry, i, now);
+                        tracing::debug!("tcp {}: connect to {} timed out", self.me, req.proc);
+                        self.broken(engine, registry, i, ConnectFailure::Unreachable, now);
                     }
                 }
                 ConnState::Open(_) => {

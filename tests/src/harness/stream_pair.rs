@@ -315,9 +315,7 @@ impl World for StreamPairWorld {
         };
         let good = self.peers[rogue.target as usize];
         let e = self.pair.engine(side(rogue.target));
-        let accepted = (0..PEERS as u16)
-            .map(EndpointId)
-            .any(|ep| ep != good && e.is_connected(ep));
+        let accepted = e.endpoints().any(|ep| ep != good && e.is_connected(ep));
         if accepted {
             HandshakeOutcome::Accepted
         } else if rogue.refused {

@@ -12,7 +12,7 @@ use crate::btl::{
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 use crate::pool::FragmentPools;
-use crate::wire::GetRepr;
+use crate::wire::{GetRepr, SendRepr};
 
 impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
     for Engine<'r, 'm, PEERS, LINKS, REGS>
@@ -46,7 +46,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
                 peer.refs = peer.refs.saturating_add(1);
             }
             if reachable.set(i) {
-                *ep = Some(EndpointId(p as u16));
+                *ep = Some(self.endpoint(p));
             }
         }
         Ok(())
@@ -54,17 +54,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
 
     fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
         for ep in endpoints {
-            let p = usize::from(ep.0);
-            let peer = self
-                .peers
-                .get_mut(p)
-                .and_then(Option::as_mut)
-                .ok_or(BtlError::Unreachable)?;
+            let p = self.peer_slot(*ep).ok_or(BtlError::Unreachable)?;
+            let peer = self.peers[p].as_mut().ok_or(BtlError::Unreachable)?;
             peer.refs = peer.refs.saturating_sub(1);
             if peer.refs == 0 {
                 self.lose_peer(p, LostReason::Removed);
-                self.peers[p] = None;
-                self.present_peers.retain(|&i| usize::from(i) != p);
+                self.forget_peer(p);
             }
         }
         Ok(())
@@ -160,7 +155,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
                 desc,
             });
         }
-        if let Err(error) = self.check_send_size(desc.len() - SEND_PREFIX) {
+        if let Err(error) = self
+            .check_send_size(desc.len() - SEND_PREFIX)
+            .and_then(|()| self.check_peer_accepts(p, desc.len() - SEND_PREFIX))
+        {
             return Err(SendError { error, desc });
         }
         desc.set_tag(tag);
@@ -217,6 +215,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         if !ready {
             return Err(BtlError::OutOfResource);
         }
+        self.check_peer_accepts(p, len)?;
         self.check_send_room(len)?;
         let mut desc = Descriptor::alloc(
             &self.pools,
@@ -337,7 +336,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
                 frag,
                 len,
             } => {
-                self.delivered = Some((usize::from(from.0), frag));
+                self.delivered = Some((from, frag));
                 let (_, frag) = self.delivered.as_ref()?;
                 let data = self.pools.bytes(frag).ok()?.get(..len)?;
                 Some(Event::Received(Incoming { from, tag, data }))
@@ -394,10 +393,28 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         Ok(())
     }
 
+    /// A message of `len` bytes must fit the body the peer announced, once
+    /// it has (a peer not yet open is checked when the message leaves).
+    fn check_peer_accepts(&self, p: usize, len: usize) -> Result<(), BtlError> {
+        let Some(peer) = self.peers[p].as_ref().filter(|peer| peer.was_open) else {
+            return Ok(());
+        };
+        let max = peer.peer_max_body.saturating_sub(SendRepr::LEN as u64);
+        if len as u64 > max {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max,
+            });
+        }
+        Ok(())
+    }
+
     fn release_delivered(&mut self) {
-        if let Some((p, frag)) = self.delivered.take() {
+        if let Some((from, frag)) = self.delivered.take() {
             let _ = self.pools.free(frag);
-            if let Some(peer) = self.peers[p].as_mut() {
+            if let Some(p) = self.peer_slot(from)
+                && let Some(peer) = self.peers[p].as_mut()
+            {
                 peer.granted = peer.granted.wrapping_add(1);
                 peer.owe_ack(self.now, false);
             }

@@ -8,7 +8,7 @@ use super::frame::{chunk, emit_control};
 use super::peer::PeerState;
 use super::receive::Receiving;
 use super::reliable::Outgoing;
-use super::{CONTROL_MAX, Engine, LinkError, LinkId, MAX_PEER_LINKS, TX_ITEMS, WINDOW};
+use super::{CONTROL_MAX, Engine, LinkError, LinkId, MAX_PEER_LINKS, Source, TX_ITEMS, WINDOW};
 use crate::btl::LostReason;
 use crate::endpoint::ProcName;
 use crate::engine::handshake::{Handshake, HandshakePacket, LocalHello};
@@ -57,6 +57,12 @@ pub(super) struct Link {
     pub(super) hello_sent_at: u64,
     /// Why the link is closing and whether the peer said so, once it is.
     pub(super) end: Option<(CloseReason, bool)>,
+    /// Where a link the peer opened comes from; `None` for one this side
+    /// opened. What the handshake budget counts.
+    pub(super) source: Option<Source>,
+    /// Whether any byte has come on the link: a silent stranger is the
+    /// first to go when the handshake budget is short.
+    pub(super) heard: bool,
 }
 
 impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
@@ -131,8 +137,55 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             opened_at: now,
             hello_sent_at: now,
             end: None,
+            source: None,
+            heard: false,
         });
         Ok(id)
+    }
+
+    /// Notes that bytes came on the link in `slot`.
+    pub(super) fn mark_heard(&mut self, slot: usize, data: &[u8]) {
+        if !data.is_empty()
+            && let Some(l) = self.links[slot].as_mut()
+        {
+            l.heard = true;
+        }
+    }
+
+    /// Keeps the links strangers opened within the handshake budget before
+    /// one more from `source` comes: past the budget of its source, or the
+    /// whole budget, the oldest goes (of that source, or of all), one that
+    /// has sent nothing before one that has. It is closed with
+    /// `ResourceExhausted`; no verified peer's link is ever chosen.
+    pub(super) fn make_room_for_stranger(&mut self, source: Source) {
+        let strangers = || {
+            self.present_links
+                .iter()
+                .map(|&s| usize::from(s))
+                .filter_map(|s| Some((s, self.links[s].as_ref()?)))
+                .filter(|(_, l)| l.state == LinkState::Handshaking && l.source.is_some())
+        };
+        let from_source = strangers()
+            .filter(|(_, l)| l.source == Some(source))
+            .count();
+        let all = strangers().count();
+        let per_source = usize::from(self.config.handshake_budget_per_source);
+        let budget = usize::from(self.config.handshake_budget);
+        let only = if from_source >= per_source {
+            Some(source)
+        } else if all >= budget {
+            None
+        } else {
+            return;
+        };
+        // Silent before heard, then oldest first.
+        let victim = strangers()
+            .filter(|(_, l)| only.is_none() || l.source == only)
+            .min_by_key(|(_, l)| (l.heard, l.opened_at, l.id.generation))
+            .map(|(s, _)| s);
+        if let Some(slot) = victim {
+            self.fail_link(slot, CloseReason::ResourceExhausted);
+        }
     }
 
     /// Queues whatever handshake packets are due on a link.
@@ -191,13 +244,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
         let index = match l.peer {
             Some(p) => p,
-            None => match self.find_or_add_peer(proc) {
-                Some(p) => p,
-                None => {
-                    self.fail_link(slot, CloseReason::ResourceExhausted);
+            None => {
+                if self.peer_named(proc).is_none() && self.was_forgotten(proc, hello.epoch) {
+                    // The same start of a process this side gave up and
+                    // forgot: it stays lost, and is told so.
+                    self.fail_link(slot, CloseReason::Shutdown);
                     return;
                 }
-            },
+                match self.find_or_add_peer(proc) {
+                    Some(p) => p,
+                    None => {
+                        self.fail_link(slot, CloseReason::ResourceExhausted);
+                        return;
+                    }
+                }
+            }
         };
         // Another epoch is another start of the process: what the old one
         // owed fails, and the new one is a fresh peer. The same start of a
@@ -257,6 +318,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         };
         peer.links[i] = Some(id);
         peer.link_retry[i] = None;
+        peer.refused_since = None;
         peer.state = PeerState::Open;
         if peer.was_open && !carried {
             // A reconnect: tell the peer at once what arrived, so it
@@ -372,11 +434,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 .as_mut()
                 .is_some_and(|peer| peer.forget_link(id))
         {
+            // This side's reasons: any but these is the peer's fault.
             let lost = match reason {
-                CloseReason::VersionMismatch => LostReason::VersionMismatch,
-                CloseReason::AuthFailed => LostReason::AuthFailed,
-                CloseReason::Timeout => LostReason::Timeout,
                 CloseReason::Normal => return,
+                CloseReason::VersionMismatch | CloseReason::AuthFailed | CloseReason::Timeout => {
+                    LostReason::of_close(reason).unwrap_or(LostReason::ProtocolViolation)
+                }
                 _ => LostReason::ProtocolViolation,
             };
             self.lose_peer(p, lost);

@@ -24,8 +24,8 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::mca::Exclusivity;
 use crate::pool::{Fragment, FragmentClass, FragmentPools};
 use crate::wire::{
-    CHECKSUM_LEN, CloseReason, HEADER_LEN, HelloRepr, Limits, NONCE_LEN, PutRepr, SendRepr,
-    WireError,
+    CHECKSUM_LEN, CloseReason, HEADER_LEN, HelloRepr, Limits, MAX_MAX_BODY, MIN_MAX_BODY,
+    NONCE_LEN, PutRepr, SendRepr, WireError,
 };
 
 use bulk::Op;
@@ -92,6 +92,28 @@ pub struct Transmit<'a> {
     pub segments: Vec<&'a [u8], MAX_SEGMENTS>,
 }
 
+/// Where a connection a peer opened (or a datagram source) comes from, as
+/// the driver names it: equal for every connection from one network
+/// address (its IP address folded to 64 bits, say), so that one host cannot
+/// take every slot of the handshake budget
+/// ([`EngineConfig::handshake_budget_per_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Source(pub u64);
+
+/// Why a connection the engine asked for could not be opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectFailure {
+    /// The peer's host answered that nothing listens there (a TCP reset,
+    /// `ECONNREFUSED`): its process is gone. Refusals that last
+    /// [`EngineConfig::refused_timeout`] lose the peer with
+    /// `PeerLost(Refused)`.
+    Refused,
+    /// No connection, for any other reason (no route, no address known,
+    /// the connect timed out): the network may come back, so a peer that
+    /// was open is tried again until its peer timeout.
+    Unreachable,
+}
+
 /// A connection the engine wants the driver to open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectRequest {
@@ -127,6 +149,23 @@ impl core::fmt::Display for LinkError {
 
 impl core::error::Error for LinkError {}
 
+/// What an engine holds now, against its capacities ([`Engine::usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Peers on record (open, connecting, or lost and still referenced).
+    pub peers: usize,
+    /// Links, in any state.
+    pub links: usize,
+    /// Links still in their handshake.
+    pub handshaking: usize,
+    /// Memory registrations.
+    pub registrations: usize,
+    /// Puts and gets not yet complete, this side's and peers' gets served.
+    pub operations: usize,
+    /// Events waiting to be polled.
+    pub events: usize,
+}
+
 #[derive(Debug)]
 enum Pending {
     Received {
@@ -147,10 +186,24 @@ pub struct Engine<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: us
     pools: FragmentPools<'r>,
     regs: Registrations<'m, REGS>,
     peers: [Option<Peer>; PEERS],
+    /// Bumped each time a peer slot is freed: the high half of the slot's
+    /// [`EndpointId`]s, so that a handle of a forgotten peer is refused.
+    generations: [u16; PEERS],
+    /// Starts of processes whose records were freed unannounced (see
+    /// [`Engine::forget_lost_peers`]): a link from one of them is refused
+    /// with Shutdown, as from a lost peer still on record.
+    forgotten: Deque<(ProcName, u64), PEERS>,
+    /// A peer nobody holds (`refs == 0`) was lost: its slot is to be
+    /// freed at the end of the current call.
+    lost_unheld: bool,
     links: [Option<Link>; LINKS],
     ops: [Option<Op>; MAX_OPS],
     events: Deque<Pending, EVENTS>,
-    delivered: Option<(usize, Fragment)>,
+    /// The message [`Btl::poll_event`] handed out last: its fragment is
+    /// freed, and its credit given back to its sender, at the next call.
+    ///
+    /// [`Btl::poll_event`]: crate::btl::Btl::poll_event
+    delivered: Option<(EndpointId, Fragment)>,
     connects: Deque<ConnectRequest, PEERS>,
     /// The peer and link slots in use: what the per-call scans visit, so
     /// that an engine sized for many peers costs little with few.
@@ -172,7 +225,23 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
 {
     /// An engine with `config`, its descriptors and receive fragments from
     /// `pools`.
+    ///
+    /// The body limit it announces and enforces (`max_body`) is at most
+    /// what its largest receive fragment holds as a SEND: a peer that
+    /// keeps to it is never refused for size.
     pub fn new(mut config: EngineConfig, pools: FragmentPools<'r>) -> Self {
+        const { assert!(PEERS <= 1 << 16, "an engine has at most 65536 peers") };
+        let largest_send = pools.class_size(FragmentClass::Max) as u64 + SendRepr::LEN as u64;
+        config.max_body = config
+            .max_body
+            .min(largest_send)
+            .clamp(MIN_MAX_BODY, MAX_MAX_BODY);
+        config.handshake_budget = config
+            .handshake_budget
+            .clamp(1, LINKS.min(u16::MAX as usize) as u16);
+        config.handshake_budget_per_source = config
+            .handshake_budget_per_source
+            .clamp(1, config.handshake_budget);
         let mut eager = pools
             .class_size(FragmentClass::Eager)
             .saturating_sub(SEND_PREFIX);
@@ -211,6 +280,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             pools,
             regs: Registrations::new(),
             peers: core::array::from_fn(|_| None),
+            generations: [0; PEERS],
+            forgotten: Deque::new(),
+            lost_unheld: false,
             links: core::array::from_fn(|_| None),
             ops: [None; MAX_OPS],
             events: Deque::new(),
@@ -297,13 +369,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         now: u64,
     ) -> Result<LinkId, LinkError> {
         self.now = now;
-        let index = usize::from(req.endpoint.0);
-        let proc = self
-            .peers
-            .get(index)
-            .and_then(Option::as_ref)
-            .map(|p| p.proc)
+        let index = self
+            .peer_slot(req.endpoint)
             .ok_or(LinkError::UnknownEndpoint)?;
+        let proc = self.peer_proc(index);
         let link_index = usize::from(req.link_index);
         if link_index >= MAX_PEER_LINKS {
             return Err(LinkError::UnknownEndpoint);
@@ -321,33 +390,74 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         Ok(id)
     }
 
-    /// The driver accepted a connection from an unknown peer; it learns who
-    /// from the HELLO.
+    /// The driver accepted a connection from an unknown peer at `source`;
+    /// the engine learns who it is from the HELLO.
+    ///
+    /// Accepted links still in their handshake are held to the handshake
+    /// budget ([`EngineConfig::handshake_budget`], and per source): beyond
+    /// it the oldest is dropped, a silent one first, with a CLOSE saying
+    /// `ResourceExhausted`. Links of verified peers are never dropped for
+    /// a stranger. [`LinkError::TooManyLinks`] means every slot is in use:
+    /// the driver refuses the connection (over a stream, with a CLOSE of
+    /// its own saying `ResourceExhausted`, so the peer knows why).
     pub fn handle_accepted(
         &mut self,
+        source: Source,
         nonce: [u8; NONCE_LEN],
         now: u64,
     ) -> Result<LinkId, LinkError> {
         self.now = now;
+        self.make_room_for_stranger(source);
         let id = self.new_link(None, nonce, now, 0)?;
+        if let Some(l) = self.link_mut(id) {
+            l.source = Some(source);
+        }
         self.flush_handshake(usize::from(id.slot));
         Ok(id)
     }
 
-    /// The connection `req` asked for could not be opened.
-    pub fn handle_connect_failed(&mut self, req: ConnectRequest, now: u64) {
+    /// The connection `req` asked for could not be opened, for `why`.
+    ///
+    /// A peer never open is lost at once (`PeerLost(Refused)` or
+    /// `PeerLost(Unreachable)`); a reconnecting one is tried again after a
+    /// backoff, until its peer timeout, or, refused every time, until
+    /// [`EngineConfig::refused_timeout`] after the first refusal.
+    pub fn handle_connect_failed(&mut self, req: ConnectRequest, why: ConnectFailure, now: u64) {
         self.now = now;
-        let index = usize::from(req.endpoint.0);
-        let Some(Some(peer)) = self.peers.get(index) else {
+        let Some(index) = self.peer_slot(req.endpoint) else {
+            return;
+        };
+        let refused_timeout = self.config.refused_timeout;
+        let Some(peer) = self.peers[index].as_mut() else {
             return;
         };
         match peer.state {
             // Another link carries the peer: try this one again later.
             PeerState::Open => self.retry_link_later(index, req.link_index),
-            PeerState::Connecting { .. } if peer.was_open => self.retry_later(index),
-            PeerState::Connecting { .. } => self.lose_peer(index, LostReason::Closed),
+            PeerState::Connecting { .. } if peer.was_open => match why {
+                ConnectFailure::Refused => {
+                    let first = *peer.refused_since.get_or_insert(now);
+                    if now.saturating_sub(first) >= refused_timeout {
+                        self.lose_peer(index, LostReason::Refused);
+                    } else {
+                        self.retry_later(index);
+                    }
+                }
+                ConnectFailure::Unreachable => {
+                    peer.refused_since = None;
+                    self.retry_later(index);
+                }
+            },
+            PeerState::Connecting { .. } => {
+                let reason = match why {
+                    ConnectFailure::Refused => LostReason::Refused,
+                    ConnectFailure::Unreachable => LostReason::Unreachable,
+                };
+                self.lose_peer(index, reason);
+            }
             _ => {}
         }
+        self.forget_lost_peers();
     }
 
     /// Bytes read from `link`; returns how many were taken. Fewer than
@@ -361,10 +471,15 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     ) -> Result<usize, LinkError> {
         self.now = now;
         let slot = self.slot_of(link).ok_or(LinkError::UnknownLink)?;
-        let Some(taken) = self.read_all(slot, data) else {
-            return Ok(data.len());
+        self.mark_heard(slot, data);
+        let taken = match self.read_all(slot, data) {
+            Some(taken) => {
+                self.progress_queues();
+                taken
+            }
+            None => data.len(),
         };
-        self.progress_queues();
+        self.forget_lost_peers();
         Ok(taken)
     }
 
@@ -383,26 +498,33 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     ) -> Result<(), LinkError> {
         self.now = now;
         let slot = self.slot_of(link).ok_or(LinkError::UnknownLink)?;
+        self.mark_heard(slot, datagram);
+        self.read_datagram(slot, datagram);
+        self.forget_lost_peers();
+        Ok(())
+    }
+
+    fn read_datagram(&mut self, slot: usize, datagram: &[u8]) {
         let limits = Limits::new(self.config.max_body);
         let Some(l) = self.links.get_mut(slot).and_then(Option::as_mut) else {
-            return Err(LinkError::UnknownLink);
+            return;
         };
         if l.state == LinkState::Closing {
-            return Ok(());
+            return;
         }
         if let Err(e) = crate::wire::parse_datagram(datagram, &limits) {
             let damaged = matches!(e, WireError::ChecksumMismatch { .. });
             if l.state == LinkState::Handshaking && !damaged {
                 self.fail_link(slot, e.close_reason());
             }
-            return Ok(());
+            return;
         }
         // A fresh reader per datagram, each one frame from its start,
         // whose checksum parse_datagram has just checked.
         l.reader = StreamReader::for_checked_frame(limits);
         l.receiving = Receiving::None;
         let Some(taken) = self.read_all(slot, datagram) else {
-            return Ok(());
+            return;
         };
         if taken < datagram.len()
             && let Some(l) = self.links[slot].as_mut()
@@ -411,7 +533,6 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             l.receiving = Receiving::None;
         }
         self.progress_queues();
-        Ok(())
     }
 
     /// The connection `link` broke or was closed by the peer.
@@ -438,6 +559,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         {
             self.link_gone(p, l.index);
         }
+        self.forget_lost_peers();
     }
 
     /// The next bytes to write on `link`, if any.
@@ -650,6 +772,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 self.probe(p);
             }
         }
+        self.forget_lost_peers();
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is due next.
@@ -715,6 +838,58 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     pub fn is_connected(&self, endpoint: EndpointId) -> bool {
         self.peer(endpoint)
             .is_some_and(|p| p.state == PeerState::Open)
+    }
+
+    /// The peers on record, whoever added them (the user, or a peer that
+    /// connected): what a server iterates to see its clients.
+    pub fn endpoints(&self) -> impl Iterator<Item = EndpointId> + '_ {
+        self.present_peers
+            .iter()
+            .map(|&p| self.endpoint(usize::from(p)))
+    }
+
+    /// What this side still owes its peers: packets sent and not yet
+    /// acknowledged, sends and gets queued, and puts and gets not yet
+    /// complete. Zero means every send so far reached its peer (or failed
+    /// and was reported): what a graceful close waits for before
+    /// [`finalize`](crate::btl::Btl::finalize).
+    pub fn outstanding(&self) -> usize {
+        let packets: usize = self
+            .present_peers
+            .iter()
+            .filter_map(|&p| self.peers[usize::from(p)].as_ref())
+            .filter(|p| !matches!(p.state, PeerState::Lost(_)))
+            .map(|p| p.send.len() + p.queue.len() + p.answers.len())
+            .sum();
+        packets + self.ops.iter().flatten().count()
+    }
+
+    /// How much of its fixed storage the engine uses now: what an operator
+    /// compares with the capacities, and a test with a baseline.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            peers: self.present_peers.len(),
+            links: self.present_links.len(),
+            handshaking: self
+                .present_links
+                .iter()
+                .filter_map(|&s| self.links[usize::from(s)].as_ref())
+                .filter(|l| l.state == LinkState::Handshaking)
+                .count(),
+            registrations: self.regs.len(),
+            operations: self.ops.iter().flatten().count(),
+            events: self.events.len(),
+        }
+    }
+
+    /// Whether [`finalize`](crate::btl::Btl::finalize) has been called.
+    pub fn is_finalized(&self) -> bool {
+        self.finalized
+    }
+
+    /// The largest packet body this engine accepts and announces.
+    pub fn max_body(&self) -> u64 {
+        self.config.max_body
     }
 
     // ----- internals ---------------------------------------------------

@@ -77,6 +77,11 @@ pub(super) struct Peer {
     /// The start of the process this record is about (its HELLO's epoch),
     /// once a link to it has opened.
     pub(super) epoch: Option<u64>,
+    /// When the first of an unbroken run of refused reconnections was.
+    pub(super) refused_since: Option<u64>,
+    /// SENDs received from the peer (each once): never more than the
+    /// credits this side has granted ([`Peer::within_credits`]).
+    pub(super) sends_received: u32,
 }
 
 impl Peer {
@@ -107,7 +112,17 @@ impl Peer {
             was_open: false,
             last_rejected: None,
             epoch: None,
+            refused_since: None,
+            sends_received: 0,
         }
+    }
+
+    /// Whether the peer's SENDs so far are within the credits this side
+    /// granted it: the initial ones (`initial`) and those given back since.
+    /// A peer beyond them breaks the protocol.
+    pub(super) fn within_credits(&self, initial: u32) -> bool {
+        let allowed = initial.wrapping_add(self.granted);
+        (self.sends_received.wrapping_sub(allowed) as i32) <= 0
     }
 
     pub(super) fn has_credit(&self) -> bool {
@@ -151,8 +166,120 @@ impl Peer {
 impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     Engine<'r, 'm, PEERS, LINKS, REGS>
 {
+    /// The handle of the peer in slot `p`: the slot in the low half, its
+    /// generation in the high half.
+    pub(super) fn endpoint(&self, p: usize) -> EndpointId {
+        let generation = self.generations.get(p).copied().unwrap_or(0);
+        EndpointId(u32::from(generation) << 16 | p as u32)
+    }
+
+    /// The slot of the peer `endpoint` names, unless that peer has been
+    /// forgotten since (its slot free, or another peer's now).
+    pub(super) fn peer_slot(&self, endpoint: EndpointId) -> Option<usize> {
+        let p = (endpoint.0 & 0xffff) as usize;
+        let generation = (endpoint.0 >> 16) as u16;
+        (self.peers.get(p)?.is_some() && self.generations[p] == generation).then_some(p)
+    }
+
     pub(super) fn peer(&self, endpoint: EndpointId) -> Option<&Peer> {
-        self.peers.get(usize::from(endpoint.0))?.as_ref()
+        self.peers[self.peer_slot(endpoint)?].as_ref()
+    }
+
+    /// The slot of the peer that is process `proc`, if it is on record.
+    pub(super) fn peer_named(&self, proc: ProcName) -> Option<usize> {
+        self.present_peers
+            .iter()
+            .map(|&p| usize::from(p))
+            .find(|&p| self.peers[p].as_ref().is_some_and(|peer| peer.proc == proc))
+    }
+
+    /// Whether start `epoch` of `proc` was lost and its record freed.
+    pub(super) fn was_forgotten(&self, proc: ProcName, epoch: u64) -> bool {
+        self.forgotten.iter().any(|&f| f == (proc, epoch))
+    }
+
+    /// Frees peer slot `p`: its handles go stale.
+    pub(super) fn free_peer_slot(&mut self, p: usize) {
+        self.peers[p] = None;
+        self.present_peers.retain(|&i| usize::from(i) != p);
+        self.generations[p] = self.generations[p].wrapping_add(1);
+    }
+
+    /// Frees the records of lost peers that nobody holds (`refs == 0`:
+    /// they came to this side, the user never added them): a server's
+    /// slots come back as its clients leave. Their starts are remembered
+    /// (a bounded list, the oldest forgotten first), so that one coming
+    /// back as if nothing happened is refused as a lost peer is. Links
+    /// still naming a freed peer are closed.
+    pub(super) fn forget_lost_peers(&mut self) {
+        if !core::mem::take(&mut self.lost_unheld) {
+            return;
+        }
+        let mut freed: Vec<usize, PEERS> = Vec::new();
+        for &p in &self.present_peers {
+            let p = usize::from(p);
+            if self.peers[p]
+                .as_ref()
+                .is_some_and(|peer| peer.refs == 0 && matches!(peer.state, PeerState::Lost(_)))
+            {
+                let _ = freed.push(p);
+            }
+        }
+        for p in freed {
+            self.forget_peer(p);
+        }
+    }
+
+    /// Frees the record of lost peer `p`, remembering its start (see
+    /// [`forget_lost_peers`](Self::forget_lost_peers)) and closing any link
+    /// that still names it.
+    pub(super) fn forget_peer(&mut self, p: usize) {
+        if let Some(peer) = self.peers[p].as_ref()
+            && let Some(epoch) = peer.epoch
+        {
+            if self.forgotten.is_full() {
+                self.forgotten.pop_front();
+            }
+            let _ = self.forgotten.push_back((peer.proc, epoch));
+        }
+        for s in self.present_links.clone() {
+            let s = usize::from(s);
+            if let Some(l) = self.links[s].as_mut()
+                && l.peer == Some(p)
+            {
+                l.peer = None;
+                self.fail_link(s, CloseReason::Shutdown);
+            }
+        }
+        self.free_peer_slot(p);
+    }
+
+    /// Makes room for one more peer when every slot is taken: the peer
+    /// nobody holds that has been disconnected longest (waiting for it to
+    /// connect again) is given up, `PeerLost(Closed)`, and forgotten.
+    /// Open peers are never chosen.
+    fn evict_disconnected_peer(&mut self) -> bool {
+        let victim = self
+            .present_peers
+            .iter()
+            .map(|&p| usize::from(p))
+            .filter_map(|p| Some((p, self.peers[p].as_ref()?)))
+            .filter_map(|(p, peer)| match peer.state {
+                PeerState::Connecting { since, .. }
+                    if peer.refs == 0 && peer.links.iter().all(Option::is_none) =>
+                {
+                    Some((since, p))
+                }
+                _ => None,
+            })
+            .min()
+            .map(|(_, p)| p);
+        let Some(p) = victim else {
+            return false;
+        };
+        self.lose_peer(p, LostReason::Closed);
+        self.forget_lost_peers();
+        true
     }
 
     pub(super) fn peer_proc(&self, p: usize) -> ProcName {
@@ -162,12 +289,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     pub(super) fn find_or_add_peer(&mut self, proc: ProcName) -> Option<usize> {
-        if let Some(i) = self
-            .peers
-            .iter()
-            .position(|p| p.as_ref().is_some_and(|p| p.proc == proc))
-        {
+        if let Some(i) = self.peer_named(proc) {
             return Some(i);
+        }
+        self.forget_lost_peers();
+        if self.peers.iter().all(Option::is_some) && !self.evict_disconnected_peer() {
+            return None;
         }
         let i = self.peers.iter().position(Option::is_none)?;
         self.peers[i] = Some(Peer::new(proc, RttEstimator::with_bounds(self.config.rtt)));
@@ -178,23 +305,16 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// The peer that is process `proc`, asked to connect if it is idle, or
     /// `None` when this engine does not know it or has lost it.
     pub(super) fn reach(&mut self, proc: ProcName) -> Option<usize> {
-        let q = self
-            .peers
-            .iter()
-            .position(|peer| peer.as_ref().is_some_and(|peer| peer.proc == proc))?;
-        self.check_endpoint(EndpointId(q as u16)).ok()
+        let q = self.peer_named(proc)?;
+        self.check_endpoint(self.endpoint(q)).ok()
     }
 
     pub(super) fn check_endpoint(&mut self, endpoint: EndpointId) -> Result<usize, BtlError> {
         if self.finalized {
             return Err(BtlError::Finalized);
         }
-        let p = usize::from(endpoint.0);
-        let peer = self
-            .peers
-            .get(p)
-            .and_then(Option::as_ref)
-            .ok_or(BtlError::Unreachable)?;
+        let p = self.peer_slot(endpoint).ok_or(BtlError::Unreachable)?;
+        let peer = self.peers[p].as_ref().ok_or(BtlError::Unreachable)?;
         match peer.state {
             PeerState::Lost(reason) => Err(BtlError::PeerLost(reason)),
             PeerState::Idle => {
@@ -226,7 +346,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return;
         };
         let req = ConnectRequest {
-            endpoint: EndpointId(p as u16),
+            endpoint: self.endpoint(p),
             proc: peer.proc,
             link_index,
         };
@@ -365,7 +485,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 .events
                 .push_back(Pending::Done(Completion::Error(ErrorEvent {
                     fatal: false,
-                    endpoint: Some(EndpointId(p as u16)),
+                    endpoint: Some(self.endpoint(p)),
                     error: BtlError::PeerLost(LostReason::Restarted),
                 })));
         } else {
@@ -395,6 +515,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             return;
         }
         peer.state = PeerState::Lost(reason);
+        self.lost_unheld |= peer.refs == 0;
         let mut released: Vec<Outgoing, WINDOW> = Vec::new();
         peer.send.drain(|_, out| {
             let _ = released.push(out);
@@ -446,7 +567,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             .events
             .push_back(Pending::Done(Completion::Error(ErrorEvent {
                 fatal: false,
-                endpoint: Some(EndpointId(p as u16)),
+                endpoint: Some(self.endpoint(p)),
                 error,
             })));
     }

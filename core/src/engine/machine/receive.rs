@@ -7,7 +7,6 @@ use super::link::LinkState;
 use super::reliable::Answer;
 use super::{Engine, GET_REPLY, Pending};
 use crate::btl::{BtlError, LostReason, MemSlice, RejectCode, Tag};
-use crate::endpoint::EndpointId;
 use crate::engine::mover::{PayloadTarget, ReadStep};
 use crate::engine::window::{Ack, Arrival, Refused};
 use crate::pool::Fragment;
@@ -454,10 +453,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let Some((seq, item)) = held else {
             return self.on_ack(p, ack, header.credits);
         };
+        let initial_credits = self.config.initial_credits;
         let Some(peer) = self.peers[p].as_mut() else {
             return Ok(());
         };
+        let send = matches!(item, Held::Send { .. });
         match peer.recv.receive(seq, item) {
+            Ok(_) if send => {
+                // Every new SEND spends one credit: a peer that sends past
+                // what this side granted breaks the protocol (its SENDs
+                // would fill the fragments every other peer needs).
+                peer.sends_received = peer.sends_received.wrapping_add(1);
+                if !peer.within_credits(initial_credits) {
+                    return Err(CloseReason::ProtocolError);
+                }
+            }
             Ok(_) => {}
             Err(Refused::Duplicate(item)) | Err(Refused::OutsideWindow(item)) => {
                 if let Held::Send { frag, .. } = item {
@@ -477,7 +487,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     fn deliver(&mut self, p: usize, item: Held) {
-        let from = EndpointId(p as u16);
+        let from = self.endpoint(p);
         match item {
             Held::Send { tag, frag, len } => {
                 if let Err(Pending::Received { frag, .. }) =
@@ -531,14 +541,10 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 }
             }
             Held::Close(reason) => {
-                let lost = match reason {
-                    CloseReason::VersionMismatch => LostReason::VersionMismatch,
-                    CloseReason::AuthFailed => LostReason::AuthFailed,
-                    CloseReason::Timeout => LostReason::Timeout,
-                    CloseReason::ProtocolError => LostReason::ProtocolViolation,
-                    _ => LostReason::Closed,
-                };
-                self.lose_peer(p, lost);
+                self.lose_peer(
+                    p,
+                    LostReason::of_close(reason).unwrap_or(LostReason::Closed),
+                );
             }
         }
     }

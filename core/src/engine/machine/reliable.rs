@@ -10,7 +10,6 @@ use super::peer::PeerState;
 use super::{CONTROL_MAX, Engine, MAX_PEER_LINKS, PUT_PREFIX, Pending, SEND_PREFIX, WINDOW};
 use crate::btl::{BtlError, Completion, MemSlice};
 use crate::desc::{DescFlags, Descriptor};
-use crate::endpoint::EndpointId;
 use crate::engine::window::Ack;
 use crate::wire::{
     AckRepr, CHECKSUM_LEN, CloseReason, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN, HeaderRepr,
@@ -145,6 +144,18 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let Some(peer) = self.peers[p].as_mut() else {
             return;
         };
+        // Never more than the peer announced it accepts (it would take the
+        // frame for a protocol violation).
+        let payload = (desc.len() - SEND_PREFIX) as u64;
+        let room = peer.peer_max_body.saturating_sub(SendRepr::LEN as u64);
+        if payload > room {
+            let error = BtlError::TooLarge {
+                len: payload,
+                max: room,
+            };
+            self.complete_send(p, desc, Err(error));
+            return;
+        }
         peer.sends_sent = peer.sends_sent.wrapping_add(1);
         let out = Outgoing::Send {
             desc,
@@ -502,7 +513,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         desc: Descriptor,
         result: Result<(), BtlError>,
     ) {
-        let endpoint = EndpointId(p as u16);
+        let endpoint = self.endpoint(p);
         let tag = desc.tag();
         let flags = desc.flags();
         let desc = if flags.contains(DescFlags::BTL_OWNERSHIP) {

@@ -1,0 +1,568 @@
+//! What no peer may do to an engine: send past its credits or past the body
+//! limit the engine announced, fill its handshake budget, or keep its peer
+//! slots after it left; and how fast and by what name an engine gives a
+//! peer up. Each test drives the engines by hand over explicit links, at
+//! explicit instants, so that it can alter or drop the bytes on the way.
+
+extern crate std;
+
+use std::boxed::Box;
+use std::vec;
+use std::vec::Vec;
+
+use super::config::EngineConfig;
+use super::{ConnectFailure, Engine, LinkError, LinkId, Source};
+use crate::btl::{Btl, BtlError, Event, LostReason, Tag};
+use crate::desc::{DescFlags, Order};
+use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::wire::{self, CloseReason, HeaderRepr, Limits, PacketRepr};
+
+/// Four peers, sixteen links, four registrations.
+type E = Engine<'static, 'static, 4, 16, 4>;
+
+const SERVER: ProcName = ProcName::new(9, 0);
+const MS: u64 = 1_000_000;
+
+fn client(rank: u32) -> ProcName {
+    ProcName::new(9, rank)
+}
+
+/// An engine for `me` whose largest fragment holds `max` bytes, boxed (it
+/// is large for a test thread's stack).
+fn engine_sized(config: EngineConfig, max: usize) -> Box<E> {
+    let pool = |fragment_size| FragmentPoolConfig {
+        fragment_size,
+        num: 32,
+        max: 32,
+        inc: 8,
+    };
+    let cfg = FragmentPoolsConfig {
+        small: pool(256),
+        eager: pool(4096 + 40),
+        max: pool(max),
+    };
+    let region: &'static mut [u8] =
+        Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
+    Box::new(Engine::new(
+        config,
+        FragmentPools::new(region, cfg).expect("pools"),
+    ))
+}
+
+fn engine(me: ProcName) -> Box<E> {
+    let mut config = EngineConfig::new(me);
+    config.epoch = u64::from(me.rank) + 1;
+    engine_sized(config, 65536 + 40)
+}
+
+/// The bytes `e` has for `link`, all of them, as written.
+fn take_bytes(e: &mut E, link: LinkId) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let before = out.len();
+        match e.poll_transmit(link) {
+            Some(t) => t.segments.iter().for_each(|s| out.extend_from_slice(s)),
+            None => return out,
+        }
+        e.handle_written(link, out.len() - before);
+    }
+}
+
+/// One stream link between two engines, carried by hand.
+struct Link {
+    /// The opener's end and the acceptor's end.
+    opener: LinkId,
+    acceptor: LinkId,
+    /// Bytes the acceptor has not taken yet (it waits for fragments).
+    to_acceptor: Vec<u8>,
+    to_opener: Vec<u8>,
+}
+
+/// Connects `from` to `to` as a driver would: the connect `from` asks for
+/// (a send to `to` makes it ask), accepted by `to` from `source`.
+fn connect(from: &mut E, to: &mut E, source: Source, now: u64) -> Link {
+    let req = from.poll_connect().expect("a connect request");
+    let opener = from.handle_connected(req, [1; 16], now).expect("a link");
+    let acceptor = to.handle_accepted(source, [2; 16], now).expect("a link");
+    Link {
+        opener,
+        acceptor,
+        to_acceptor: Vec::new(),
+        to_opener: Vec::new(),
+    }
+}
+
+/// Carries bytes both ways until nothing moves, passing what goes from
+/// the acceptor to the opener through `alter` first.
+fn carry(
+    opener: &mut E,
+    acceptor: &mut E,
+    link: &mut Link,
+    now: u64,
+    mut alter: impl FnMut(&mut Vec<u8>),
+) {
+    for _ in 0..100 {
+        let out = take_bytes(opener, link.opener);
+        let mut back = take_bytes(acceptor, link.acceptor);
+        alter(&mut back);
+        link.to_acceptor.extend(out);
+        link.to_opener.extend(back);
+        let mut moved = false;
+        if !link.to_acceptor.is_empty() {
+            let n = acceptor
+                .handle_stream(link.acceptor, &link.to_acceptor, now)
+                .unwrap_or(link.to_acceptor.len());
+            moved |= n > 0;
+            link.to_acceptor.drain(..n);
+        }
+        if !link.to_opener.is_empty() {
+            let n = opener
+                .handle_stream(link.opener, &link.to_opener, now)
+                .unwrap_or(link.to_opener.len());
+            moved |= n > 0;
+            link.to_opener.drain(..n);
+        }
+        if !moved {
+            return;
+        }
+    }
+    panic!("the link never went quiet");
+}
+
+/// Adds `proc` to `e`: its endpoint.
+fn add(e: &mut E, proc: ProcName) -> EndpointId {
+    let mut ep = [None];
+    let mut word = [0u64];
+    e.add_procs(&[proc], &mut ep, &mut Reachability::new(&mut word))
+        .expect("added");
+    ep[0].expect("reachable")
+}
+
+/// Every event of `e`, as text; descriptors handed back are freed.
+fn drain(e: &mut E) -> Vec<std::string::String> {
+    let mut out = Vec::new();
+    let mut returned = Vec::new();
+    while let Some(ev) = e.poll_event() {
+        out.push(match ev {
+            Event::Received(m) => std::format!("recv {}", m.data.len()),
+            Event::SendComplete { desc, result, .. } => {
+                returned.extend(desc);
+                std::format!("send {result:?}")
+            }
+            Event::Error(err) => std::format!("error {:?}", err.error),
+            other => std::format!("{other:?}"),
+        });
+    }
+    for d in returned {
+        e.free(d).expect("ours");
+    }
+    out
+}
+
+/// A client that reaches the server and opens a link to it: the client's
+/// endpoint of the server and the link.
+fn open(client_e: &mut E, server: &mut E, source: Source, now: u64) -> (EndpointId, Link) {
+    let ep = add(client_e, SERVER);
+    client_e
+        .sendi(ep, &[], b"hello", Tag(1), Order(0), DescFlags::empty())
+        .expect_err("not open yet: sendi waits for the link");
+    let mut link = connect(client_e, server, source, now);
+    carry(client_e, server, &mut link, now, |_| {});
+    assert!(client_e.is_connected(ep), "the handshake completed");
+    (ep, link)
+}
+
+/// The HELLO at the start of `bytes`, changed by `f` and encoded again.
+fn alter_hello(bytes: &mut Vec<u8>, f: impl Fn(&mut wire::HelloRepr)) {
+    let Ok((_, PacketRepr::Hello(mut hello), used)) = wire::parse(bytes, &Limits::new(4096)) else {
+        return;
+    };
+    f(&mut hello);
+    let packet = PacketRepr::Hello(hello);
+    let mut frame = [0u8; 128];
+    let len = wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).expect("a HELLO");
+    bytes.splice(..used, frame[..len].iter().copied());
+}
+
+#[test]
+fn a_peer_that_sends_past_its_credits_is_lost_for_breaking_the_protocol() {
+    let mut server = engine(SERVER);
+    let mut c = engine(client(1));
+    let ep = add(&mut c, SERVER);
+    c.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
+        .expect_err("not open yet: the first send asks for a connection");
+    let mut link = connect(&mut c, &mut server, Source(1), 0);
+    // The client is told it has 1,000 credits; the server granted 16.
+    let mut first = true;
+    carry(&mut c, &mut server, &mut link, 0, |bytes| {
+        if first && !bytes.is_empty() {
+            alter_hello(bytes, |h| h.initial_credits = 1000);
+            first = false;
+        }
+    });
+    assert!(c.is_connected(ep));
+    for i in 0..17u8 {
+        c.sendi(ep, &[], &[i; 8], Tag(1), Order(0), DescFlags::empty())
+            .expect("the client believes it has credit");
+    }
+    carry(&mut c, &mut server, &mut link, MS, |_| {});
+    // 16 SENDs were within the grant; the 17th broke the protocol.
+    let events = drain(&mut server);
+    assert_eq!(
+        events.iter().filter(|e| e.starts_with("recv")).count(),
+        16,
+        "{events:?}"
+    );
+    assert!(
+        events
+            .last()
+            .is_some_and(|e| e.contains("PeerLost(ProtocolViolation)")),
+        "{events:?}"
+    );
+    assert_eq!(server.usage().peers, 0, "its slot is back");
+    assert!(
+        drain(&mut c)
+            .iter()
+            .any(|e| e.contains("PeerLost(ProtocolViolation)")),
+        "the client is told why"
+    );
+}
+
+#[test]
+fn a_sender_within_its_credits_is_never_refused() {
+    let mut server = engine(SERVER);
+    let mut c = engine(client(1));
+    let (ep, mut link) = open(&mut c, &mut server, Source(1), 0);
+    let mut received = 0;
+    for round in 0..20u64 {
+        for i in 0..40u8 {
+            let _ = c.sendi(ep, &[], &[i; 8], Tag(1), Order(0), DescFlags::empty());
+        }
+        carry(&mut c, &mut server, &mut link, round * MS, |_| {});
+        received += drain(&mut server)
+            .iter()
+            .filter(|e| e.starts_with("recv"))
+            .count();
+        // Polling gave the credits back; the acknowledgement carries them.
+        carry(&mut c, &mut server, &mut link, round * MS + MS / 2, |_| {});
+        server.handle_timeout(round * MS + MS / 2);
+        carry(&mut c, &mut server, &mut link, round * MS + MS / 2, |_| {});
+    }
+    assert!(received >= 20 * 16, "received {received}");
+    assert!(c.is_connected(ep));
+    assert_eq!(server.usage().peers, 1);
+}
+
+#[test]
+fn the_body_limit_announced_is_what_the_pools_hold_and_is_accepted_exactly() {
+    // Configured for 1 MiB bodies, but its largest fragment holds 64 KiB
+    // and 40 bytes: it announces what it can take, no more.
+    let mut config = EngineConfig::new(SERVER);
+    config.max_body = 1 << 20;
+    let mut server = engine_sized(config, 65536 + 40);
+    let limit = server.max_body();
+    assert_eq!(
+        limit,
+        65536 + 40 + 8,
+        "a SEND's fixed fields and a fragment"
+    );
+    // A client with larger fragments sends a message of exactly the limit,
+    // then one byte more.
+    let mut cc = EngineConfig::new(client(1));
+    cc.max_body = 1 << 20;
+    let mut c = engine_sized(cc, 256 << 10);
+    let (ep, mut link) = open(&mut c, &mut server, Source(1), 0);
+    let exact = (limit - 8) as usize;
+    let desc = c
+        .prepare_src(ep, &vec![7u8; exact], 0, Order(0), DescFlags::BTL_OWNERSHIP)
+        .expect("a descriptor");
+    c.send(ep, desc, Tag(1)).expect("exactly the limit is sent");
+    carry(&mut c, &mut server, &mut link, MS, |_| {});
+    let events = drain(&mut server);
+    assert_eq!(events, ["recv 65576"], "accepted, not a protocol error");
+    let desc = c
+        .prepare_src(ep, &vec![7u8; exact + 1], 0, Order(0), DescFlags::empty())
+        .expect("a descriptor");
+    let refused = c
+        .send(ep, desc, Tag(1))
+        .expect_err("beyond the peer's limit");
+    assert_eq!(
+        refused.error,
+        BtlError::TooLarge {
+            len: exact as u64 + 1,
+            max: exact as u64
+        }
+    );
+    c.free(refused.desc).expect("ours");
+    assert!(c.is_connected(ep), "refused here, not by the peer");
+}
+
+/// Accepts a connection from `source` at `now`.
+fn stranger(e: &mut E, source: u64, now: u64) -> LinkId {
+    e.handle_accepted(Source(source), [3; 16], now)
+        .expect("a link")
+}
+
+/// The links `e` closes, with why, once their last bytes are written.
+fn closed(e: &mut E, links: &[LinkId]) -> Vec<(LinkId, CloseReason)> {
+    for &l in links {
+        take_bytes(e, l);
+    }
+    let mut out = Vec::new();
+    while let Some(l) = e.poll_close() {
+        out.push((l, e.link_end(l).expect("closing").reason));
+        e.handle_closed(l, 0);
+    }
+    out
+}
+
+#[test]
+fn strangers_are_held_to_the_handshake_budget_the_silent_and_oldest_first() {
+    let mut config = EngineConfig::new(SERVER);
+    config.handshake_budget = 4;
+    config.handshake_budget_per_source = 2;
+    let mut server = engine_sized(config, 65536 + 40);
+    // A verified client first: its link is never a stranger's to take.
+    let mut c = engine(client(1));
+    let (ep, _link) = open(&mut c, &mut server, Source(7), 0);
+
+    // One source past its share: its oldest goes.
+    let a1 = stranger(&mut server, 1, MS);
+    let a2 = stranger(&mut server, 1, 2 * MS);
+    let a3 = stranger(&mut server, 1, 3 * MS);
+    assert_eq!(
+        closed(&mut server, &[a1, a2, a3]),
+        [(a1, CloseReason::ResourceExhausted)]
+    );
+    // The whole budget: the silent one goes before older ones that spoke.
+    server
+        .handle_stream(a2, &[1], 4 * MS)
+        .expect("one byte of a frame");
+    server
+        .handle_stream(a3, &[1], 4 * MS)
+        .expect("one byte of a frame");
+    let b1 = stranger(&mut server, 2, 5 * MS);
+    let c1 = stranger(&mut server, 3, 6 * MS);
+    let d1 = stranger(&mut server, 4, 7 * MS);
+    assert_eq!(
+        closed(&mut server, &[a2, a3, b1, c1, d1]),
+        [(b1, CloseReason::ResourceExhausted)],
+        "the silent stranger went, not the older ones that spoke"
+    );
+    assert_eq!(server.usage().handshaking, 4);
+    assert!(c.is_connected(ep), "the verified peer is untouched");
+    assert_eq!(server.usage().peers, 1);
+}
+
+#[test]
+fn a_full_server_tells_a_new_client_it_has_no_room() {
+    let mut server = engine(SERVER);
+    let mut clients: Vec<Box<E>> = (1..=4).map(|r| engine(client(r))).collect();
+    let mut links = Vec::new();
+    for (i, c) in clients.iter_mut().enumerate() {
+        links.push(open(c, &mut server, Source(i as u64), 0));
+    }
+    assert_eq!(server.usage().peers, 4, "every peer slot taken");
+    let mut late = engine(client(5));
+    let ep = add(&mut late, SERVER);
+    late.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
+        .expect_err("not open yet");
+    let mut link = connect(&mut late, &mut server, Source(9), MS);
+    carry(&mut late, &mut server, &mut link, MS, |_| {});
+    assert_eq!(
+        closed(&mut server, &[link.acceptor]),
+        [(link.acceptor, CloseReason::ResourceExhausted)]
+    );
+    assert_eq!(
+        drain(&mut late),
+        ["error PeerLost(NoRoom)"],
+        "the client learns the server had no room"
+    );
+    for (c, (ep, _)) in clients.iter_mut().zip(&links) {
+        assert!(c.is_connected(*ep), "the others are served on");
+    }
+}
+
+#[test]
+fn clients_that_leave_give_their_slots_back_and_their_handles_go_stale() {
+    let mut server = engine(SERVER);
+    let mut seen = Vec::new();
+    // Three rounds of four clients, each leaving cleanly.
+    for round in 0..3u32 {
+        for r in 0..4u32 {
+            let mut c = engine(client(1 + round * 4 + r));
+            let (ep, mut link) = open(&mut c, &mut server, Source(1), 0);
+            c.sendi(ep, &[], b"hi", Tag(1), Order(0), DescFlags::empty())
+                .expect("sent");
+            carry(&mut c, &mut server, &mut link, MS, |_| {});
+            let from = match server.poll_event() {
+                Some(Event::Received(m)) => m.from,
+                other => panic!("{other:?}"),
+            };
+            seen.push(from);
+            c.finalize();
+            carry(&mut c, &mut server, &mut link, 2 * MS, |_| {});
+            drain(&mut server);
+        }
+        assert_eq!(server.usage().peers, 0, "round {round}: every slot back");
+    }
+    // Twelve clients, four slots: slots were reused, handles never.
+    let mut distinct = seen.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 12);
+    // A handle of a client that left is refused, although its slot serves
+    // another client now.
+    let mut c = engine(client(99));
+    let (_ep, _link) = open(&mut c, &mut server, Source(1), 3 * MS);
+    let now = server.endpoints().next().expect("the new client");
+    assert!(seen.iter().any(|&old| old.0 & 0xffff == now.0 & 0xffff));
+    for old in seen {
+        assert_eq!(
+            server.sendi(old, &[], b"x", Tag(1), Order(0), DescFlags::empty()),
+            Err(BtlError::Unreachable)
+        );
+    }
+}
+
+#[test]
+fn a_forgotten_clients_same_start_is_refused_as_a_lost_peer_is() {
+    let mut server = engine(SERVER);
+    let mut c = engine(client(1));
+    let (ep, link) = open(&mut c, &mut server, Source(1), 0);
+    // The server gives the client up (a protocol violation, say) while
+    // the client does not hear of it: the link goes without a CLOSE.
+    server.handle_closed(link.acceptor, MS);
+    server.handle_timeout(40_000 * MS);
+    drain(&mut server);
+    assert_eq!(server.usage().peers, 0, "lost, and forgotten");
+    c.handle_closed(link.opener, 40_000 * MS);
+    // The same start connects again, as if nothing happened: refused.
+    let mut again = connect(&mut c, &mut server, Source(1), 40_001 * MS);
+    carry(&mut c, &mut server, &mut again, 40_001 * MS, |_| {});
+    assert_eq!(
+        closed(&mut server, &[again.acceptor]),
+        [(again.acceptor, CloseReason::Shutdown)]
+    );
+    assert!(!c.is_connected(ep));
+    assert_eq!(drain(&mut c), ["error PeerLost(Closed)"]);
+}
+
+#[test]
+fn disconnected_clients_make_room_when_every_slot_is_taken() {
+    let mut server = engine(SERVER);
+    let mut clients: Vec<Box<E>> = (1..=4).map(|r| engine(client(r))).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        let (_, link) = open(c, &mut server, Source(i as u64), i as u64 * MS);
+        // Its connection breaks; it may come back within the peer timeout.
+        server.handle_closed(link.acceptor, 10 * MS + i as u64 * MS);
+    }
+    // The server has no address for them: its reconnects fail.
+    while let Some(req) = server.poll_connect() {
+        server.handle_connect_failed(req, ConnectFailure::Unreachable, 20 * MS);
+    }
+    assert_eq!(server.usage().peers, 4, "waiting for all four");
+    let mut late = engine(client(5));
+    let (ep, _link) = open(&mut late, &mut server, Source(9), 30 * MS);
+    assert!(late.is_connected(ep), "room was made");
+    let events = drain(&mut server);
+    assert_eq!(events, ["error PeerLost(Closed)"], "one was given up");
+    assert_eq!(server.usage().peers, 4);
+}
+
+#[test]
+fn refused_reconnections_lose_a_peer_by_name_after_the_refusal_timeout() {
+    let mut server = engine(SERVER);
+    let mut c = engine(client(1));
+    let (ep, link) = open(&mut c, &mut server, Source(1), 0);
+    // The server dies: the client's connection breaks, and reconnections
+    // fail: refused, then once for another reason (no route: not a
+    // refusal, so the count starts again), then refused every time.
+    let mut now = 10 * MS;
+    c.handle_closed(link.opener, now);
+    let mut attempts = 0;
+    let mut refused_from = 0;
+    loop {
+        if let Some(req) = c.poll_connect() {
+            attempts += 1;
+            let why = if attempts == 2 {
+                ConnectFailure::Unreachable
+            } else {
+                ConnectFailure::Refused
+            };
+            if attempts == 3 {
+                refused_from = now;
+            }
+            c.handle_connect_failed(req, why, now);
+            let events = drain(&mut c);
+            if !events.is_empty() {
+                assert_eq!(events, ["error PeerLost(Refused)"]);
+                break;
+            }
+        }
+        now = c.poll_timeout().expect("a retry, or the loss");
+        assert!(now < 30_000 * MS, "refused, not timed out");
+        c.handle_timeout(now);
+    }
+    assert!(attempts > 3, "retried while refused: {attempts}");
+    assert!(
+        now >= refused_from + 250 * MS,
+        "not before the refusal timeout"
+    );
+    assert!(
+        now < refused_from + 250 * MS + 2_000 * MS,
+        "within the refusal timeout and one backoff"
+    );
+    assert_eq!(
+        c.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty()),
+        Err(BtlError::PeerLost(LostReason::Refused))
+    );
+}
+
+#[test]
+fn a_first_connection_refused_or_unreachable_loses_the_peer_at_once_by_name() {
+    for (why, reason) in [
+        (ConnectFailure::Refused, LostReason::Refused),
+        (ConnectFailure::Unreachable, LostReason::Unreachable),
+    ] {
+        let mut c = engine(client(1));
+        let ep = add(&mut c, SERVER);
+        c.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
+            .expect_err("not open");
+        let req = c.poll_connect().expect("a connect");
+        c.handle_connect_failed(req, why, MS);
+        assert_eq!(drain(&mut c), [std::format!("error PeerLost({reason:?})")]);
+    }
+}
+
+#[test]
+fn outstanding_counts_what_peers_have_not_acknowledged() {
+    let mut server = engine(SERVER);
+    let mut c = engine(client(1));
+    let (ep, mut link) = open(&mut c, &mut server, Source(1), 0);
+    assert_eq!(c.outstanding(), 0);
+    c.sendi(ep, &[], b"one", Tag(1), Order(0), DescFlags::empty())
+        .expect("sent");
+    assert_eq!(c.outstanding(), 1, "sent, not acknowledged");
+    carry(&mut c, &mut server, &mut link, MS, |_| {});
+    // The acknowledgement waits for its delay, or a packet going back.
+    server.handle_timeout(2 * MS);
+    carry(&mut c, &mut server, &mut link, 2 * MS, |_| {});
+    assert_eq!(c.outstanding(), 0, "acknowledged");
+}
+
+#[test]
+fn every_link_slot_taken_is_refused_to_the_driver() {
+    let mut config = EngineConfig::new(SERVER);
+    config.handshake_budget = 64;
+    config.handshake_budget_per_source = 64;
+    let mut server = engine_sized(config, 8192);
+    for i in 0..16 {
+        stranger(&mut server, i, 0);
+    }
+    assert_eq!(
+        server.handle_accepted(Source(99), [0; 16], 0),
+        Err(LinkError::TooManyLinks)
+    );
+}

@@ -4,7 +4,8 @@
 //! config-file sources of parameters ([`param_sources`]), the bootstrap
 //! that lets processes find each other ([`bootstrap`]), interface
 //! selection ([`interfaces`]), the engine over OS sockets ([`module`],
-//! [`tcp`]), and the `btl` command's reports ([`info`]).
+//! [`tcp`], [`udp`]), its log turned on in one call ([`logging`]), and the
+//! `btl` command's reports ([`info`]).
 #![forbid(unsafe_code)]
 
 pub mod bench;
@@ -15,6 +16,7 @@ pub mod info;
 pub mod interfaces;
 pub mod launch;
 pub mod listen;
+pub mod logging;
 pub mod module;
 pub mod net;
 pub mod param_file;

@@ -5,13 +5,17 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use btl_core::endpoint::ProcName;
+use btl_core::btl::{Btl, BtlError, LostReason};
+use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
-use btl_std::bench::{self, Driven, Plan, Test, Waiting};
+use btl_std::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
 use btl_std::bootstrap::{Bootstrap, Card, Contact, SharedDir, StaticPeers};
 use btl_std::info::{Filter, Report};
 use btl_std::launch::{ParamSources, RunDir, reach, self_module, tcp_module, udp_module};
+use btl_std::module::{Module, Transport};
 use btl_std::param_sources::{apply_environment, apply_file, default_param_file};
 use btl_std::{ParamRegistry, register_all};
 use clap::{Parser, Subcommand};
@@ -126,6 +130,10 @@ struct ServeArgs {
     /// The BTL to serve on.
     #[arg(long = "btl", value_enum, default_value = "tcp")]
     which: Which,
+    /// Largest message a client may send (k, M suffixes): what the server
+    /// holds for one client at most, and the longest reply it sends.
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    max_size: usize,
     /// How to wait between messages.
     #[arg(long, value_enum, default_value = "block")]
     wait: WaitMode,
@@ -166,6 +174,8 @@ struct PeerArgs {
     #[arg(long = "btl", value_enum)]
     which: Which,
     #[arg(long)]
+    max_size: usize,
+    #[arg(long)]
     job: u64,
     #[arg(long)]
     dir: PathBuf,
@@ -197,37 +207,53 @@ struct InfoArgs {
     param_file: Option<PathBuf>,
 }
 
-/// The environment variable that says what to log (`tracing`'s
-/// filter syntax: `warn`, `btl_std=debug`, ...); warnings by default.
-const LOG_ENV: &str = "BTL_LOG";
+/// Why the command failed.
+enum Failure {
+    /// It was asked something it cannot do: exit 2, as for what clap
+    /// refuses.
+    Usage(String),
+    /// The run failed: exit 1.
+    Run(String),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Run(message)
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_ENV)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // A measuring client prints its one error line itself; the warnings of
+    // the links it went through would only say it again. A server logs its
+    // refusals.
+    let default_log = match cli.command {
+        Command::Serve(_) | Command::Info(_) => "warn",
+        _ => "error",
+    };
+    // The only subscriber of this process: it cannot be there already.
+    let _ = btl_std::logging::init(default_log);
     let result = match cli.command {
-        Command::Info(args) => info(args),
+        Command::Info(args) => info(args).map_err(Failure::Run),
         Command::Pingpong(args) => run_local(Test::PingPong, args),
         Command::Bw(args) => run_local(Test::Bandwidth, args),
         Command::Rate(args) => run_local(Test::Rate, args),
         Command::Serve(args) => serve(args),
         Command::Connect(args) => connect(args),
-        Command::Peer(args) => peer(args),
+        Command::Peer(args) => peer(args).map_err(Failure::Run),
         Command::Spin => loop {
             std::hint::spin_loop();
         },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
+        Err(Failure::Usage(message)) => {
             eprintln!("btl: {message}");
             ExitCode::from(2)
+        }
+        Err(Failure::Run(message)) => {
+            eprintln!("btl: {message}");
+            ExitCode::from(1)
         }
     }
 }
@@ -302,7 +328,13 @@ const REMOTE_JOB: u64 = 0x6274_6c00;
 /// How long a local run's peer may take to appear.
 const PEER_START: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn plan(test: Test, args: &RunArgs) -> Plan {
+fn plan(test: Test, args: &RunArgs) -> Result<Plan, Failure> {
+    if args.min_size > args.max_size {
+        return Err(Failure::Usage(format!(
+            "--min-size {} is larger than --max-size {}",
+            args.min_size, args.max_size
+        )));
+    }
     let sizes = match test {
         // The rate of small messages: 8 bytes unless told otherwise.
         Test::Rate if args.min_size == 1 => vec![8],
@@ -314,13 +346,13 @@ fn plan(test: Test, args: &RunArgs) -> Plan {
         Test::Bandwidth => 20,
         Test::Rate => 200,
     });
-    Plan {
+    Ok(Plan {
         test,
         sizes,
         warmup: args.warmup.unwrap_or((iters / 10).max(2)),
         iters,
         window: args.window.max(1),
-    }
+    })
 }
 
 fn test_name(test: Test) -> &'static str {
@@ -342,11 +374,11 @@ fn which_name(which: Which) -> &'static str {
 /// Runs `plan` on `btl` against `peer`, printing as it goes.
 fn lead<B: Driven>(
     btl: &mut B,
-    peer: btl_core::endpoint::EndpointId,
+    peer: EndpointId,
     plan: &Plan,
     args: &RunArgs,
     title: &str,
-) -> Result<Vec<bench::Row>, String> {
+) -> Result<Vec<bench::Row>, BenchError> {
     let table = !args.json;
     let bar = progress_bar(plan.sizes.len() as u64, args.json);
     if table {
@@ -366,8 +398,7 @@ fn lead<B: Driven>(
             });
         }
         bar.inc(1);
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     bar.finish_and_clear();
     if args.json {
         let doc = serde_json::json!({
@@ -397,8 +428,8 @@ fn progress_bar(len: u64, json: bool) -> indicatif::ProgressBar {
 
 /// `btl pingpong|bw|rate`: the second process is started here, on
 /// loopback, unless the BTL is `self`.
-fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
-    let plan = plan(test, &args);
+fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
+    let plan = plan(test, &args)?;
     let sources = ParamSources::new(args.param_file.clone(), true);
     let me = ProcName::new(0, 0);
     let mode = match args.wait {
@@ -409,10 +440,14 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
         let mut m = self_module(&sources, me)?;
         let ep = reach(&mut m, me)?;
         let title = format!("btl {} over self, one process, {mode}", test_name(test));
-        return lead(&mut m, ep, &plan, &args, &title).map(|_| ());
+        return lead(&mut m, ep, &plan, &args, &title)
+            .map(|_| ())
+            .map_err(|e| Failure::Run(e.to_string()));
     }
     if args.baseline && args.which != Which::Tcp {
-        return Err("--baseline compares with plain TCP: use it with --btl tcp".into());
+        return Err(Failure::Usage(
+            "--baseline compares with plain TCP: use it with --btl tcp".into(),
+        ));
     }
     let _load = Load::start(args.load)?;
     let job = u64::from(std::process::id()) << 16 | 0xb7;
@@ -427,6 +462,7 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
         .arg("--dir")
         .arg(dir.path())
         .args(["--window", &plan.window.to_string()])
+        .args(["--max-size", &args.max_size.to_string()])
         .args([
             "--wait",
             if args.wait == WaitMode::Poll {
@@ -450,17 +486,24 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
         test_name(test),
         which_name(args.which)
     );
+    let to = format!("the peer process {peer_name}");
     let result = match args.which {
-        Which::Tcp => {
-            let mut m = tcp_module(&sources, me, boot)?;
-            let ep = reach(&mut m, peer_name)?;
-            lead(&mut m, ep, &plan, &args, &title)
-        }
-        Which::Udp => {
-            let mut m = udp_module(&sources, me, boot)?;
-            let ep = reach(&mut m, peer_name)?;
-            lead(&mut m, ep, &plan, &args, &title)
-        }
+        Which::Tcp => measure(
+            tcp_module(&sources, me, boot)?,
+            peer_name,
+            &to,
+            &plan,
+            &args,
+            &title,
+        ),
+        Which::Udp => measure(
+            udp_module(&sources, me, boot)?,
+            peer_name,
+            &to,
+            &plan,
+            &args,
+            &title,
+        ),
         Which::SelfBtl => unreachable!("handled above"),
     };
     let result = match result {
@@ -473,9 +516,47 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), String> {
     let status = child.wait().map_err(|e| e.to_string())?;
     result?;
     if !status.success() {
-        return Err(format!("the peer process failed: {status}"));
+        return Err(format!("the peer process failed: {status}").into());
     }
     Ok(())
+}
+
+/// Looks the peer `server` up over `m`, runs `plan` against it and says,
+/// on failure, what went wrong with `to` in words.
+fn measure<T: Transport>(
+    mut m: Module<T>,
+    server: ProcName,
+    to: &str,
+    plan: &Plan,
+    args: &RunArgs,
+    title: &str,
+) -> Result<Vec<bench::Row>, String> {
+    let lookup = m.transport().lookup_timeout();
+    let ep = m.reach(server, lookup).map_err(|e| e.to_string())?;
+    lead(&mut m, ep, plan, args, title).map_err(|e| failure_with(&e, to))
+}
+
+/// A run's failure as the user reads it: why `to` was lost, in words.
+fn failure_with(e: &BenchError, to: &str) -> String {
+    let Some(BtlError::PeerLost(reason)) = e.btl_error() else {
+        return e.to_string();
+    };
+    match reason {
+        LostReason::Refused => format!("connection refused by {to}: nothing listens there"),
+        LostReason::NoRoom => format!("{to} refused: no room for another client"),
+        LostReason::AuthFailed => {
+            format!("{to} refused the handshake: job key not proven (BTL_JOB_KEY differs)")
+        }
+        LostReason::VersionMismatch => {
+            format!("{to} refused the handshake: another protocol version")
+        }
+        LostReason::Unreachable => format!("no connection could be made to {to}"),
+        LostReason::Timeout => format!("{to} did not answer within the peer timeout"),
+        LostReason::ProtocolViolation => format!("{to} broke the protocol"),
+        LostReason::Closed => format!("{to} closed the connection"),
+        LostReason::Restarted => format!("{to} restarted"),
+        LostReason::Removed => format!("{to} was removed"),
+    }
 }
 
 /// Where the second process of a `--baseline` run tells its raw port.
@@ -592,13 +673,13 @@ fn peer(args: PeerArgs) -> Result<(), String> {
     match args.which {
         Which::Tcp => {
             let mut m = tcp_module(&sources, me, boot)?;
-            reach(&mut m, lead_name)?;
-            bench::answer(&mut m, args.window, wait, PEER_START).map_err(|e| e.to_string())?;
+            m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
+            bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
         }
         Which::Udp => {
             let mut m = udp_module(&sources, me, boot)?;
-            reach(&mut m, lead_name)?;
-            bench::answer(&mut m, args.window, wait, PEER_START).map_err(|e| e.to_string())?;
+            m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
+            bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
         }
         Which::SelfBtl => return Err("a self run has no peer process".into()),
     }
@@ -610,37 +691,61 @@ fn peer(args: PeerArgs) -> Result<(), String> {
 }
 
 /// `btl serve`: listens on the selected interfaces, prints how to connect,
-/// and answers one run after another.
-fn serve(args: ServeArgs) -> Result<(), String> {
-    let sources = ParamSources::new(args.param_file, false);
+/// and answers every client that comes, alone or together, until SIGINT
+/// or SIGTERM; then it closes gracefully and prints what it served. No
+/// client's failure ends it.
+fn serve(args: ServeArgs) -> Result<(), Failure> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| format!("handling signal {signal}: {e}"))?;
+    }
+    let sources = ParamSources::new(args.param_file.clone(), false);
     let scratch = RunDir::new(REMOTE_JOB ^ u64::from(std::process::id()));
     let boot = Arc::new(SharedDir::new(
         args.dir.as_deref().unwrap_or(scratch.path()),
     ));
     let me = ProcName::new(REMOTE_JOB, 0);
-    let wait: Waiting = args.wait.into();
-    let forever = std::time::Duration::from_secs(u64::MAX / 4);
     match args.which {
-        Which::Tcp => {
-            let mut m = tcp_module(&sources, me, boot)?;
-            announce(m.transport().contacts());
-            loop {
-                bench::answer(&mut m, 0, wait, forever).map_err(|e| e.to_string())?;
-            }
-        }
-        Which::Udp => {
-            let mut m = udp_module(&sources, me, boot)?;
-            announce(m.transport().contacts());
-            loop {
-                bench::answer(&mut m, 0, wait, forever).map_err(|e| e.to_string())?;
-            }
-        }
-        Which::SelfBtl => Err("serve needs tcp or udp".into()),
+        Which::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, &stop),
+        Which::Udp => serve_on(udp_module(&sources, me, boot)?, &args, &stop),
+        Which::SelfBtl => Err(Failure::Usage("serve needs tcp or udp".into())),
     }
 }
 
+/// Serves on `m` until `stop`; then prints one line, `served: ` and a JSON
+/// object: runs ended, clients dropped for breaking the benchmark's
+/// protocol, what the engine held at the end (peers, links, registrations)
+/// and the refusals of strangers by reason.
+fn serve_on<T: Transport>(
+    mut m: Module<T>,
+    args: &ServeArgs,
+    stop: &AtomicBool,
+) -> Result<(), Failure> {
+    announce(&m.transport().card().contacts);
+    let mut side = Side::new(&mut m, args.max_size, 1).map_err(|e| e.to_string())?;
+    let wait: Waiting = args.wait.into();
+    while !stop.load(Ordering::Relaxed) {
+        side.serve_once(&mut m, wait);
+    }
+    let usage = m.usage();
+    let summary = serde_json::json!({
+        "runs": side.runs(),
+        "dropped": side.dropped(),
+        "peers": usage.peers,
+        "links": usage.links,
+        "registrations": usage.registrations,
+        "refused": m.refusals().by_reason(),
+    });
+    // What is owed goes out, then every client is told.
+    let _ = m.flush(Duration::from_secs(1));
+    m.finalize();
+    say(format!("served: {summary}"));
+    Ok(())
+}
+
 /// Prints where `btl serve` listens; a reader that went away is no error.
-fn announce<'a>(contacts: impl Iterator<Item = &'a Contact>) {
+fn announce(contacts: &[Contact]) {
     let mut out = std::io::stdout().lock();
     for c in contacts {
         let _ = writeln!(
@@ -653,14 +758,14 @@ fn announce<'a>(contacts: impl Iterator<Item = &'a Contact>) {
 }
 
 /// `btl connect HOST:PORT`: runs a measurement against `btl serve`.
-fn connect(args: ConnectArgs) -> Result<(), String> {
+fn connect(args: ConnectArgs) -> Result<(), Failure> {
     let test = match args.test {
         TestName::Pingpong => Test::PingPong,
         TestName::Bw => Test::Bandwidth,
         TestName::Rate => Test::Rate,
     };
     let run = args.run;
-    let plan = plan(test, &run);
+    let plan = plan(test, &run)?;
     let sources = ParamSources::new(run.param_file.clone(), false);
     let server = ProcName::new(REMOTE_JOB, 0);
     let me = ProcName::new(REMOTE_JOB, 1 + std::process::id());
@@ -678,7 +783,7 @@ fn connect(args: ConnectArgs) -> Result<(), String> {
             (Arc::new(list), address.to_string())
         }
         (None, Some(dir)) => (Arc::new(SharedDir::new(dir)), dir.display().to_string()),
-        (None, None) => return Err("give the server's address or --dir".into()),
+        (None, None) => return Err(Failure::Usage("give the server's address or --dir".into())),
     };
     let title = format!(
         "btl {} over {} to {}",
@@ -686,17 +791,25 @@ fn connect(args: ConnectArgs) -> Result<(), String> {
         which_name(run.which),
         to
     );
-    match run.which {
-        Which::Tcp => {
-            let mut m = tcp_module(&sources, me, boot)?;
-            let ep = reach(&mut m, server)?;
-            lead(&mut m, ep, &plan, &run, &title).map(|_| ())
-        }
-        Which::Udp => {
-            let mut m = udp_module(&sources, me, boot)?;
-            let ep = reach(&mut m, server)?;
-            lead(&mut m, ep, &plan, &run, &title).map(|_| ())
-        }
-        Which::SelfBtl => Err("connect needs tcp or udp".into()),
-    }
+    let to = format!("the server at {to}");
+    let rows = match run.which {
+        Which::Tcp => measure(
+            tcp_module(&sources, me, boot)?,
+            server,
+            &to,
+            &plan,
+            &run,
+            &title,
+        ),
+        Which::Udp => measure(
+            udp_module(&sources, me, boot)?,
+            server,
+            &to,
+            &plan,
+            &run,
+            &title,
+        ),
+        Which::SelfBtl => return Err(Failure::Usage("connect needs tcp or udp".into())),
+    };
+    rows.map(|_| ()).map_err(Failure::Run)
 }

@@ -33,6 +33,7 @@ use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::{ConnectRequest, LinkId, Source, Usage};
 use btl_core::pool::FragmentPools;
 
+use crate::bootstrap::Card;
 use crate::contacts::LookupError;
 use crate::engine_cell::{EngineCell, StdEngine};
 use crate::net::{Net, Poller, Readiness, RegistryOf, WAKE};
@@ -66,6 +67,9 @@ pub trait Transport {
 
     /// How long [`Btl::add_procs`] waits for a card.
     fn lookup_timeout(&self) -> Duration;
+
+    /// This process's card: where it listens.
+    fn card(&self) -> &Card;
 
     /// The refusals of strangers so far, by reason.
     fn refusals(&self) -> &Refusals;

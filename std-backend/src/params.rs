@@ -17,8 +17,14 @@ use crate::listen::Ports;
 /// packet header (the largest, a SEND's: 32 + 8 bytes).
 pub const HEADER_RESERVE: usize = 40;
 
-/// Where `component` listens: interfaces and ports.
-pub const fn socket_param_specs(component: &'static str) -> [ParamSpec; 4] {
+/// Parameters [`socket_param_specs`] makes.
+pub const SOCKET_PARAMS: usize = 5;
+/// Parameters [`engine_param_specs`] makes.
+pub const ENGINE_PARAMS: usize = 7;
+
+/// Where `component` listens (interfaces and ports), and how long it looks
+/// for a peer's address.
+pub const fn socket_param_specs(component: &'static str) -> [ParamSpec; SOCKET_PARAMS] {
     const PORT: ParamKind = ParamKind::Int { min: 0, max: 65535 };
     [
         ParamSpec::new(BTL_FRAMEWORK, component, "if_include", ParamKind::List, "")
@@ -33,6 +39,9 @@ pub const fn socket_param_specs(component: &'static str) -> [ParamSpec; 4] {
         ParamSpec::new(BTL_FRAMEWORK, component, "port_range", ParamKind::Int { min: 1, max: 65535 }, "100")
             .help("Ports tried from port_min on")
             .level(2),
+        ParamSpec::new(BTL_FRAMEWORK, component, "lookup_timeout", MILLIS, "30000")
+            .help("Milliseconds add_procs waits for a peer's card (its addresses) to be published before it counts the peer unreachable")
+            .level(3),
     ]
 }
 
@@ -40,7 +49,7 @@ pub const fn socket_param_specs(component: &'static str) -> [ParamSpec; 4] {
 /// listens, its pools and its engine.
 #[derive(Debug, Clone, Copy)]
 pub struct SocketParams {
-    socket: [ParamId; 4],
+    socket: [ParamId; SOCKET_PARAMS],
     pools: PoolParams,
     engine: EngineParams,
 }
@@ -52,6 +61,8 @@ pub struct SocketSettings {
     pub selection: Selection,
     /// Where to listen.
     pub ports: Ports,
+    /// How long `add_procs` waits for a peer's card.
+    pub lookup_timeout: std::time::Duration,
     /// The fragment pools.
     pub pools: FragmentPoolsConfig,
     /// Engine timers and checks.
@@ -63,9 +74,9 @@ impl SocketParams {
     /// `pool_param_specs` and [`engine_param_specs`].
     pub fn register(
         params: &mut dyn Params,
-        socket: &'static [ParamSpec; 4],
+        socket: &'static [ParamSpec; SOCKET_PARAMS],
         pools: &'static [ParamSpec; 6],
-        engine: &'static [ParamSpec; 4],
+        engine: &'static [ParamSpec; ENGINE_PARAMS],
     ) -> Result<Self, RegisterError> {
         Ok(SocketParams {
             socket: register_specs(params, socket)?,
@@ -92,6 +103,12 @@ impl SocketParams {
                 min: port(2)?,
                 range: port(3)?,
             },
+            lookup_timeout: std::time::Duration::from_millis(
+                params
+                    .int(self.socket[4])
+                    .map_err(|e| e.to_string())?
+                    .max(0) as u64,
+            ),
             pools: self
                 .pools
                 .read(params, HEADER_RESERVE)
@@ -107,7 +124,8 @@ const MILLIS: ParamKind = ParamKind::Int {
 };
 
 /// The engine parameters of `component`.
-pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; 4] {
+pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; ENGINE_PARAMS] {
+    const COUNT: ParamKind = ParamKind::Int { min: 1, max: 65535 };
     [
         ParamSpec::new(BTL_FRAMEWORK, component, "peer_timeout", MILLIS, "30000")
             .help("Milliseconds a peer may stay silent (while reconnecting, or with work outstanding) before it counts as lost and its operations fail")
@@ -121,20 +139,29 @@ pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; 4] {
         ParamSpec::new(BTL_FRAMEWORK, component, "checksum", ParamKind::Bool, "false")
             .help("Ask peers for CRC32C trailers on every packet (used when both ask); TCP already checks its bytes, so this guards against bugs and bad memory")
             .level(4),
+        ParamSpec::new(BTL_FRAMEWORK, component, "refused_timeout", MILLIS, "250")
+            .help("Milliseconds a peer whose host refuses every reconnection (nothing listens: its process died) is tried before it counts as lost (PeerLost(Refused)); other failures are retried until peer_timeout")
+            .level(4),
+        ParamSpec::new(BTL_FRAMEWORK, component, "handshake_budget", COUNT, "32")
+            .help("Connections (UDP: new source addresses) in their handshake at once; beyond it the oldest is dropped, silent ones first, never a verified peer's")
+            .level(5),
+        ParamSpec::new(BTL_FRAMEWORK, component, "handshake_budget_per_source", COUNT, "8")
+            .help("As handshake_budget, from one IP address (an IPv6 /64)")
+            .level(5),
     ]
 }
 
 /// The registered engine parameters of one component.
 #[derive(Debug, Clone, Copy)]
 pub struct EngineParams {
-    ids: [ParamId; 4],
+    ids: [ParamId; ENGINE_PARAMS],
 }
 
 impl EngineParams {
     /// Registers `specs`, made by [`engine_param_specs`].
     pub fn register(
         params: &mut dyn Params,
-        specs: &'static [ParamSpec; 4],
+        specs: &'static [ParamSpec; ENGINE_PARAMS],
     ) -> Result<Self, RegisterError> {
         Ok(EngineParams {
             ids: register_specs(params, specs)?,
@@ -147,11 +174,17 @@ impl EngineParams {
         let ms = |i: usize| -> Result<u64, AccessError> {
             Ok(u64::try_from(params.int(self.ids[i])?).unwrap_or(0) * 1_000_000)
         };
+        let count = |i: usize| -> Result<u16, AccessError> {
+            Ok(u16::try_from(params.int(self.ids[i])?).unwrap_or(u16::MAX))
+        };
         let mut config = EngineConfig::new(ProcName::new(0, 0));
         config.peer_timeout = ms(0)?;
         config.keepalive = ms(1)?;
         config.handshake_timeout = ms(2)?;
         config.checksum = params.bool(self.ids[3])?;
+        config.refused_timeout = ms(4)?;
+        config.handshake_budget = count(5)?;
+        config.handshake_budget_per_source = count(6)?;
         Ok(config)
     }
 }

@@ -30,7 +30,10 @@ use crate::interfaces::{self, Selection};
 use crate::listen::{Ports, listen_all};
 use crate::module::{EventOf, Module, Transport, source_of};
 use crate::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Watch};
-use crate::params::{SocketParams, engine_param_specs, register_specs, socket_param_specs};
+use crate::params::{
+    ENGINE_PARAMS, SOCKET_PARAMS, SocketParams, engine_param_specs, register_specs,
+    socket_param_specs,
+};
 use crate::refusals::{Refusals, Refused};
 
 /// Component name in cards and parameters.
@@ -56,10 +59,10 @@ pub static UDP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
 );
 
 /// The engine parameters of the UDP component.
-pub static UDP_ENGINE_PARAMS: [ParamSpec; 4] = engine_param_specs(NAME);
+pub static UDP_ENGINE_PARAMS: [ParamSpec; ENGINE_PARAMS] = engine_param_specs(NAME);
 
 /// Where the UDP component listens (`btl_udp_if_include`, ...).
-pub static UDP_SOCKET_PARAMS: [ParamSpec; 4] = socket_param_specs(NAME);
+pub static UDP_SOCKET_PARAMS: [ParamSpec; SOCKET_PARAMS] = socket_param_specs(NAME);
 
 /// The UDP component's own parameter.
 pub static UDP_PARAMS: [ParamSpec; 1] = [
@@ -262,6 +265,10 @@ impl<N: Net> Transport for Udp<N> {
 
     fn refusals(&self) -> &Refusals {
         &self.refusals
+    }
+
+    fn card(&self) -> &Card {
+        &self.card
     }
 
     fn on_event(
@@ -497,6 +504,7 @@ impl Component for UdpComponent {
         let udp = UdpConfig {
             selection: settings.selection,
             ports: settings.ports,
+            lookup_timeout: settings.lookup_timeout,
             mtu: usize::try_from(mtu).unwrap_or(1472),
             ..UdpConfig::default()
         };

@@ -22,7 +22,10 @@ use crate::interfaces::Selection;
 use crate::listen::Ports;
 use crate::module::Module;
 use crate::net::{Net, Os};
-use crate::params::{SocketParams, engine_param_specs, register_specs, socket_param_specs};
+use crate::params::{
+    ENGINE_PARAMS, SOCKET_PARAMS, SocketParams, engine_param_specs, register_specs,
+    socket_param_specs,
+};
 
 /// A module of the TCP component over the operating system's sockets.
 pub type TcpModule = Module<Tcp<Os>>;
@@ -41,10 +44,10 @@ pub static TCP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
 );
 
 /// The engine parameters of the TCP component (`btl_tcp_peer_timeout`, ...).
-pub static TCP_ENGINE_PARAMS: [ParamSpec; 4] = engine_param_specs(NAME);
+pub static TCP_ENGINE_PARAMS: [ParamSpec; ENGINE_PARAMS] = engine_param_specs(NAME);
 
 /// Where the TCP component listens (`btl_tcp_if_include`, ...).
-pub static TCP_SOCKET_PARAMS: [ParamSpec; 4] = socket_param_specs(NAME);
+pub static TCP_SOCKET_PARAMS: [ParamSpec; SOCKET_PARAMS] = socket_param_specs(NAME);
 
 /// The TCP component's own parameters.
 pub static TCP_PARAMS: [ParamSpec; 4] = [
@@ -204,6 +207,7 @@ impl Component for TcpComponent {
         let tcp = TcpConfig {
             selection: settings.selection,
             ports: settings.ports,
+            lookup_timeout: settings.lookup_timeout,
             links: u8::try_from(int(0)?).unwrap_or(1),
             sndbuf: usize::try_from(size(1)?).unwrap_or(0),
             rcvbuf: usize::try_from(size(2)?).unwrap_or(0),

@@ -364,6 +364,10 @@ impl<N: Net> Transport for Tcp<N> {
         &self.refusals
     }
 
+    fn card(&self) -> &Card {
+        &self.card
+    }
+
     fn on_event(
         &mut self,
         engine: &mut StdEngine<'_>,

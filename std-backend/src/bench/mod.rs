@@ -1,0 +1,710 @@
+//! The measurements the `btl` command runs between two processes, over any
+//! BTL: ping-pong latency, windowed bandwidth (as osu_bw) and the message
+//! rate of small messages.
+//!
+//! One process leads ([`lead`]), the other answers ([`answer`]), or a
+//! server answers any number of leads, one after another or at once
+//! ([`Side::serve_once`]); every side handles what arrives alike
+//! ([`Side`]), so over the `self` BTL one module plays both. A message
+//! larger than the BTL's `max_send_size` goes as several sends, each with
+//! a header that carries the whole message's length ([`message`]), so the
+//! receiver knows when a message is complete. Data is sent from registered
+//! memory, in place where the BTL can.
+
+pub mod message;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use btl_core::btl::{Access, Btl, BtlError, Event, MemHandle, MemSlice, Tag};
+use btl_core::desc::{DescFlags, Order};
+use btl_core::endpoint::EndpointId;
+
+pub use message::{Assembly, HEADER, Header, MessageError, Whole};
+
+/// A ping: answer with a message of the same length.
+const PING: Tag = Tag(0xF0);
+/// The answer to a ping.
+const PONG: Tag = Tag(0xF1);
+/// A bandwidth or rate message: counted, not answered one by one.
+const STREAM: Tag = Tag(0xF2);
+/// A window of stream messages arrived.
+const WINDOW_ACK: Tag = Tag(0xF3);
+/// The lead is done: the answering side stops.
+const DONE: Tag = Tag(0xF4);
+/// How long a step may wait for the peer before the run fails.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// Which measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    /// Round trips of one message each way; reports one-way latency.
+    PingPong,
+    /// Windows of messages one way, one acknowledgement per window.
+    Bandwidth,
+    /// As bandwidth, for small messages sent with `sendi`: messages/s.
+    Rate,
+}
+
+/// How the waiting side moves the BTL forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Call `progress` in a loop (lowest latency, a core busy).
+    Poll,
+    /// Spin briefly, then block in the poller (kind to shared cores).
+    Block,
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The measurement.
+    pub test: Test,
+    /// Message sizes, in order.
+    pub sizes: Vec<usize>,
+    /// Untimed iterations first, per size.
+    pub warmup: u32,
+    /// Timed iterations per size.
+    pub iters: u32,
+    /// Messages per window (bandwidth and rate).
+    pub window: u32,
+}
+
+impl Plan {
+    /// Bytes one size's timed iterations move at most: large messages get
+    /// fewer iterations than `iters`, at least 10.
+    pub const BUDGET: usize = 256 << 20;
+
+    /// Timed and warm-up iterations for messages of `size`.
+    pub fn iterations(&self, size: usize) -> (u32, u32) {
+        let per_iter = match self.test {
+            Test::PingPong => 2 * size,
+            Test::Bandwidth | Test::Rate => size * self.window as usize,
+        }
+        .max(1);
+        let cap = (Self::BUDGET / per_iter).clamp(10, u32::MAX as usize) as u32;
+        let iters = self.iters.min(cap);
+        (iters, self.warmup.min((iters / 10).max(2)))
+    }
+}
+
+/// The result for one size.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    /// Message size in bytes.
+    pub size: usize,
+    /// Timed iterations.
+    pub iters: u32,
+    /// Median one-way latency in µs (ping-pong) or time per message
+    /// (bandwidth, rate).
+    pub median_us: f64,
+    /// 99th percentile, as `median_us`.
+    pub p99_us: f64,
+    /// Payload bandwidth, MiB/s.
+    pub mib_per_s: f64,
+    /// Messages per second.
+    pub msgs_per_s: f64,
+}
+
+/// A BTL the benchmark can drive: it moves itself forward as told.
+pub trait Driven: Btl<'static> {
+    /// Moves the BTL forward once, waiting a little if `waiting` says so.
+    fn step(&mut self, waiting: Waiting);
+}
+
+impl<'r, const REGS: usize, const QUEUE: usize> Driven
+    for btl_core::loopback::Loopback<'r, 'static, REGS, QUEUE>
+{
+    fn step(&mut self, _waiting: Waiting) {
+        self.progress();
+    }
+}
+
+impl<T: crate::module::Transport> Driven for crate::module::Module<T> {
+    fn step(&mut self, waiting: Waiting) {
+        match waiting {
+            Waiting::Poll => {
+                self.progress();
+            }
+            Waiting::Block => {
+                let _ = self.wait(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The BTL refused an operation.
+    #[error("{what}: {error}")]
+    Btl {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        error: BtlError,
+    },
+    /// The peer went quiet.
+    #[error("no answer from the peer within {0:?}")]
+    Stalled(Duration),
+    /// The peer broke the benchmark's protocol.
+    #[error("the peer broke the benchmark's protocol: {0}")]
+    Protocol(#[from] MessageError),
+}
+
+impl BenchError {
+    /// The BTL error behind this one, if there is one.
+    pub fn btl_error(&self) -> Option<BtlError> {
+        match self {
+            BenchError::Btl { error, .. } => Some(*error),
+            _ => None,
+        }
+    }
+}
+
+fn btl_err(what: &'static str) -> impl Fn(BtlError) -> BenchError {
+    move |error| BenchError::Btl { what, error }
+}
+
+/// The registered buffer every message is sent from: one per process,
+/// sized for the largest message it sends, kept until it exits (a server
+/// registers it once, whatever number of clients it serves).
+struct Source {
+    handle: MemHandle,
+    /// The same bytes, for `sendi`, which copies.
+    copy: Vec<u8>,
+}
+
+impl Source {
+    fn register<B: Btl<'static>>(btl: &mut B, len: usize) -> Result<Self, BenchError> {
+        let copy: Vec<u8> = (0..len.max(1)).map(|i| i as u8).collect();
+        let region: &'static mut [u8] = Box::leak(copy.clone().into_boxed_slice());
+        let handle = btl
+            .register_mem(region, Access::REMOTE_READ)
+            .map_err(btl_err("registering the send buffer"))?;
+        Ok(Source { handle, copy })
+    }
+
+    /// Sends the next piece of a message of `len` bytes with `tag` to `to`,
+    /// from byte `sent` on: the bytes of the message it carried.
+    fn send_piece<B: Btl<'static>>(
+        &self,
+        btl: &mut B,
+        to: EndpointId,
+        tag: Tag,
+        header: &Header,
+        sent: usize,
+    ) -> Result<usize, BtlError> {
+        let len = header.total as usize;
+        let max = btl.attributes().max_send_size.saturating_sub(HEADER).max(1);
+        let chunk = (len - sent).min(max);
+        let header = header.emit();
+        let flags = DescFlags::BTL_OWNERSHIP;
+        if chunk + HEADER <= btl.attributes().eager_limit {
+            let payload = self.copy.get(sent..sent + chunk).unwrap_or_default();
+            match btl.sendi(to, &header, payload, tag, Order(0), flags) {
+                Err(BtlError::TooLarge { .. }) => {}
+                other => return other.map(|()| chunk),
+            }
+        }
+        // Larger than sendi takes here: a descriptor of the buffer itself.
+        let data = MemSlice {
+            handle: self.handle,
+            offset: sent as u64,
+            len: chunk as u64,
+        };
+        let mut desc = btl.prepare_src_registered(to, data, HEADER, Order(0), flags)?;
+        if let Ok(h) = desc.header_mut(btl.pools()) {
+            h.copy_from_slice(&header);
+        }
+        btl.send(to, desc, tag).map(|_| chunk).map_err(|e| {
+            let _ = btl.free(e.desc);
+            e.error
+        })
+    }
+}
+
+/// A reply owed to a peer, partly sent.
+#[derive(Debug, Clone, Copy)]
+struct Reply {
+    tag: Tag,
+    len: u64,
+    sent: u64,
+}
+
+/// What one side knows of one peer: the message being received from it,
+/// the stream messages counted for its window, and the replies it is owed.
+#[derive(Debug)]
+struct Peer {
+    assembly: Assembly,
+    streamed: u64,
+    acked: u64,
+    replies: VecDeque<Reply>,
+    /// Bytes of the replies not yet sent.
+    owed: u64,
+}
+
+/// The replies one peer may be owed at once: a ping-pong owes one, a
+/// windowed run one per window; a peer that sends faster than it reads
+/// its replies is no longer served.
+pub const MAX_REPLIES: usize = 64;
+
+/// One process's side of the measurements: it answers whoever sends to it
+/// (echoes pings, acknowledges each window of stream messages) and counts
+/// what it is answered. The leading process and an answering one (or a
+/// server of many) run the same; over the `self` BTL one module plays
+/// both.
+///
+/// Nothing a peer sends makes it hold more than its share: a message of
+/// at most `max_message` bytes being received, at most [`MAX_REPLIES`]
+/// replies of at most as many bytes as their message brought. A peer that
+/// breaks the benchmark's protocol or outgrows its share is dropped (with
+/// `del_procs`: it is told, and its slot comes back), and only that peer.
+pub struct Side {
+    source: Source,
+    max_message: u64,
+    peers: BTreeMap<EndpointId, Peer>,
+    /// This side's window, sent in every header.
+    window: u32,
+    /// Messages completed per tag: PONG, STREAM, WINDOW_ACK, DONE.
+    counted: [u64; 4],
+    /// Peers dropped for breaking the protocol or outgrowing their share.
+    dropped: u64,
+    /// Where the round of replies starts next, so that every peer is
+    /// served in turn.
+    turn: Option<EndpointId>,
+}
+
+impl Side {
+    /// A side that sends messages of up to `max_message` bytes and takes
+    /// as many, with `window` stream messages per acknowledgement.
+    pub fn new<B: Btl<'static>>(
+        btl: &mut B,
+        max_message: usize,
+        window: u32,
+    ) -> Result<Self, BenchError> {
+        Ok(Side {
+            source: Source::register(btl, max_message)?,
+            max_message: max_message as u64,
+            peers: BTreeMap::new(),
+            window: window.max(1),
+            counted: [0; 4],
+            dropped: 0,
+            turn: None,
+        })
+    }
+
+    /// Runs that ended (a DONE came) so far.
+    pub fn runs(&self) -> u64 {
+        self.counted[3]
+    }
+
+    /// Peers dropped so far for breaking the benchmark's protocol or
+    /// outgrowing their share.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Peers this side is in the middle of something with.
+    pub fn peers(&self) -> usize {
+        self.peers.len()
+    }
+
+    fn peer(&mut self, from: EndpointId) -> &mut Peer {
+        let max = self.max_message;
+        self.peers.entry(from).or_insert_with(|| Peer {
+            assembly: Assembly::new(max),
+            streamed: 0,
+            acked: 0,
+            replies: VecDeque::new(),
+            owed: 0,
+        })
+    }
+
+    /// Sends a whole message of `len` bytes with `tag` to `to`, stepping
+    /// while the BTL has no room and taking what arrives meanwhile (its
+    /// replies are sent later), or failing after [`STALL`].
+    fn send<B: Driven>(
+        &mut self,
+        btl: &mut B,
+        to: EndpointId,
+        tag: Tag,
+        len: usize,
+        waiting: Waiting,
+    ) -> Result<(), BenchError> {
+        let header = Header {
+            total: len as u64,
+            window: self.window,
+        };
+        let mut sent = 0;
+        let start = Instant::now();
+        loop {
+            match self.source.send_piece(btl, to, tag, &header, sent) {
+                Ok(n) => {
+                    sent += n;
+                    if sent >= len {
+                        return Ok(());
+                    }
+                }
+                Err(BtlError::OutOfResource) => {
+                    if start.elapsed() > STALL {
+                        return Err(BenchError::Stalled(STALL));
+                    }
+                    btl.step(waiting);
+                    // Take what arrives meanwhile (answered later), or both
+                    // sides could wait for each other's room.
+                    self.take(btl, true)?;
+                }
+                Err(error) => {
+                    return Err(BenchError::Btl {
+                        what: "sending",
+                        error,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Takes every event there is: counts messages, owes replies, forgets
+    /// peers that are gone. With `lead`, a peer's loss or a protocol
+    /// breach is the run's end (an error); otherwise only that peer's.
+    /// Whether anything came.
+    fn take<B: Btl<'static>>(&mut self, btl: &mut B, lead: bool) -> Result<bool, BenchError> {
+        let mut any = false;
+        while let Some(ev) = btl.poll_event() {
+            any = true;
+            let breach = match ev {
+                Event::Received(m) => {
+                    let (from, tag) = (m.from, m.tag);
+                    match self.peer(from).assembly.piece(tag, m.data) {
+                        Ok(Some(whole)) => self.on_whole(from, whole).err().map(|e| (from, e)),
+                        Ok(None) => None,
+                        Err(e) => Some((from, BenchError::Protocol(e))),
+                    }
+                }
+                Event::Error(e) => {
+                    if let Some(ep) = e.endpoint {
+                        self.peers.remove(&ep);
+                    }
+                    if lead {
+                        return Err(BenchError::Btl {
+                            what: "the peer",
+                            error: e.error,
+                        });
+                    }
+                    tracing::debug!("a peer is gone: {:?} ({})", e.endpoint, e.error);
+                    None
+                }
+                Event::SendComplete { desc, result, .. } => {
+                    if let Some(d) = desc {
+                        let _ = btl.free(d);
+                    }
+                    match result {
+                        Err(error) if lead => {
+                            return Err(BenchError::Btl {
+                                what: "a send",
+                                error,
+                            });
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            if let Some((from, e)) = breach {
+                if lead {
+                    return Err(e);
+                }
+                self.drop_peer(btl, from, &e);
+            }
+        }
+        Ok(any)
+    }
+
+    /// Stops serving `peer`, which broke the protocol or outgrew its
+    /// share; the BTL forgets it (and tells it so).
+    fn drop_peer<B: Btl<'static>>(&mut self, btl: &mut B, peer: EndpointId, why: &BenchError) {
+        tracing::debug!("dropping {peer}: {why}");
+        self.peers.remove(&peer);
+        self.dropped += 1;
+        let _ = btl.del_procs(&[peer]);
+    }
+
+    /// What a side does with a whole message: count it, and owe an echo
+    /// for a ping and an acknowledgement for each window of stream
+    /// messages.
+    fn on_whole(&mut self, from: EndpointId, whole: Whole) -> Result<(), BenchError> {
+        let reply = match whole.tag {
+            PING => Some((PONG, whole.len)),
+            PONG => {
+                self.counted[0] += 1;
+                None
+            }
+            STREAM => {
+                self.counted[1] += 1;
+                let peer = self.peer(from);
+                peer.streamed += 1;
+                // The sender's window decides when to acknowledge.
+                let window = u64::from(whole.window.max(1));
+                (peer.streamed >= peer.acked + window).then(|| {
+                    peer.acked += window;
+                    (WINDOW_ACK, 0)
+                })
+            }
+            WINDOW_ACK => {
+                self.counted[2] += 1;
+                None
+            }
+            DONE => {
+                self.counted[3] += 1;
+                if self.peers.get(&from).is_some_and(|p| p.replies.is_empty()) {
+                    self.peers.remove(&from);
+                }
+                None
+            }
+            _ => None,
+        };
+        let Some((tag, len)) = reply else {
+            return Ok(());
+        };
+        let max = self.max_message;
+        let peer = self.peer(from);
+        if peer.replies.len() >= MAX_REPLIES || peer.owed.saturating_add(len) > 2 * max {
+            return Err(BenchError::Protocol(MessageError::Unread {
+                replies: peer.replies.len(),
+                owed: peer.owed,
+            }));
+        }
+        peer.owed += len;
+        peer.replies.push_back(Reply { tag, len, sent: 0 });
+        Ok(())
+    }
+
+    /// Sends the replies owed, every peer in turn, as far as the BTL takes
+    /// them without waiting: a peer that does not read holds up nobody.
+    /// With `lead`, a failure is the run's end; otherwise the peer's.
+    fn reply<B: Btl<'static>>(&mut self, btl: &mut B, lead: bool) -> Result<bool, BenchError> {
+        let mut order: Vec<EndpointId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| !p.replies.is_empty())
+            .map(|(&ep, _)| ep)
+            .collect();
+        if let Some(turn) = self.turn {
+            let first = order.partition_point(|&ep| ep < turn);
+            order.rotate_left(first);
+        }
+        self.turn = order.get(1).copied();
+        let mut any = false;
+        for to in order {
+            loop {
+                let Some(reply) = self.peers.get(&to).and_then(|p| p.replies.front().copied())
+                else {
+                    break;
+                };
+                let header = Header {
+                    total: reply.len,
+                    window: self.window,
+                };
+                let sent = usize::try_from(reply.sent).unwrap_or(usize::MAX);
+                match self.source.send_piece(btl, to, reply.tag, &header, sent) {
+                    Ok(n) => {
+                        any = true;
+                        let Some(peer) = self.peers.get_mut(&to) else {
+                            break;
+                        };
+                        peer.owed = peer.owed.saturating_sub(n as u64);
+                        if let Some(front) = peer.replies.front_mut() {
+                            front.sent += n as u64;
+                            if front.sent >= front.len {
+                                peer.replies.pop_front();
+                            }
+                        }
+                    }
+                    Err(BtlError::OutOfResource) => break,
+                    Err(error) if lead => {
+                        return Err(BenchError::Btl {
+                            what: "sending",
+                            error,
+                        });
+                    }
+                    Err(error) => {
+                        // Lost, most likely: its error event follows.
+                        tracing::debug!("replying to {to}: {error}");
+                        self.peers.remove(&to);
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(any)
+    }
+
+    /// One round of an answering side: events, then replies; steps the
+    /// BTL when nothing moved. Whether anything did.
+    pub fn serve_once<B: Driven>(&mut self, btl: &mut B, waiting: Waiting) -> bool {
+        // Answering, no peer's failure is this side's (`lead` is false).
+        let took = self.take(btl, false).unwrap_or(false);
+        let replied = self.reply(btl, false).unwrap_or(false);
+        if !took && !replied {
+            btl.step(waiting);
+        }
+        took || replied
+    }
+
+    /// Steps until `counted[k]` reaches `n`, answering what arrives;
+    /// fails after `stall` without an arrival.
+    fn until<B: Driven>(
+        &mut self,
+        btl: &mut B,
+        k: usize,
+        n: u64,
+        waiting: Waiting,
+    ) -> Result<(), BenchError> {
+        let mut last = Instant::now();
+        let mut idle: u32 = 0;
+        while self.counted[k] < n {
+            let moved = self.take(btl, true)?;
+            self.reply(btl, true)?;
+            // The clock is read only now and then: this loop is what a
+            // latency measurement spins in.
+            idle = if moved { 0 } else { idle + 1 };
+            if idle == 0 || idle % 4096 == 0 {
+                if idle == 0 {
+                    last = Instant::now();
+                } else if last.elapsed() > STALL {
+                    return Err(BenchError::Stalled(STALL));
+                }
+            }
+            if self.counted[k] < n {
+                btl.step(waiting);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `plan` against the answering process at `peer`; `on_row` sees each
+/// size's result as it is done. Ends the answering side's run.
+pub fn lead<B: Driven>(
+    btl: &mut B,
+    peer: EndpointId,
+    plan: &Plan,
+    waiting: Waiting,
+    mut on_row: impl FnMut(&Row),
+) -> Result<Vec<Row>, BenchError> {
+    let max = plan.sizes.iter().copied().max().unwrap_or(0);
+    let mut side = Side::new(btl, max, plan.window)?;
+    let mut rows = Vec::new();
+    for &size in &plan.sizes {
+        let (iters, warmup) = plan.iterations(size);
+        let mut samples = Vec::with_capacity(iters as usize);
+        let mut timed_from = Instant::now();
+        for i in 0..warmup + iters {
+            let t = Instant::now();
+            match plan.test {
+                Test::PingPong => {
+                    let want = side.counted[0] + 1;
+                    side.send(btl, peer, PING, size, waiting)?;
+                    side.until(btl, 0, want, waiting)?;
+                }
+                Test::Bandwidth | Test::Rate => {
+                    let want = side.counted[2] + 1;
+                    for _ in 0..plan.window {
+                        side.send(btl, peer, STREAM, size, waiting)?;
+                    }
+                    side.until(btl, 2, want, waiting)?;
+                }
+            }
+            if i >= warmup {
+                samples.push(t.elapsed());
+            }
+            if i + 1 == warmup {
+                // The timed part starts after the warm-up.
+                timed_from = Instant::now();
+            }
+        }
+        let elapsed = timed_from.elapsed();
+        rows.push(row(plan.test, plan.window, size, &mut samples, elapsed));
+        on_row(rows.last().expect("just pushed"));
+    }
+    side.send(btl, peer, DONE, 0, waiting)?;
+    // Let the DONE leave before the caller tears the module down.
+    for _ in 0..100 {
+        btl.step(Waiting::Poll);
+    }
+    Ok(rows)
+}
+
+/// Answers leading processes until one says it is done (a local run's
+/// second process): echoes pings, acknowledges windows. Fails when
+/// nothing arrives for `patience`. Takes messages of up to `max_message`
+/// bytes.
+pub fn answer<B: Driven>(
+    btl: &mut B,
+    max_message: usize,
+    waiting: Waiting,
+    patience: Duration,
+) -> Result<(), BenchError> {
+    let mut side = Side::new(btl, max_message, 1)?;
+    let mut last = Instant::now();
+    while side.runs() == 0 {
+        if side.serve_once(btl, waiting) {
+            last = Instant::now();
+        } else if last.elapsed() > patience {
+            return Err(BenchError::Stalled(patience));
+        }
+    }
+    for _ in 0..100 {
+        btl.step(Waiting::Poll);
+    }
+    Ok(())
+}
+
+/// Median, 99th percentile and rates of one size's timed samples, which
+/// took `elapsed` in all.
+pub(crate) fn row(
+    test: Test,
+    window: u32,
+    size: usize,
+    samples: &mut [Duration],
+    elapsed: Duration,
+) -> Row {
+    samples.sort_unstable();
+    let pick = |q: f64| {
+        if samples.is_empty() {
+            return 0.0;
+        }
+        let i = ((samples.len() - 1) as f64 * q).round() as usize;
+        samples[i].as_secs_f64() * 1e6
+    };
+    let iters = samples.len() as u32;
+    let per_iter = match test {
+        Test::PingPong => 2.0,
+        Test::Bandwidth | Test::Rate => f64::from(window.max(1)),
+    };
+    let messages = match test {
+        Test::PingPong => f64::from(iters),
+        Test::Bandwidth | Test::Rate => f64::from(iters) * f64::from(window),
+    };
+    let timed = elapsed.as_secs_f64().max(1e-9);
+    Row {
+        size,
+        iters,
+        median_us: pick(0.5) / per_iter,
+        p99_us: pick(0.99) / per_iter,
+        mib_per_s: messages * size as f64 / timed / f64::from(1u32 << 20),
+        msgs_per_s: messages / timed,
+    }
+}
+
+/// Sizes from `min` to `max`, doubling (with `min` 0 taken as 1).
+pub fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut s = min.max(1);
+    while s <= max {
+        out.push(s);
+        s = s.saturating_mul(2);
+    }
+    out
+}

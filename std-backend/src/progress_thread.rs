@@ -15,6 +15,7 @@
 //! not call back in.
 
 use std::io;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -179,7 +180,7 @@ impl<T: Transport<Net = Os> + Send + 'static> ProgressThread<T> {
 
     /// Stops the thread and hands the module back, its poller with it, to
     /// be driven by its owner again. An error is the thread's: the poller
-    /// failed, or the handler panicked.
+    /// failed. (A handler that panics is logged and the thread serves on.)
     pub fn stop(mut self) -> io::Result<Module<T>> {
         let poller = self.halt()?;
         let served = Arc::clone(&self.served);
@@ -276,7 +277,17 @@ fn serve<T: Transport<Net = Os>>(
             .map(|e| Taken::from_event(e, &mut message))
         {
             drop(module);
-            handler(served, taken.into_event(&message));
+            // A handler that panics loses its event, not the module: the
+            // thread serves on, and the other peers never notice.
+            let call = AssertUnwindSafe(|| handler(served, taken.into_event(&message)));
+            if let Err(panic) = std::panic::catch_unwind(call) {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("a panic");
+                tracing::error!("the progress thread's handler panicked ({what}); serving on");
+            }
             module = served.lock();
         }
         timeout = served.plan_wake(&module);

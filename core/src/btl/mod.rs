@@ -193,7 +193,9 @@ pub trait Btl<'m> {
 
     /// Forgets endpoints (reference-counted: a process added twice must be
     /// deleted twice). Outstanding operations to a forgotten peer fail with
-    /// `PeerLost(Removed)`.
+    /// `PeerLost(Removed)`. A peer the BTL added on its own (one that
+    /// connected to this process, seen only in its events) is forgotten at
+    /// once: how a server drops a client that misbehaves.
     fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError>;
 
     /// A descriptor with `size` payload bytes for the caller to fill
@@ -241,8 +243,14 @@ pub trait Btl<'m> {
 
     /// Sends `header` then `payload` at once without a descriptor, or fails
     /// with `OutOfResource` when it cannot go now (no fragment, no credit):
-    /// the caller then falls back to `prepare_src` + `send`. A success is
-    /// complete; no event follows.
+    /// the caller then falls back to `prepare_src` + `send`.
+    ///
+    /// A success means the BTL has taken the message: both buffers are the
+    /// caller's again, and no event follows. The message is delivered
+    /// unless its peer is lost first (the peer's `Error` event says so) or
+    /// the BTL is finalized first, which drops what is unacknowledged: a
+    /// graceful close waits for the acknowledgements before it finalizes
+    /// (the socket modules' `flush`).
     fn sendi(
         &mut self,
         endpoint: EndpointId,
@@ -293,7 +301,9 @@ pub trait Btl<'m> {
     /// the next call.
     fn poll_event(&mut self) -> Option<Event<'_>>;
 
-    /// Shuts the module down: every outstanding operation fails with
-    /// `Finalized` (its event is still delivered), later calls fail.
+    /// Shuts the module down at once: every outstanding operation fails
+    /// with `Finalized` (its event is still delivered), sends that owe no
+    /// event are dropped, peers are told (they lose this process with
+    /// `PeerLost(Closed)`), later calls fail.
     fn finalize(&mut self);
 }

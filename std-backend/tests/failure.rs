@@ -1,0 +1,304 @@
+//! How socket modules fail, over real loopback sockets: fast and by name
+//! (a peer that died is `Refused` within the refusal timeout, a dropped
+//! module's peers hear a CLOSE at once), nothing lost at a graceful close
+//! (`flush` then `finalize`), errors a library user can see (why a lookup
+//! failed, bounded), no card left behind, and a panicking progress-thread
+//! handler that loses nothing but its event.
+
+use std::time::{Duration, Instant};
+
+use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
+use btl_core::desc::{DescFlags, Order};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_std::bootstrap::{Bootstrap, BootstrapError, SharedDir};
+use btl_std::contacts::LookupError;
+use btl_std::module::{Module, Transport};
+use btl_std::progress_thread::ProgressThread;
+
+mod common;
+use common::{DEADLINE, job, pair, tcp, udp};
+
+/// Progresses both modules until `a` has an error event: its error and
+/// how long it took.
+fn until_error<T: Transport, U: Transport>(
+    a: &mut Module<T>,
+    mut b: Option<&mut Module<U>>,
+) -> (BtlError, Duration) {
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no error event within the deadline"
+        );
+        a.progress();
+        if let Some(b) = b.as_mut() {
+            b.progress();
+            while b.poll_event().is_some() {}
+        }
+        while let Some(ev) = a.poll_event() {
+            if let Event::Error(e) = ev {
+                return (e.error, start.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Sends `n` small messages with `sendi`, progressing while it waits for
+/// the link or credits (another thread progresses the peer).
+fn sendi_all<T: Transport>(a: &mut Module<T>, to: EndpointId, n: u32) {
+    for i in 0..n {
+        let start = Instant::now();
+        while a
+            .sendi(
+                to,
+                &[],
+                &i.to_be_bytes(),
+                Tag(0x81),
+                Order(0),
+                DescFlags::empty(),
+            )
+            .is_err()
+        {
+            assert!(start.elapsed() < DEADLINE, "sendi never went");
+            a.progress();
+        }
+    }
+}
+
+/// A sends B one message, both progressing until B has it: the link is up.
+fn first_message<T: Transport>(a: &mut Module<T>, b: &mut Module<T>, b_at_a: EndpointId) {
+    let start = Instant::now();
+    while a
+        .sendi(
+            b_at_a,
+            &[],
+            b"first",
+            Tag(0x81),
+            Order(0),
+            DescFlags::empty(),
+        )
+        .is_err()
+    {
+        assert!(start.elapsed() < DEADLINE, "never connected");
+        a.progress();
+        b.progress();
+    }
+    while !matches!(b.poll_event(), Some(Event::Received(_))) {
+        assert!(start.elapsed() < DEADLINE, "never arrived");
+        a.progress();
+        b.progress();
+    }
+}
+
+#[test]
+fn a_dropped_module_is_lost_by_its_peers_at_once() {
+    let (mut a, mut b, b_at_a, _) = pair(0x7f01, |me, key, boot| tcp(1).build(me, key, boot));
+    first_message(&mut a, &mut b, b_at_a);
+    // B returns early (or panics): dropped without finalize.
+    drop(b);
+    let (error, took) = until_error::<_, btl_std::tcp::Tcp<btl_std::net::Os>>(&mut a, None);
+    assert_eq!(error, BtlError::PeerLost(LostReason::Closed));
+    assert!(
+        took < Duration::from_secs(2),
+        "{took:?}, not the peer timeout"
+    );
+}
+
+#[test]
+fn a_killed_peer_is_lost_as_refused_within_the_refusal_timeout() {
+    let (mut a, mut b, b_at_a, _) = pair(0x7f02, |me, key, boot| tcp(1).build(me, key, boot));
+    first_message(&mut a, &mut b, b_at_a);
+    // Killed: its sockets close with no CLOSE, and nothing listens on its
+    // port any more, so every reconnection is refused.
+    b.abort_on_drop();
+    drop(b);
+    let (error, took) = until_error::<_, btl_std::tcp::Tcp<btl_std::net::Os>>(&mut a, None);
+    assert_eq!(error, BtlError::PeerLost(LostReason::Refused));
+    // 250 ms of refusals (the default), and a backoff.
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "{took:?}, not the peer timeout"
+    );
+}
+
+#[test]
+fn a_first_connection_to_a_closed_port_is_refused_by_name() {
+    let (boot, dir, na, nb) = job(0x7f03);
+    let mut a = tcp(1).build(na, Some(b"k"), boot.clone()).expect("A");
+    // B publishes its card and dies before A connects.
+    let mut b = tcp(1).build(nb, Some(b"k"), boot.clone()).expect("B");
+    let card = b.transport().card().clone();
+    b.abort_on_drop();
+    drop(b);
+    boot.publish(&card).expect("B's card, left behind");
+    let ep = a.reach(nb, DEADLINE).expect("its card says where");
+    let _ = a.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty());
+    let (error, took) = until_error::<_, btl_std::tcp::Tcp<btl_std::net::Os>>(&mut a, None);
+    assert_eq!(error, BtlError::PeerLost(LostReason::Refused));
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `sendi` success, then a graceful close: every message is delivered.
+fn flush_then_finalize_loses_nothing<T: Transport<Net = btl_std::net::Os> + Send + 'static>(
+    mut a: Module<T>,
+    mut b: Module<T>,
+    b_at_a: EndpointId,
+) {
+    const N: u32 = 500;
+    let receiver = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while got.len() < N as usize && start.elapsed() < DEADLINE {
+            b.progress();
+            while let Some(ev) = b.poll_event() {
+                if let Event::Received(m) = ev {
+                    got.push(u32::from_be_bytes(m.data.try_into().expect("4 bytes")));
+                }
+            }
+        }
+        // The sender's CLOSE too.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(200) {
+            b.progress();
+            while b.poll_event().is_some() {}
+        }
+        got
+    });
+    sendi_all(&mut a, b_at_a, N);
+    a.flush(DEADLINE).expect("everything acknowledged");
+    assert_eq!(a.usage().operations, 0);
+    a.finalize();
+    let got = receiver.join().expect("the receiver");
+    assert_eq!(
+        got,
+        (0..N).collect::<Vec<_>>(),
+        "every message, once, in order"
+    );
+}
+
+#[test]
+fn a_flushed_tcp_module_loses_nothing_at_finalize() {
+    let (a, b, b_at_a, _) = pair(0x7f04, |me, key, boot| tcp(1).build(me, key, boot));
+    flush_then_finalize_loses_nothing(a, b, b_at_a);
+}
+
+#[test]
+fn a_flushed_udp_module_loses_nothing_at_finalize() {
+    let (a, b, b_at_a, _) = pair(0x7f05, |me, key, boot| udp().build(me, key, boot));
+    flush_then_finalize_loses_nothing(a, b, b_at_a);
+}
+
+#[test]
+fn a_flush_says_what_a_silent_peer_did_not_acknowledge() {
+    let (mut a, mut b, b_at_a, _) = pair(0x7f06, |me, key, boot| tcp(1).build(me, key, boot));
+    first_message(&mut a, &mut b, b_at_a);
+    let start = Instant::now();
+    while a.flush(Duration::from_millis(1)).is_err() {
+        assert!(start.elapsed() < DEADLINE, "the first is acknowledged");
+        b.progress();
+    }
+    // B stops progressing: what A sends now stays unacknowledged.
+    for i in 0..4u8 {
+        a.sendi(b_at_a, &[], &[i], Tag(1), Order(0), DescFlags::empty())
+            .expect("credit for four");
+    }
+    let start = Instant::now();
+    let left = a
+        .flush(Duration::from_millis(200))
+        .expect_err("B does not read");
+    assert_eq!(left.outstanding, 4);
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "bounded by its timeout"
+    );
+    drop(b);
+}
+
+#[test]
+fn a_lookup_says_why_and_is_bounded_by_the_caller() {
+    let (boot, dir, na, nb) = job(0x7f07);
+    let mut setup = tcp(1);
+    setup.tcp.lookup_timeout = Duration::from_millis(100);
+    let mut a = setup.build(na, Some(b"k"), boot).expect("A");
+    let start = Instant::now();
+    let err = a
+        .reach(nb, Duration::from_millis(100))
+        .expect_err("B never published a card");
+    assert!(start.elapsed() < Duration::from_secs(1), "bounded");
+    assert!(
+        matches!(
+            err,
+            btl_std::module::ReachError::Lookup(LookupError::Bootstrap(
+                BootstrapError::Timeout { .. }
+            ))
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&format!("{nb}")), "{err}");
+    // add_procs, which cannot say why, keeps the cause for the caller.
+    let mut ep = [None];
+    let mut word = [0u64];
+    let other = ProcName::new(nb.job, 7);
+    a.add_procs(
+        &[other],
+        &mut ep,
+        &mut btl_core::endpoint::Reachability::new(&mut word),
+    )
+    .expect("add_procs itself succeeds");
+    assert_eq!(ep, [None]);
+    assert!(a.why_unreachable(other).is_some());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_modules_card_goes_with_it() {
+    let (boot, dir, na, _) = job(0x7f08);
+    let a = tcp(1).build(na, Some(b"k"), boot.clone()).expect("A");
+    let card = SharedDir::new(&dir).path_of(na);
+    assert!(card.exists(), "published");
+    drop(a);
+    assert!(!card.exists(), "withdrawn");
+    let u = udp().build(na, Some(b"k"), boot).expect("A over UDP");
+    assert!(card.exists(), "published");
+    drop(u);
+    assert!(!card.exists(), "withdrawn");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_panicking_handler_loses_its_event_not_the_module() {
+    let (a, mut b, _, a_at_b) = pair(0x7f09, |me, key, boot| tcp(1).build(me, key, boot));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let a = ProgressThread::spawn(a, move |_, event| {
+        if let Event::Received(m) = event {
+            assert!(m.data != b"boom", "the handler's own panic");
+            let _ = tx.send(m.data.to_vec());
+        }
+    })
+    .expect("A's thread");
+    for data in [&b"one"[..], b"boom", b"two"] {
+        let start = Instant::now();
+        while b
+            .sendi(a_at_b, &[], data, Tag(1), Order(0), DescFlags::empty())
+            .is_err()
+        {
+            assert!(start.elapsed() < DEADLINE);
+            b.progress();
+        }
+    }
+    let mut got = Vec::new();
+    let start = Instant::now();
+    while got.len() < 2 {
+        assert!(start.elapsed() < DEADLINE, "got {got:?}");
+        b.progress();
+        if let Ok(m) = rx.try_recv() {
+            got.push(m);
+        }
+    }
+    assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
+    let a = a.stop().expect("the thread stops cleanly");
+    drop(a);
+}

@@ -234,7 +234,7 @@ fn main() -> ExitCode {
     // The only subscriber of this process: it cannot be there already.
     let _ = btl_std::logging::init(default_log);
     let result = match cli.command {
-        Command::Info(args) => info(args).map_err(Failure::Run),
+        Command::Info(args) => info(args),
         Command::Pingpong(args) => run_local(Test::PingPong, args),
         Command::Bw(args) => run_local(Test::Bandwidth, args),
         Command::Rate(args) => run_local(Test::Rate, args),
@@ -258,7 +258,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn info(args: InfoArgs) -> Result<(), String> {
+fn info(args: InfoArgs) -> Result<(), Failure> {
     let mut registry = Box::new(ParamRegistry::new());
     let params: &mut dyn Params = registry.as_mut();
     let components = register_all(params).map_err(|e| e.to_string())?;
@@ -266,7 +266,7 @@ fn info(args: InfoArgs) -> Result<(), String> {
     let env = |var: &str| std::env::var(var).ok();
     let param_file = args.param_file.or_else(|| default_param_file(env));
     if let Some(path) = &param_file {
-        let unknown = apply_file(params, path).map_err(|e| e.to_string())?;
+        let unknown = apply_file(params, path).map_err(|e| Failure::Usage(e.to_string()))?;
         for u in unknown {
             eprintln!(
                 "btl: warning: {}:{}: no parameter `{}` in this build",
@@ -276,7 +276,7 @@ fn info(args: InfoArgs) -> Result<(), String> {
             );
         }
     }
-    apply_environment(params, env).map_err(|e| e.to_string())?;
+    apply_environment(params, env).map_err(|e| Failure::Usage(e.to_string()))?;
 
     let any = |s: String| (s != "all").then_some(s);
     let (framework, component) = match args.param {
@@ -304,7 +304,7 @@ fn info(args: InfoArgs) -> Result<(), String> {
     } else {
         report.to_string()
     };
-    write_stdout(&text)
+    Ok(write_stdout(&text)?)
 }
 
 /// Writes to stdout; a reader that went away (`btl info | head`) is not an
@@ -782,7 +782,10 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
                 .map_err(|e| e.to_string())?;
             (Arc::new(list), address.to_string())
         }
-        (None, Some(dir)) => (Arc::new(SharedDir::new(dir)), dir.display().to_string()),
+        (None, Some(dir)) => (
+            Arc::new(SharedDir::new(dir)),
+            format!("(card in {})", dir.display()),
+        ),
         (None, None) => return Err(Failure::Usage("give the server's address or --dir".into())),
     };
     let title = format!(

@@ -31,10 +31,15 @@ fn client(rank: u32) -> ProcName {
 /// An engine for `me` whose largest fragment holds `max` bytes, boxed (it
 /// is large for a test thread's stack).
 fn engine_sized(config: EngineConfig, max: usize) -> Box<E> {
+    engine_pooled(config, max, 32)
+}
+
+/// As [`engine_sized`], with `count` fragments of each class.
+fn engine_pooled(config: EngineConfig, max: usize, count: u32) -> Box<E> {
     let pool = |fragment_size| FragmentPoolConfig {
         fragment_size,
-        num: 32,
-        max: 32,
+        num: count,
+        max: count,
         inc: 8,
     };
     let cfg = FragmentPoolsConfig {
@@ -565,4 +570,61 @@ fn every_link_slot_taken_is_refused_to_the_driver() {
         server.handle_accepted(Source(99), [0; 16], 0),
         Err(LinkError::TooManyLinks)
     );
+}
+
+#[test]
+fn messages_wait_for_room_in_the_event_queue_and_none_is_lost() {
+    // Four clients may each have 100 messages at the server at once: more
+    // than its event queue holds while the server does not poll.
+    let mut config = EngineConfig::new(SERVER);
+    config.initial_credits = 100;
+    let mut server = engine_pooled(config, 65536 + 40, 512);
+    let mut clients: Vec<(Box<E>, EndpointId, Link, u32)> = (1..=4)
+        .map(|r| {
+            let mut config = EngineConfig::new(client(r));
+            config.epoch = u64::from(r);
+            let mut c = engine_pooled(config, 65536 + 40, 512);
+            let (ep, link) = open(&mut c, &mut server, Source(u64::from(r)), 0);
+            (c, ep, link, 0)
+        })
+        .collect();
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); 4];
+    let mut most = 0;
+    for round in 0..200u64 {
+        for (c, ep, link, sent) in clients.iter_mut() {
+            while *sent < 100
+                && c.sendi(
+                    *ep,
+                    &[],
+                    &sent.to_be_bytes(),
+                    Tag(1),
+                    Order(0),
+                    DescFlags::empty(),
+                )
+                .is_ok()
+            {
+                *sent += 1;
+            }
+            carry(c, &mut server, link, MS + round, |_| {});
+        }
+        most = most.max(server.usage().events);
+        // The server polls only now and then.
+        if round % 20 == 19 {
+            while let Some(ev) = server.poll_event() {
+                if let Event::Received(m) = ev {
+                    let from = (m.from.0 & 0xffff) as usize;
+                    got[from].push(u32::from_be_bytes(m.data.try_into().expect("4 bytes")));
+                }
+            }
+        }
+    }
+    assert!(most >= 150, "the queue filled up: {most}");
+    assert!(most < 256, "room was kept for errors: {most}");
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(
+            *g,
+            (0..100).collect::<Vec<_>>(),
+            "client {i}: all, once, in order"
+        );
+    }
 }

@@ -82,11 +82,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 size: dst.len,
             }));
         }
-        let i = self
-            .ops
-            .iter()
-            .position(Option::is_none)
-            .ok_or(BtlError::OutOfResource)?;
+        let i = self.claim_op_slot()?;
         self.next_op += 1;
         let id = self.next_op & !GET_REPLY;
         self.ops[i] = Some(Op {
@@ -142,11 +138,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 size: remote.len,
             }));
         }
-        let i = self
-            .ops
-            .iter()
-            .position(Option::is_none)
-            .ok_or(BtlError::OutOfResource)?;
+        let i = self.claim_op_slot()?;
         self.next_op += 1;
         let id = self.next_op & !GET_REPLY;
         let chunk = self.put_chunk(p);
@@ -177,6 +169,21 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         Ok(OpId(id))
     }
 
+    /// A free slot for an operation of this side's, which ends with an
+    /// event: its place in the event queue is kept from now on.
+    fn claim_op_slot(&mut self) -> Result<usize, BtlError> {
+        if !self.has_event_room() {
+            return Err(BtlError::OutOfResource);
+        }
+        let i = self
+            .ops
+            .iter()
+            .position(Option::is_none)
+            .ok_or(BtlError::OutOfResource)?;
+        self.owed += 1;
+        Ok(i)
+    }
+
     /// Queues a GET for the operation in slot `i`; a full queue ends the
     /// operation unreported, and the caller returns `OutOfResource`.
     pub(super) fn queue_get(&mut self, p: usize, i: usize, get: GetRepr) -> Result<(), BtlError> {
@@ -184,6 +191,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             && peer.queue.push_back(Queued::Get(get)).is_err()
         {
             self.ops[i] = None;
+            self.owed = self.owed.saturating_sub(1);
             return Err(BtlError::OutOfResource);
         }
         self.progress_queues();
@@ -283,6 +291,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 return;
             }
         };
+        // Its place was kept when the operation was taken.
+        self.owed = self.owed.saturating_sub(1);
         let _ = self.events.push_back(Pending::Done(done));
     }
 

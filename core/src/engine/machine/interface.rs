@@ -167,6 +167,13 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         // promises no event), and complete_send ends it silently.
         let quiet = desc.flags().contains(DescFlags::BTL_OWNERSHIP)
             && !desc.flags().contains(DescFlags::ALWAYS_CALLBACK);
+        // A send that ends with an event is taken only with room for it.
+        if !quiet && !self.has_event_room() {
+            return Err(SendError {
+                error: BtlError::OutOfResource,
+                desc,
+            });
+        }
         let Some(peer) = self.peers[p].as_mut() else {
             return Err(SendError {
                 error: BtlError::Unreachable,
@@ -178,6 +185,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
                 error: BtlError::OutOfResource,
                 desc,
             });
+        }
+        if !quiet {
+            self.owed += 1;
         }
         self.progress_queues();
         Ok(if quiet {

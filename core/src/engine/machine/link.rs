@@ -420,11 +420,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             );
             let _ = l.tx.push_back(TxItem::Control { bytes, len });
         }
-        if let Receiving::Send { frag, .. } = core::mem::replace(&mut l.receiving, Receiving::None)
-        {
-            let _ = self.pools.free(frag);
-        }
+        let receiving = core::mem::replace(&mut l.receiving, Receiving::None);
         let (peer, id) = (l.peer, l.id);
+        if let Receiving::Send { frag, .. } = receiving {
+            self.drop_received(frag);
+        }
         if let (Some(p), Some(out)) = (peer, detached) {
             // The peer has it: only the rest of its frame is not written.
             self.release(p, out, Ok(()));

@@ -43,6 +43,9 @@ const _: () = assert!(MAX_OPS <= 64);
 /// Most slices one [`Transmit`] hands out (coalesced small packets).
 pub const MAX_SEGMENTS: usize = 16;
 const EVENTS: usize = 256;
+/// Events kept free for lost peers' `Error` events, beyond those every
+/// message and completion owed is sure of ([`Engine::has_event_room`]).
+const ERROR_ROOM: usize = EVENTS / 4;
 const PENDING: usize = 64;
 /// Answers (REJECT, DONE) waiting for a peer. Each answers one of the
 /// peer's transfers, and a peer has at most `MAX_OPS` of them outstanding,
@@ -199,6 +202,11 @@ pub struct Engine<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: us
     links: [Option<Link>; LINKS],
     ops: [Option<Op>; MAX_OPS],
     events: Deque<Pending, EVENTS>,
+    /// Events owed but not queued yet: the completions of accepted
+    /// operations that end with one, and the SENDs received into a
+    /// fragment and not yet delivered. Each is sure of its place in
+    /// `events`: nothing is taken on without room for its event.
+    owed: usize,
     /// The message [`Btl::poll_event`] handed out last: its fragment is
     /// freed, and its credit given back to its sender, at the next call.
     ///
@@ -286,6 +294,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             links: core::array::from_fn(|_| None),
             ops: [None; MAX_OPS],
             events: Deque::new(),
+            owed: 0,
             delivered: None,
             connects: Deque::new(),
             present_peers: Vec::new(),
@@ -546,7 +555,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         };
         self.present_links.retain(|&s| usize::from(s) != slot);
         if let Receiving::Send { frag, .. } = l.receiving {
-            let _ = self.pools.free(frag);
+            self.drop_received(frag);
         }
         if let (Some(p), Some(out)) = (l.peer, l.detached) {
             // The peer has it: only the rest of its frame was not written.

@@ -552,7 +552,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         }
         for h in held {
             if let Held::Send { frag, .. } = h {
-                let _ = self.pools.free(frag);
+                self.drop_received(frag);
             }
         }
         for i in 0..MAX_OPS {

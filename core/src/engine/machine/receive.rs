@@ -107,10 +107,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// Reads from `input` into the link's current frame; returns the bytes
     /// taken and whether anything happened (a frame may end without input).
     fn read_some(&mut self, slot: usize, input: &[u8]) -> Result<(usize, bool), CloseReason> {
-        if let Some(l) = self.links[slot].as_mut()
+        if let Some(l) = self.links[slot].as_ref()
             && let Receiving::WaitingFragment { tag, seq, len } = l.receiving
         {
-            let Ok(frag) = self.pools.alloc(len) else {
+            let Ok(frag) = self.take_receive_fragment(len) else {
+                return Ok((0, false));
+            };
+            let Some(l) = self.links[slot].as_mut() else {
+                self.drop_received(frag);
                 return Ok((0, false));
             };
             l.receiving = Receiving::Send {
@@ -206,7 +210,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             PacketType::Send => {
                 let tag = Tag(SendRepr::parse(chunk_ref(fixed)?).map_err(bad)?.tag);
                 let len = usize::try_from(payload_left).map_err(|_| CloseReason::ProtocolError)?;
-                match self.pools.alloc(len) {
+                match self.take_receive_fragment(len) {
                     Ok(frag) => (
                         Receiving::Send {
                             tag,
@@ -471,7 +475,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             Ok(_) => {}
             Err(Refused::Duplicate(item)) | Err(Refused::OutsideWindow(item)) => {
                 if let Held::Send { frag, .. } = item {
-                    let _ = self.pools.free(frag);
+                    self.drop_received(frag);
                 }
             }
         }
@@ -490,6 +494,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let from = self.endpoint(p);
         match item {
             Held::Send { tag, frag, len } => {
+                // Its place was kept when its fragment was taken.
+                self.owed = self.owed.saturating_sub(1);
                 if let Err(Pending::Received { frag, .. }) =
                     self.events.push_back(Pending::Received {
                         from,
@@ -547,6 +553,39 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 );
             }
         }
+    }
+}
+
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
+    Engine<'r, 'm, PEERS, LINKS, REGS>
+{
+    /// Whether one more event may be owed: a message received, or an
+    /// operation that ends with one. Room is kept for every event owed,
+    /// and for lost peers' errors, so that none is ever dropped.
+    pub(super) fn has_event_room(&self) -> bool {
+        self.events.len() + self.owed + super::ERROR_ROOM < super::EVENTS
+    }
+
+    /// A fragment for a SEND's payload of `len` bytes, with its event's
+    /// place kept; none while the pools or the event queue are full (the
+    /// SEND waits, as for a fragment: a stream stops being read, a
+    /// datagram is dropped and comes again).
+    fn take_receive_fragment(&mut self, len: usize) -> Result<Fragment, crate::pool::PoolError> {
+        if !self.has_event_room() {
+            return Err(crate::pool::PoolError::Exhausted {
+                class: crate::pool::FragmentClass::Max,
+            });
+        }
+        let frag = self.pools.alloc(len)?;
+        self.owed += 1;
+        Ok(frag)
+    }
+
+    /// Frees a SEND's fragment that will not be delivered, and its event's
+    /// place.
+    pub(super) fn drop_received(&mut self, frag: Fragment) {
+        self.owed = self.owed.saturating_sub(1);
+        let _ = self.pools.free(frag);
     }
 }
 

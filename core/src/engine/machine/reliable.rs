@@ -523,6 +523,8 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             Some(desc)
         };
         if desc.is_some() || flags.contains(DescFlags::ALWAYS_CALLBACK) {
+            // Its place was kept when the send was taken.
+            self.owed = self.owed.saturating_sub(1);
             if let Err(Pending::Done(Completion::Send { desc: Some(d), .. })) =
                 self.events.push_back(Pending::Done(Completion::Send {
                     endpoint,

@@ -1,18 +1,22 @@
-//! Feeds arbitrary bytes to an engine as a peer would: split into stream
-//! reads of arbitrary sizes on an accepted stream link, and as datagrams on
-//! an accepted datagram link. Nothing may panic, and whatever the engine
-//! does with the bytes, its fragments go back to its pools once it has
-//! given the peer up.
+//! Feeds arbitrary bytes to an engine as a hostile peer would, on one
+//! accepted link: stream reads of arbitrary sizes, or length-prefixed
+//! datagrams (see `btl_fuzz::engine_input`), with the clock moving between
+//! them so that its timers fire; the engine's answers are written and its
+//! closes carried out, and the events it makes are polled. Nothing may
+//! panic; once the engine has given the peer up and is finalized, every
+//! fragment is back in its pools and no event is left owed.
 #![no_main]
 
 use btl_core::btl::Btl;
 use btl_core::endpoint::ProcName;
-use btl_core::engine::Engine;
 use btl_core::engine::config::{EngineConfig, Framing};
+use btl_core::engine::{Engine, LinkId, Source};
 use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_fuzz::engine_input::{Carried, carried, pieces};
 use libfuzzer_sys::fuzz_target;
 
 const ME: ProcName = ProcName::new(1, 0);
+const MS: u64 = 1_000_000;
 
 fn engine(region: &mut [u8], framing: Framing) -> Engine<'_, 'static, 2, 2, 2> {
     let pool = |fragment_size| FragmentPoolConfig {
@@ -29,45 +33,77 @@ fn engine(region: &mut [u8], framing: Framing) -> Engine<'_, 'static, 2, 2, 2> {
     let pools = FragmentPools::new(region, cfg).expect("pools fit the region");
     let config = EngineConfig {
         framing,
-        max_body: 4096,
+        initial_credits: 4,
         ..EngineConfig::new(ME)
     };
     Engine::new(config, pools)
 }
 
+/// Writes whatever the engine has for `link` and carries out its closes;
+/// whether `link` is still open.
+fn serve(e: &mut Engine<'_, 'static, 2, 2, 2>, link: LinkId, now: u64) -> bool {
+    while let Some(n) = e
+        .poll_transmit(link)
+        .map(|t| t.segments.iter().map(|s| s.len()).sum())
+    {
+        e.handle_written(link, n);
+    }
+    let mut open = true;
+    while let Some(closing) = e.poll_close() {
+        let _ = e.link_end(closing);
+        e.handle_closed(closing, now);
+        open &= closing != link;
+    }
+    // Nobody can be connected to: every connect this side asks for fails.
+    while let Some(req) = e.poll_connect() {
+        e.handle_connect_failed(req, btl_core::engine::ConnectFailure::Unreachable, now);
+    }
+    while e.poll_event().is_some() {}
+    open
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Some((&split, rest)) = data.split_first() else {
+    let Some((&settings, rest)) = data.split_first() else {
         return;
     };
-    for framing in [Framing::Stream, Framing::Datagram { mtu: 1500 }] {
-        let mut region = vec![0u8; 64 * 1024];
-        let mut e = engine(&mut region, framing);
-        let Ok(link) = e.handle_accepted([7; 16], 0) else {
-            return;
-        };
-        let chunk = usize::from(split % 61) + 1;
-        for (i, piece) in rest.chunks(chunk).enumerate() {
-            let now = i as u64 * 1_000_000;
-            let _ = match framing {
-                Framing::Stream => e.handle_stream(link, piece, now).map(|_| ()),
-                Framing::Datagram { .. } => e.handle_datagram(link, piece, now),
+    let how = carried(settings);
+    let framing = match how {
+        Carried::Stream { .. } => Framing::Stream,
+        Carried::Datagram => Framing::Datagram { mtu: 1500 },
+    };
+    let mut region = vec![0u8; 64 * 1024];
+    let mut e = engine(&mut region, framing);
+    let Ok(link) = e.handle_accepted(Source(1), [7; 16], 0) else {
+        return;
+    };
+    let mut now = 0;
+    let mut open = true;
+    for piece in pieces(how, rest) {
+        now += MS;
+        if open {
+            let _ = match how {
+                Carried::Stream { .. } => e.handle_stream(link, piece, now).map(|_| ()),
+                Carried::Datagram => e.handle_datagram(link, piece, now),
             };
-            while let Some(n) = e
-                .poll_transmit(link)
-                .map(|t| t.segments.iter().map(|s| s.len()).sum())
-            {
-                e.handle_written(link, n);
-            }
-            while e.poll_event().is_some() {}
         }
-        e.finalize();
-        while e.poll_event().is_some() {}
-        for class in FragmentClass::ALL {
-            assert_eq!(
-                e.pools().stats(class).in_use,
-                0,
-                "{class:?} fragments leaked"
-            );
+        if e.poll_timeout().is_some_and(|t| t <= now) {
+            e.handle_timeout(now);
         }
+        open &= serve(&mut e, link, now);
     }
+    e.finalize();
+    serve(&mut e, link, now);
+    if open {
+        e.handle_closed(link, now);
+    }
+    while e.poll_event().is_some() {}
+    for class in FragmentClass::ALL {
+        assert_eq!(
+            e.pools().stats(class).in_use,
+            0,
+            "{class:?} fragments leaked"
+        );
+    }
+    assert_eq!(e.usage().events, 0, "events left");
+    assert_eq!(e.usage().events_owed, 0, "events owed after finalize");
 });

@@ -282,7 +282,7 @@ fn the_body_limit_announced_is_what_the_pools_hold_and_is_accepted_exactly() {
     let desc = c
         .prepare_src(ep, &vec![7u8; exact], 0, Order(0), DescFlags::BTL_OWNERSHIP)
         .expect("a descriptor");
-    c.send(ep, desc, Tag(1)).expect("exactly the limit is sent");
+    let _ = c.send(ep, desc, Tag(1)).expect("exactly the limit is sent");
     carry(&mut c, &mut server, &mut link, MS, |_| {});
     let events = drain(&mut server);
     assert_eq!(events, ["recv 65576"], "accepted, not a protocol error");

@@ -7,12 +7,14 @@
 //! proof = HMAC-SHA256(job_key, "btl-hello-ack-v1"
 //!                     || sender job (u64 BE) || sender rank (u32 BE)
 //!                     || receiver job        || receiver rank
-//!                     || receiver's nonce    || sender's nonce)
+//!                     || receiver's nonce    || sender's nonce
+//!                     || receiver's epoch (u64 BE) || sender's epoch)
 //! ```
 //!
 //! where the sender is the side sending the HELLO_ACK and the receiver the
 //! side whose HELLO it answers. Only a holder of the key can compute it;
-//! the receiver's fresh nonce stops replays from other connections, and the
+//! the receiver's fresh nonce stops replays from other connections, the
+//! epochs bind the proof to these two starts of the processes, and the
 //! fixed order of the fields stops a proof being reflected back to the
 //! process that asked for it.
 

@@ -11,8 +11,17 @@ use crate::btl::{BtlError, TagError};
 /// is often a call's refusal seen later (a BTL error, say).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum XferError {
-    /// Not allowed in the machine's current state (adding needs Started).
-    State(TmState),
+    /// A call the machine's current state does not allow (adding a buffer
+    /// needs Started, say). It names the call and both states, so that the
+    /// message alone tells which call came too early or too late.
+    State {
+        /// The refused method, e.g. `"start"` or `"add_msg_send"`.
+        call: &'static str,
+        /// The state the machine was in.
+        state: TmState,
+        /// The states in which `call` is allowed.
+        needs: &'static [TmState],
+    },
     /// Every buffer slot is in use.
     Full,
     /// No registered buffer has this id (never registered, or deregistered).
@@ -60,7 +69,10 @@ impl From<BtlError> for XferError {
 impl fmt::Display for XferError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            XferError::State(s) => write!(f, "not allowed while the transfer machine is {s}"),
+            XferError::State { call, state, needs } => {
+                write!(f, "{call}: the transfer machine is {state}; it must be ")?;
+                write_states(f, needs)
+            }
             XferError::Full => f.write_str("no free buffer slot"),
             XferError::UnknownBuffer => f.write_str("no such registered buffer"),
             XferError::Busy => f.write_str("buffer queued or its completion not yet polled"),
@@ -87,3 +99,18 @@ impl fmt::Display for XferError {
 }
 
 impl core::error::Error for XferError {}
+
+/// Writes `states` as a list a sentence can end with: "started",
+/// "initialized or starting", "initialized, starting or started".
+fn write_states(f: &mut fmt::Formatter<'_>, states: &[TmState]) -> fmt::Result {
+    let last = states.len().saturating_sub(1);
+    for (i, state) in states.iter().enumerate() {
+        let sep = match i {
+            0 => "",
+            _ if i == last => " or ",
+            _ => ", ",
+        };
+        write!(f, "{sep}{state}")?;
+    }
+    Ok(())
+}

@@ -140,9 +140,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
 
     /// Starts the machine: Starting now, Started at the next `run`.
     pub fn start(&mut self) -> Result<(), XferError> {
-        if self.state != TmState::Initialized {
-            return Err(XferError::State(self.state));
-        }
+        self.require("start", &[TmState::Initialized])?;
         self.set_state(TmState::Starting);
         Ok(())
     }
@@ -151,10 +149,10 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// once, messages are no longer accepted, and the machine is Stopped at
     /// the first `run` after the BTL has given back all it holds.
     pub fn stop(&mut self) -> Result<(), XferError> {
-        match self.state {
-            TmState::Initialized | TmState::Starting | TmState::Started => {}
-            s => return Err(XferError::State(s)),
-        }
+        self.require(
+            "stop",
+            &[TmState::Initialized, TmState::Starting, TmState::Started],
+        )?;
         self.set_state(TmState::Stopping);
         self.discard_staged();
         for index in 0..BUFS {
@@ -225,7 +223,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         if min_receive_size == 0 || max_messages == 0 {
             return Err(XferError::ZeroReceiveLimit);
         }
-        self.enqueue(id, deadline, |_| {
+        self.enqueue("add_msg_recv", id, deadline, |_| {
             Ok(Op::MsgRecv {
                 min_receive_size,
                 max_messages,
@@ -245,7 +243,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         len: u64,
         deadline: Option<u64>,
     ) -> Result<(), XferError> {
-        self.enqueue(id, deadline, |mem| {
+        self.enqueue("add_msg_send", id, deadline, |mem| {
             fits(len, mem.len)?;
             Ok(Op::MsgSend {
                 to,
@@ -377,7 +375,11 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         len: Option<u64>,
         deadline: Option<u64>,
     ) -> Result<NetBufDesc, XferError> {
-        let (mem, cookie, op) = self.enqueue(id, deadline, |mem| {
+        let call = match queue {
+            Passive::Recv => "add_passive_recv",
+            Passive::Send => "add_passive_send",
+        };
+        let (mem, cookie, op) = self.enqueue(call, id, deadline, |mem| {
             let len = len.unwrap_or(mem.len);
             fits(len, mem.len)?;
             Ok(Op::Passive { queue, peer, len })
@@ -415,8 +417,13 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
                 range: TagRange::XFER,
             }));
         }
+        // The active queue that pairs with the passive one.
+        let call = match expected {
+            Passive::Send => "add_active_recv",
+            Passive::Recv => "add_active_send",
+        };
         let desc = *desc;
-        self.enqueue(id, deadline, |mem| {
+        self.enqueue(call, id, deadline, |mem| {
             fits(len, mem.len)?;
             fits(len, desc.len)?;
             Ok(Op::Active {
@@ -431,16 +438,16 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
 
     /// Queues an idle buffer with the operation `make` builds (and
     /// validates) from its memory; returns the memory, the add's cookie and
-    /// the operation.
+    /// the operation. `call` is the public method adding it, for the error
+    /// when the machine is not Started.
     fn enqueue(
         &mut self,
+        call: &'static str,
         id: BufferId,
         deadline: Option<u64>,
         make: impl FnOnce(MemSlice) -> Result<Op, XferError>,
     ) -> Result<(MemSlice, u64, Op), XferError> {
-        if self.state != TmState::Started {
-            return Err(XferError::State(self.state));
-        }
+        self.require(call, &[TmState::Started])?;
         if deadline.is_some_and(|d| d <= self.now) {
             return Err(XferError::Expired);
         }
@@ -459,6 +466,19 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         });
         self.stats.queue_mut(op.queue()).adds += 1;
         Ok((mem, cookie, op))
+    }
+
+    /// Refuses `call` unless the machine is in one of the states it `needs`.
+    fn require(&self, call: &'static str, needs: &'static [TmState]) -> Result<(), XferError> {
+        if needs.contains(&self.state) {
+            Ok(())
+        } else {
+            Err(XferError::State {
+                call,
+                state: self.state,
+                needs,
+            })
+        }
     }
 
     fn buffer(&self, id: BufferId) -> Result<&Buffer, XferError> {

@@ -87,7 +87,7 @@ mod progress;
 mod queue;
 mod state;
 mod stats;
-mod wire;
+pub mod wire;
 
 pub use addr::TmAddr;
 pub use buffer::BufferId;

@@ -1,6 +1,7 @@
 extern crate std;
 
 use std::collections::HashMap;
+use std::string::ToString;
 use std::vec;
 use std::vec::Vec;
 
@@ -21,6 +22,9 @@ const TAG: Tag = Tag(0x60);
 
 type Lb<'r, 'm> = Loopback<'r, 'm, 16, 8>;
 type Tm = TransferMachine<8, 8, 512>;
+
+/// The states `stop` is allowed in.
+const STOPPABLE: &[TmState] = &[TmState::Initialized, TmState::Starting, TmState::Started];
 
 fn pools_config() -> FragmentPoolsConfig {
     let pool = |fragment_size| FragmentPoolConfig {
@@ -647,9 +651,20 @@ fn stop_cancels_every_queued_buffer() {
         assert_eq!(cancelled, ids);
         assert_eq!(
             tm.add_msg_recv(rb, 1, 1, None),
-            Err(XferError::State(TmState::Stopping))
+            Err(XferError::State {
+                call: "add_msg_recv",
+                state: TmState::Stopping,
+                needs: &[TmState::Started],
+            })
         );
-        assert_eq!(tm.stop(), Err(XferError::State(TmState::Stopping)));
+        assert_eq!(
+            tm.stop(),
+            Err(XferError::State {
+                call: "stop",
+                state: TmState::Stopping,
+                needs: STOPPABLE,
+            })
+        );
         // Stopped once the BTL gave the send back.
         tm.progress(btl, 0);
         assert_eq!(tm.state(), TmState::Stopped);
@@ -710,7 +725,14 @@ fn a_fatal_error_fails_the_machine_and_a_peer_error_its_buffers() {
             ]
         );
         assert_eq!(tm.failure(), Some(BtlError::Finalized));
-        assert_eq!(tm.stop(), Err(XferError::State(TmState::Failed)));
+        assert_eq!(
+            tm.stop(),
+            Err(XferError::State {
+                call: "stop",
+                state: TmState::Failed,
+                needs: STOPPABLE,
+            })
+        );
     });
 }
 
@@ -821,7 +843,11 @@ fn registration_is_checked_and_ids_go_stale() {
         assert_eq!(tm.memory(b), Ok(half));
         assert_eq!(
             tm.add_msg_recv(a, 1, 1, None),
-            Err(XferError::State(TmState::Initialized))
+            Err(XferError::State {
+                call: "add_msg_recv",
+                state: TmState::Initialized,
+                needs: &[TmState::Started],
+            })
         );
         assert_eq!(tm.deregister_buffer(a), Ok(m));
         assert_eq!(tm.memory(a), Err(XferError::UnknownBuffer));
@@ -829,7 +855,14 @@ fn registration_is_checked_and_ids_go_stale() {
         assert_ne!(a, c);
         assert_eq!(tm.deregister_buffer(a), Err(XferError::UnknownBuffer));
         tm.start().expect("start");
-        assert_eq!(tm.start(), Err(XferError::State(TmState::Starting)));
+        assert_eq!(
+            tm.start(),
+            Err(XferError::State {
+                call: "start",
+                state: TmState::Starting,
+                needs: &[TmState::Initialized],
+            })
+        );
         tm.progress(btl, 0);
         assert_eq!(
             tm.add_msg_recv(c, 0, 1, None),
@@ -838,6 +871,80 @@ fn registration_is_checked_and_ids_go_stale() {
         tm.add_msg_recv(c, 1, 1, None).expect("c");
         assert_eq!(tm.deregister_buffer(c), Err(XferError::Busy));
     });
+}
+
+#[test]
+fn every_add_refused_before_start_names_itself() {
+    with_world([8], |btl, ep, [m]| {
+        let mut tm: Tm = TransferMachine::new(ME, TAG).expect("tm");
+        let id = tm.register_buffer(btl, m).expect("register");
+        let recv_desc = NetBufDesc {
+            queue: Passive::Recv,
+            ..sample_desc()
+        };
+        let to = tm.addr(ep);
+        let refusals = [
+            ("add_msg_recv", tm.add_msg_recv(id, 1, 1, None)),
+            ("add_msg_send", tm.add_msg_send(id, to, 1, None)),
+            (
+                "add_passive_recv",
+                tm.add_passive_recv(id, ep, None).map(drop),
+            ),
+            (
+                "add_passive_send",
+                tm.add_passive_send(id, ep, 1, None).map(drop),
+            ),
+            (
+                "add_active_recv",
+                tm.add_active_recv(id, ep, &sample_desc(), None),
+            ),
+            (
+                "add_active_send",
+                tm.add_active_send(id, ep, &recv_desc, 1, None),
+            ),
+        ];
+        for (call, result) in refusals {
+            assert_eq!(
+                result,
+                Err(XferError::State {
+                    call,
+                    state: TmState::Initialized,
+                    needs: &[TmState::Started],
+                })
+            );
+        }
+    });
+}
+
+#[test]
+fn state_errors_say_the_call_the_state_and_what_it_needs() {
+    let start = XferError::State {
+        call: "start",
+        state: TmState::Starting,
+        needs: &[TmState::Initialized],
+    };
+    assert_eq!(
+        start.to_string(),
+        "start: the transfer machine is starting; it must be initialized"
+    );
+    let stop = XferError::State {
+        call: "stop",
+        state: TmState::Failed,
+        needs: STOPPABLE,
+    };
+    assert_eq!(
+        stop.to_string(),
+        "stop: the transfer machine is failed; it must be initialized, starting or started"
+    );
+    let two = XferError::State {
+        call: "f",
+        state: TmState::Stopped,
+        needs: &[TmState::Starting, TmState::Started],
+    };
+    assert_eq!(
+        two.to_string(),
+        "f: the transfer machine is stopped; it must be starting or started"
+    );
 }
 
 #[test]

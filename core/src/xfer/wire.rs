@@ -7,7 +7,12 @@
 //!   the passive buffer's cookie and the bytes moved.
 //!
 //! Both come from peers: [`parse`] checks every field and returns `None` for
-//! anything else.
+//! anything else. [`msg_header`] and [`done`] write them.
+//!
+//! The transfer machine is the only user inside btl; the module is public
+//! because the format is part of the protocol (the book's transfer machine
+//! chapter specifies it), so that other implementations, capture tools and
+//! fuzzers can decode and write these messages with the machine's own code.
 
 use crate::btl::{Tag, TagRange};
 
@@ -16,13 +21,13 @@ const KIND_MSG: u8 = 1;
 const KIND_DONE: u8 = 2;
 
 /// Bytes of a MSG header, the reserve in front of the payload.
-pub(crate) const MSG_HEADER_LEN: usize = 12;
+pub const MSG_HEADER_LEN: usize = 12;
 /// Bytes of a BULK_DONE message.
-pub(crate) const DONE_LEN: usize = 20;
+pub const DONE_LEN: usize = 20;
 
 /// A parsed message, borrowing the received bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Message<'a> {
+pub enum Message<'a> {
     /// A user message for a MSG_RECV buffer.
     Msg {
         /// The sending machine's tag, to reply to.
@@ -43,8 +48,9 @@ pub(crate) enum Message<'a> {
     },
 }
 
-/// The header of a MSG from `sender`'s buffer `cookie`.
-pub(crate) fn msg_header(sender: Tag, cookie: u64) -> [u8; MSG_HEADER_LEN] {
+/// The header of a MSG from `sender`'s buffer `cookie`; the payload follows
+/// it.
+pub fn msg_header(sender: Tag, cookie: u64) -> [u8; MSG_HEADER_LEN] {
     let mut h = [0u8; MSG_HEADER_LEN];
     h[0] = VERSION;
     h[1] = KIND_MSG;
@@ -54,7 +60,7 @@ pub(crate) fn msg_header(sender: Tag, cookie: u64) -> [u8; MSG_HEADER_LEN] {
 }
 
 /// A BULK_DONE for the passive buffer `cookie`.
-pub(crate) fn done(ok: bool, cookie: u64, len: u64) -> [u8; DONE_LEN] {
+pub fn done(ok: bool, cookie: u64, len: u64) -> [u8; DONE_LEN] {
     let mut m = [0u8; DONE_LEN];
     m[0] = VERSION;
     m[1] = KIND_DONE;
@@ -64,8 +70,11 @@ pub(crate) fn done(ok: bool, cookie: u64, len: u64) -> [u8; DONE_LEN] {
     m
 }
 
-/// Parses a received message; `None` when it is not a valid one.
-pub(crate) fn parse(data: &[u8]) -> Option<Message<'_>> {
+/// Parses a received message; `None` when it is not a valid one (another
+/// version or kind, a reserved byte set, a sender tag outside the XFER
+/// range, a bad status, or the wrong length). What parses is exactly what
+/// [`msg_header`] (followed by the payload) or [`done`] writes.
+pub fn parse(data: &[u8]) -> Option<Message<'_>> {
     let (&[version, kind, arg, reserved], rest) = data.split_first_chunk::<4>()?;
     if version != VERSION || reserved != 0 {
         return None;

@@ -497,11 +497,7 @@ impl Side {
         self.turn = order.get(1).copied();
         let mut any = false;
         for to in order {
-            loop {
-                let Some(reply) = self.peers.get(&to).and_then(|p| p.replies.front().copied())
-                else {
-                    break;
-                };
+            while let Some(reply) = self.peers.get(&to).and_then(|p| p.replies.front().copied()) {
                 let header = Header {
                     total: reply.len,
                     window: self.window,

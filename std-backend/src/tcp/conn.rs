@@ -9,9 +9,13 @@ use btl_core::engine::{ConnectRequest, LinkId};
 use crate::engine_cell::StdEngine;
 use crate::net::StreamSocket;
 
-/// Bytes read ahead of the engine per connection: one large frame's worth
-/// of slack, so a socket is drained in few reads.
+/// Bytes read ahead of the engine per connection, at most: one large
+/// frame's worth of slack, so a busy socket is drained in few reads.
 pub const RX_BYTES: usize = 256 << 10;
+/// Bytes read ahead at first: room for a handshake. A connection whose
+/// reads fill its buffer has more waiting, and the buffer grows (fourfold,
+/// up to [`RX_BYTES`]); a stranger that sends little holds little.
+pub const RX_FIRST: usize = 4 << 10;
 
 /// Where a connection stands.
 #[derive(Debug, Clone, Copy)]
@@ -41,15 +45,29 @@ pub struct RxBuffer {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
+    /// The last read filled the whole buffer: more was waiting.
+    filled: bool,
 }
 
 impl RxBuffer {
     fn new() -> Self {
         RxBuffer {
-            buf: vec![0; RX_BYTES].into_boxed_slice(),
+            buf: vec![0; RX_FIRST].into_boxed_slice(),
             start: 0,
             end: 0,
+            filled: false,
         }
+    }
+
+    /// Makes the buffer empty for the next read; larger, if the last read
+    /// filled it (more was waiting), up to [`RX_BYTES`].
+    fn reset(&mut self) {
+        if self.filled && self.buf.len() < RX_BYTES {
+            self.buf = vec![0; (self.buf.len() * 4).min(RX_BYTES)].into_boxed_slice();
+        }
+        self.filled = false;
+        self.start = 0;
+        self.end = 0;
     }
 
     fn is_empty(&self) -> bool {
@@ -118,8 +136,7 @@ impl<S: StreamSocket> Conn<S> {
                     return ReadOutcome::Held;
                 }
             }
-            self.rx.start = 0;
-            self.rx.end = 0;
+            self.rx.reset();
             match self.stream.read(&mut self.rx.buf) {
                 Ok(0) => return ReadOutcome::Closed,
                 // A short read drained the socket: the next bytes bring a
@@ -142,6 +159,7 @@ impl<S: StreamSocket> Conn<S> {
                 Ok(n) => {
                     self.received += n as u64;
                     self.rx.end = n;
+                    self.rx.filled = n == self.rx.buf.len();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

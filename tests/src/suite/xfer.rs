@@ -1139,7 +1139,11 @@ pub fn stop_completes_every_queued_buffer_once(world: &mut dyn World) {
     assert_eq!(m.last(r_b).0, Queue::MsgRecv);
     assert_eq!(
         m.tm(Side::B).add_msg_recv(r_b.id, 1, 1, None),
-        Err(XferError::State(TmState::Stopping))
+        Err(XferError::State {
+            call: "add_msg_recv",
+            state: TmState::Stopping,
+            needs: &[TmState::Started],
+        })
     );
     m.run_until(world, "A's transfers to the stopped machine", |m| {
         !m.is_open(a_send)
@@ -1212,7 +1216,11 @@ pub fn stop_completes_every_queued_buffer_once(world: &mut dyn World) {
         );
         assert_eq!(
             m.tm(side).add_msg_recv(buf.id, 1, 1, None),
-            Err(XferError::State(TmState::Stopped)),
+            Err(XferError::State {
+                call: "add_msg_recv",
+                state: TmState::Stopped,
+                needs: &[TmState::Started],
+            }),
             "an add after stop"
         );
     }

@@ -167,6 +167,10 @@ pub struct Usage {
     pub operations: usize,
     /// Events waiting to be polled.
     pub events: usize,
+    /// Events owed and not queued yet: completions of operations under
+    /// way, messages received and not yet delivered. Their places in the
+    /// event queue are kept.
+    pub events_owed: usize,
 }
 
 #[derive(Debug)]
@@ -888,6 +892,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             registrations: self.regs.len(),
             operations: self.ops.iter().flatten().count(),
             events: self.events.len(),
+            events_owed: self.owed,
         }
     }
 

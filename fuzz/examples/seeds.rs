@@ -1,0 +1,352 @@
+//! Writes the named seeds under `fuzz/seeds/<target>/`: small, meaningful
+//! inputs built with btl-core's own encoders (valid frames of every type, a
+//! peer's opening of a link, valid transfer machine messages, complete
+//! handshakes), so that every fuzz run starts from inputs that get past
+//! the decoders. Run it again after a format change:
+//!
+//! ```sh
+//! cd fuzz && cargo run --example seeds
+//! ```
+//!
+//! It overwrites the named seeds it writes and leaves the other files in
+//! the seed directories (the minimized corpus of past runs) alone.
+
+use std::fs;
+use std::path::Path;
+
+use btl_core::btl::Tag;
+use btl_core::engine::handshake::LocalHello;
+use btl_core::wire::{
+    self, AckRepr, CloseReason, CloseRepr, DoneRepr, Flags, GetRepr, HeaderRepr, HelloAckRepr,
+    NONCE_LEN, PacketRepr, PutRepr, RejectCode, RejectRepr, SendRepr, hello_proof,
+};
+use btl_core::xfer::wire as xfer;
+use btl_fuzz::bench_message;
+use btl_fuzz::engine_input::{self, Carried};
+use btl_fuzz::handshake::{
+    self as hs, CHECKSUM, CONNECTING, KEY, KEYED, OTHER_KEY, Op, PEER, PEER_CHECKSUM,
+};
+use btl_std::bench::{HEADER, Header};
+
+/// Named inputs of one target.
+type Seeds = Vec<(String, Vec<u8>)>;
+
+/// A frame of `packet` with sequence number `seq`, with a CRC32C trailer if
+/// `checksum`.
+fn frame(packet: &PacketRepr<'_>, seq: u64, checksum: bool) -> Vec<u8> {
+    let mut flags = Flags::empty();
+    flags.set(Flags::CHECKSUM, checksum);
+    let header = HeaderRepr {
+        flags,
+        seq,
+        ..HeaderRepr::new(packet)
+    };
+    let mut buf = vec![0; 4096];
+    let len = wire::emit(&header, packet, &mut buf).expect("a seed frame encodes");
+    buf.truncate(len);
+    buf
+}
+
+/// One packet of every type, each with its sequence number on a link that
+/// starts with them in this order.
+fn every_packet() -> Vec<(&'static str, PacketRepr<'static>, u64)> {
+    let hello = hs::peer(0).repr();
+    vec![
+        ("hello", PacketRepr::Hello(hello), 0),
+        (
+            "hello-ack",
+            PacketRepr::HelloAck(HelloAckRepr { proof: [0; 32] }),
+            0,
+        ),
+        (
+            "send",
+            PacketRepr::Send {
+                send: SendRepr { tag: 7 },
+                payload: b"hello",
+            },
+            1,
+        ),
+        (
+            "put",
+            PacketRepr::Put {
+                put: PutRepr {
+                    xfer_id: 1,
+                    handle: 2,
+                    offset: 0,
+                    total_len: 4,
+                    index: 0,
+                    count: 1,
+                },
+                data: b"data",
+            },
+            2,
+        ),
+        (
+            "get",
+            PacketRepr::Get(GetRepr {
+                xfer_id: 2,
+                src_handle: 3,
+                src_offset: 8,
+                len: 16,
+                target_job: 7,
+                target_rank: 0,
+                dst_handle: 4,
+                dst_offset: 0,
+            }),
+            3,
+        ),
+        ("ack", PacketRepr::Ack(AckRepr { sack: 0b101 }), 0),
+        (
+            "reject",
+            PacketRepr::Reject(RejectRepr {
+                xfer_id: 2,
+                code: RejectCode::OutOfBounds,
+            }),
+            4,
+        ),
+        ("done", PacketRepr::Done(DoneRepr { xfer_id: 1 }), 5),
+        (
+            "close",
+            PacketRepr::Close(CloseRepr {
+                reason: CloseReason::Normal,
+            }),
+            6,
+        ),
+    ]
+}
+
+fn parse_packet() -> Seeds {
+    let mut seeds = Vec::new();
+    for (name, packet, seq) in every_packet() {
+        seeds.push((name.to_owned(), frame(&packet, seq, false)));
+        seeds.push((format!("{name}-crc"), frame(&packet, seq, true)));
+    }
+    seeds
+}
+
+/// A peer opening an accepted link (no key): its HELLO, a HELLO_ACK, then
+/// data; over a stream in reads of several sizes, and as datagrams, one
+/// frame each.
+fn engine_input() -> Seeds {
+    let frames: Vec<Vec<u8>> = every_packet()
+        .into_iter()
+        .map(|(_, packet, seq)| frame(&packet, seq, false))
+        .collect();
+    let hello = vec![frame(&PacketRepr::Hello(hs::peer(0).repr()), 0, false)];
+    // Past the credits: more SENDs than the engine grants (4).
+    let mut flood = frames[..2].to_vec();
+    for seq in 1..=8 {
+        let send = PacketRepr::Send {
+            send: SendRepr { tag: 7 },
+            payload: b"more",
+        };
+        flood.push(frame(&send, seq, false));
+    }
+    [
+        (
+            "link-in-one-byte-reads",
+            Carried::Stream { read: 1 },
+            &frames,
+        ),
+        (
+            "link-in-61-byte-reads",
+            Carried::Stream { read: 61 },
+            &frames,
+        ),
+        ("hello-in-7-byte-reads", Carried::Stream { read: 7 }, &hello),
+        ("link-in-datagrams", Carried::Datagram, &frames),
+        ("past-the-credits-in-datagrams", Carried::Datagram, &flood),
+        (
+            "past-the-credits-in-128-byte-reads",
+            Carried::Stream { read: 128 },
+            &flood,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, how, frames)| (name.to_owned(), engine_input::input(how, frames)))
+    .collect()
+}
+
+/// Benchmark messages as a client sends them: a ping in three pieces, a
+/// window's acknowledgement (a header alone), and pieces that break the
+/// protocol (an overrun, a piece of another message, a claim past the
+/// bound).
+fn bench_message() -> Seeds {
+    let piece = |total: u64, payload: usize| {
+        let mut p = Header { total, window: 64 }.emit().to_vec();
+        p.resize(HEADER + payload, 0xAB);
+        p
+    };
+    let ping = Tag(0xF0);
+    type Named = (&'static str, Vec<(Tag, Vec<u8>)>);
+    let seeds: [Named; 4] = [
+        (
+            "ping-in-three-pieces",
+            vec![
+                (ping, piece(30, 10)),
+                (ping, piece(30, 10)),
+                (ping, piece(30, 10)),
+            ],
+        ),
+        ("window-ack", vec![(Tag(0xF3), piece(0, 0))]),
+        ("overrun", vec![(ping, piece(8, 4)), (ping, piece(8, 5))]),
+        (
+            "interleaved",
+            vec![(ping, piece(8, 4)), (Tag(0xF2), piece(8, 4))],
+        ),
+    ];
+    let mut out: Seeds = seeds
+        .into_iter()
+        .map(|(name, pieces)| (name.to_owned(), bench_message::input(4096, &pieces)))
+        .collect();
+    out.push((
+        "claims-past-the-bound".to_owned(),
+        bench_message::input(4096, &[(ping, piece(256 << 20, 1))]),
+    ));
+    out
+}
+
+fn xfer_message() -> Seeds {
+    let mut msg = xfer::msg_header(Tag(0x61), 0x0102_0304_0506_0708).to_vec();
+    msg.extend(b"hello");
+    vec![
+        ("msg".to_owned(), msg),
+        (
+            "msg-empty".to_owned(),
+            xfer::msg_header(Tag(0x7f), 1).to_vec(),
+        ),
+        ("done-ok".to_owned(), xfer::done(true, 0x0A0B, 300).to_vec()),
+        ("done-failed".to_owned(), xfer::done(false, 3, 0).to_vec()),
+    ]
+}
+
+/// A handshake input: the flags, then the operations.
+fn ops(flags: u8, ops: &[Op]) -> Vec<u8> {
+    let mut input = vec![flags];
+    input.extend(ops.iter().map(|op| op.byte()));
+    input
+}
+
+/// A `Frame` operation delivering `packet`.
+fn frame_op(packet: &PacketRepr<'_>, checksum: bool) -> Vec<u8> {
+    let frame = frame(packet, 0, checksum);
+    let mut op = vec![Op::Frame.byte(), u8::try_from(frame.len()).expect("short")];
+    op.extend(frame);
+    op
+}
+
+fn hello_body(hello: &LocalHello) -> Vec<u8> {
+    let mut body = [0; 64];
+    hello.repr().emit(&mut body);
+    let mut op = vec![Op::HelloBody.byte()];
+    op.extend(body);
+    op
+}
+
+fn handshake() -> Seeds {
+    use Op::*;
+    let exchange = [Drain, PeerHello, Drain, PeerAck, Drain];
+    let both_crc = KEYED | CONNECTING | CHECKSUM | PEER_CHECKSUM;
+    let mut seeds = vec![
+        ("unkeyed-accepting", ops(0, &exchange)),
+        ("unkeyed-connecting", ops(CONNECTING, &exchange)),
+        ("keyed-accepting", ops(KEYED, &exchange)),
+        ("keyed-connecting-checksums", ops(both_crc, &exchange)),
+        (
+            "keyed-wrong-key-then-right",
+            ops(
+                KEYED,
+                &[Drain, PeerHello, Drain, WrongKeyAck, PeerAck, Drain],
+            ),
+        ),
+        (
+            "ack-before-hello",
+            ops(KEYED, &[PeerAck, Drain, PeerHello, PeerAck, Drain]),
+        ),
+        (
+            "datagram-repeats",
+            ops(
+                0,
+                &[
+                    Drain, PeerHello, Drain, Repeat, Drain, RepeatAck, Drain, PeerAck, Drain,
+                ],
+            ),
+        ),
+        (
+            // Itself, another rank, the peer with the key flipped, then the peer.
+            "hostile-hellos-connecting",
+            vec![
+                KEYED | CONNECTING,
+                Drain.byte(),
+                HelloVariant.byte(),
+                0,
+                HelloVariant.byte(),
+                5,
+                HelloVariant.byte(),
+                0x81,
+                PeerHello.byte(),
+                PeerHello.byte(),
+                Drain.byte(),
+                PeerAck.byte(),
+                Drain.byte(),
+            ],
+        ),
+    ];
+
+    // The keyed exchange again, from encoded bodies and frames.
+    let local = hs::local(KEYED);
+    let peer = hs::peer(KEYED | PEER_CHECKSUM);
+    let proof = hello_proof(KEY, &peer.repr(), &local.repr());
+    let mut frames = vec![KEYED, Drain.byte()];
+    frames.extend(frame_op(&PacketRepr::Hello(peer.repr()), true));
+    frames.push(Drain.byte());
+    frames.extend(frame_op(
+        &PacketRepr::HelloAck(HelloAckRepr { proof }),
+        true,
+    ));
+    frames.push(Drain.byte());
+    seeds.push(("keyed-exchange-in-frames", frames));
+
+    let mut bodies = vec![KEYED | CONNECTING, Drain.byte()];
+    bodies.extend(hello_body(&peer));
+    bodies.push(AckBody.byte());
+    bodies.extend(proof);
+    bodies.push(Drain.byte());
+    seeds.push(("keyed-exchange-in-bodies", bodies));
+
+    // The peer's HELLO, then a proof made with another key.
+    let stranger = LocalHello {
+        me: PEER,
+        nonce: [0x33; NONCE_LEN],
+        ..peer
+    };
+    let mut other = vec![KEYED, Drain.byte()];
+    other.extend(hello_body(&stranger));
+    other.push(AckBody.byte());
+    other.extend(hello_proof(OTHER_KEY, &stranger.repr(), &local.repr()));
+    seeds.push(("keyed-bad-proof-in-bodies", other));
+
+    seeds
+        .into_iter()
+        .map(|(name, input)| (name.to_owned(), input))
+        .collect()
+}
+
+fn main() -> std::io::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
+    let targets: [(&str, Seeds); 5] = [
+        ("parse_packet", parse_packet()),
+        ("engine_input", engine_input()),
+        ("xfer_message", xfer_message()),
+        ("bench_message", bench_message()),
+        ("handshake", handshake()),
+    ];
+    for (target, seeds) in targets {
+        let dir = root.join(target);
+        fs::create_dir_all(&dir)?;
+        for (name, bytes) in seeds {
+            fs::write(dir.join(name), bytes)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! What the hostile tests' attackers send `btl serve`: frames built with
+//! `btl_core::wire`, fake peers that complete a real handshake (as a
+//! `btl connect` client would) and then misbehave, sockets dialled from a
+//! chosen source address, deterministic junk, and a pacer that spreads an
+//! attack of a fixed size over a fixed time.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use btl_core::endpoint::ProcName;
+use btl_core::wire::{
+    self, Capabilities, CloseReason, CloseRepr, HEADER_LEN, HeaderRepr, HelloAckRepr, HelloRepr,
+    Limits, NONCE_LEN, PROOF_LEN, PacketRepr, PacketType, SendRepr, VERSION_MINOR,
+};
+
+/// The benchmark's ping tag (`PING` in `std-backend/src/bench.rs`): the
+/// server answers a complete ping with a pong of the same length.
+pub const PING_TAG: u8 = 0xF0;
+/// The benchmark's header at the start of every send's payload: the
+/// message's total length (u64 BE), the sender's window (u32 BE), 4 zero
+/// bytes.
+pub const BENCH_HEADER: usize = 16;
+/// How long a fake peer waits for the server's side of a handshake.
+pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(3);
+/// How long dialling the server may take.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Largest body a fake peer accepts, announced in its HELLO.
+const MAX_BODY: u64 = 1 << 20;
+
+/// A small deterministic generator (xorshift64*): an attack sends the same
+/// bytes on every run, so a failure replays.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed` (any value; 0 is remapped).
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `range` (`start..end`, end exclusive, start < end).
+    pub fn below(&mut self, range: std::ops::Range<usize>) -> usize {
+        range.start + (self.next_u64() % (range.end - range.start) as u64) as usize
+    }
+
+    /// Fills `buf` with random bytes.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let bytes = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+    }
+
+    /// `len` random bytes.
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.fill(&mut v);
+        v
+    }
+}
+
+/// Spreads `total` steps of an attack evenly over `span`: step `i` waits
+/// until `i / total` of the span has passed. An attacker that falls behind
+/// (a slow server) does not sleep; it catches up.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacer {
+    start: Instant,
+    step: Duration,
+}
+
+impl Pacer {
+    /// A pacer for `total` steps over `span`, starting now.
+    pub fn new(total: u64, span: Duration) -> Self {
+        Pacer {
+            start: Instant::now(),
+            step: span.div_f64(total.max(1) as f64),
+        }
+    }
+
+    /// Waits for step `i`'s turn.
+    pub fn turn(&self, i: u64) {
+        let due = self.start + self.step.mul_f64(i as f64);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+    }
+}
+
+/// A TCP connection to `server` from address `source` (any port): the
+/// attackers that must not share the legit client's source address bind
+/// to another loopback address (all of 127/8 is loopback). `rcvbuf`, if
+/// set, is the socket's receive buffer, fixed before the connect so that
+/// the kernel does not autotune it (a peer that never reads then stops
+/// the server's writes early).
+pub fn dial(server: SocketAddr, source: IpAddr, rcvbuf: Option<usize>) -> io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(server),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    if let Some(size) = rcvbuf {
+        socket.set_recv_buffer_size(size)?;
+    }
+    socket.bind(&SockAddr::from(SocketAddr::new(source, 0)))?;
+    socket.connect_timeout(&SockAddr::from(server), DIAL_TIMEOUT)?;
+    let stream = TcpStream::from(socket);
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(HANDSHAKE_WAIT))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    Ok(stream)
+}
+
+/// A whole frame: `header` (type and body length as the packet needs) and
+/// `packet`.
+pub fn frame(header: HeaderRepr, packet: &PacketRepr<'_>) -> Vec<u8> {
+    let mut buf = vec![0; HEADER_LEN + packet.buffer_len() + wire::CHECKSUM_LEN];
+    let len = wire::emit(&header, packet, &mut buf).expect("a frame of a valid packet");
+    buf.truncate(len);
+    buf
+}
+
+/// The HELLO a fake process `from` sends on its link `link_index`, with a
+/// nonce from `rng`. Its epoch is derived from its name, so that every
+/// connection of one fake process announces the same start of it.
+pub fn hello(from: ProcName, link_index: u16, rng: &mut Rng) -> HelloRepr {
+    let mut nonce = [0u8; NONCE_LEN];
+    rng.fill(&mut nonce);
+    HelloRepr {
+        version_minor: VERSION_MINOR,
+        link_index,
+        job: from.job,
+        rank: from.rank,
+        capabilities: Capabilities::empty(),
+        nonce,
+        max_body: MAX_BODY,
+        initial_credits: 16,
+        epoch: from.job.rotate_left(17) ^ u64::from(from.rank) ^ 0x5eed,
+    }
+}
+
+/// The frame of `hello`.
+pub fn hello_frame(hello: HelloRepr) -> Vec<u8> {
+    let packet = PacketRepr::Hello(hello);
+    frame(HeaderRepr::new(&packet), &packet)
+}
+
+/// A HELLO_ACK with an all-zero proof: what a process without a job key
+/// sends (`btl serve` has none in these tests, so it checks no proof).
+pub fn hello_ack_frame() -> Vec<u8> {
+    let packet = PacketRepr::HelloAck(HelloAckRepr {
+        proof: [0; PROOF_LEN],
+    });
+    frame(HeaderRepr::new(&packet), &packet)
+}
+
+/// A SEND with sequence number `seq` and `tag`, carrying the benchmark's
+/// header (a message of `total` bytes, window 1) and `data`: one piece of
+/// a benchmark message as `btl connect` sends it. `ack` 1 says that no
+/// reliable packet of the server's has arrived.
+pub fn bench_send(seq: u64, tag: u8, total: u64, data: &[u8]) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(BENCH_HEADER + data.len());
+    payload.extend_from_slice(&total.to_be_bytes());
+    payload.extend_from_slice(&1u32.to_be_bytes());
+    payload.extend_from_slice(&[0; 4]);
+    payload.extend_from_slice(data);
+    let packet = PacketRepr::Send {
+        send: SendRepr { tag },
+        payload: &payload,
+    };
+    frame(
+        HeaderRepr {
+            seq,
+            ack: 1,
+            ..HeaderRepr::new(&packet)
+        },
+        &packet,
+    )
+}
+
+/// A complete benchmark PING of `len` bytes in one SEND.
+pub fn ping(seq: u64, len: usize) -> Vec<u8> {
+    bench_send(seq, PING_TAG, len as u64, &vec![0x5a; len])
+}
+
+/// A CLOSE with sequence number `seq` and `reason`.
+pub fn close_frame(seq: u64, reason: CloseReason) -> Vec<u8> {
+    let packet = PacketRepr::Close(CloseRepr { reason });
+    frame(
+        HeaderRepr {
+            seq,
+            ack: 1,
+            ..HeaderRepr::new(&packet)
+        },
+        &packet,
+    )
+}
+
+/// A frame header of a type no version of the protocol has (0x7F), with an
+/// empty body: a protocol violation however it is read.
+pub fn unknown_type_frame() -> Vec<u8> {
+    let mut bytes = vec![0u8; HEADER_LEN];
+    bytes[0] = 0x7F;
+    bytes
+}
+
+/// Reads frames from `stream` until the server's HELLO has come, and its
+/// HELLO_ACK too if `ack` (within [`HANDSHAKE_WAIT`]); the HELLO. A CLOSE,
+/// an end of stream or undecodable bytes are errors: the server refused.
+pub fn read_server_handshake(stream: &mut TcpStream, ack: bool) -> io::Result<HelloRepr> {
+    let deadline = Instant::now() + HANDSHAKE_WAIT;
+    let limits = Limits::new(MAX_BODY);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (mut hello, mut acked) = (None, false);
+    loop {
+        loop {
+            match wire::parse(&buf, &limits) {
+                Ok((header, packet, used)) => {
+                    match (header.packet_type, packet) {
+                        (_, PacketRepr::Hello(h)) => hello = Some(h),
+                        (PacketType::HelloAck, _) => acked = true,
+                        (PacketType::Close, p) => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::ConnectionRefused,
+                                format!("the server closed the handshake: {p:?}"),
+                            ));
+                        }
+                        _ => {}
+                    }
+                    buf.drain(..used);
+                }
+                Err(wire::WireError::Truncated { .. }) => break,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("the server sent no frame: {e:?}"),
+                    ));
+                }
+            }
+        }
+        if let Some(hello) = hello
+            && (acked || !ack)
+        {
+            return Ok(hello);
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no HELLO (and HELLO_ACK) from the server",
+            ));
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server ended the stream during the handshake",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The server's process name, from the HELLO it sends every connection
+/// (a connection from `source` that then closes).
+pub fn server_name(server: SocketAddr, source: IpAddr) -> io::Result<ProcName> {
+    let mut stream = dial(server, source, None)?;
+    let hello = read_server_handshake(&mut stream, false)?;
+    let name = ProcName::new(hello.job, hello.rank);
+    let _ = stream.shutdown(Shutdown::Write);
+    drain_until_closed(&mut stream, Duration::from_millis(200));
+    Ok(name)
+}
+
+/// A fake process over TCP that completed a real handshake with the
+/// server: its HELLO (to replay elsewhere) and the next sequence number of
+/// its reliable packets.
+#[derive(Debug)]
+pub struct FakePeer {
+    /// The connection.
+    pub stream: TcpStream,
+    /// The HELLO this peer sent.
+    pub hello_frame: Vec<u8>,
+    /// The sequence number of this peer's next reliable packet.
+    pub next_seq: u64,
+}
+
+impl FakePeer {
+    /// Connects from `source` and completes a handshake as process `me`
+    /// (HELLO, the server's HELLO and HELLO_ACK, our HELLO_ACK).
+    pub fn join(
+        server: SocketAddr,
+        source: IpAddr,
+        me: ProcName,
+        rcvbuf: Option<usize>,
+        rng: &mut Rng,
+    ) -> io::Result<Self> {
+        let mut stream = dial(server, source, rcvbuf)?;
+        let hello_frame = hello_frame(hello(me, 0, rng));
+        stream.write_all(&hello_frame)?;
+        read_server_handshake(&mut stream, true)?;
+        stream.write_all(&hello_ack_frame())?;
+        Ok(FakePeer {
+            stream,
+            hello_frame,
+            next_seq: 1,
+        })
+    }
+
+    /// Takes the next sequence number.
+    pub fn seq(&mut self) -> u64 {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+
+    /// Ends the connection as a finishing process does: a CLOSE with
+    /// reason Shutdown, then the end of the stream.
+    pub fn close_cleanly(mut self) {
+        let seq = self.seq();
+        let _ = self
+            .stream
+            .write_all(&close_frame(seq, CloseReason::Shutdown));
+        let _ = self.stream.shutdown(Shutdown::Write);
+        drain_until_closed(&mut self.stream, Duration::from_millis(200));
+    }
+}
+
+/// Reads and discards what `stream` brings until its end, an error or
+/// `wait` passes.
+pub fn drain_until_closed(stream: &mut TcpStream, wait: Duration) {
+    let deadline = Instant::now() + wait;
+    let mut sink = [0u8; 4096];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// A UDP socket bound to `source` (any port), its reads bounded.
+pub fn udp_socket(source: IpAddr) -> io::Result<UdpSocket> {
+    let socket = UdpSocket::bind(SocketAddr::new(source, 0))?;
+    socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+    Ok(socket)
+}

@@ -763,9 +763,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 .config
                 .probe_at(peer, datagram)
                 .is_some_and(|t| now >= t);
-            if probe && datagram && peer.starved() {
+            if probe && datagram && (peer.starved() || peer.last_probe > peer.last_heard) {
                 // Asked again ever more slowly while the peer grants nothing
-                // (a receiver that stopped polling).
+                // (a receiver that stopped polling) or answers nothing.
                 peer.rtt.on_timeout();
             }
             // A stream whose last probe went unanswered for a whole

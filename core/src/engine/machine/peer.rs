@@ -592,7 +592,8 @@ impl EngineConfig {
     /// a live peer has answered a probe or two before it would count as
     /// lost), and over datagrams after a retransmission
     /// timeout when sends wait for credits with nothing in flight (the ACK
-    /// that granted them may have been lost).
+    /// that granted them may have been lost) or when the last probe went
+    /// unanswered (it may have been lost).
     pub(super) fn probe_at(&self, peer: &Peer, datagram: bool) -> Option<u64> {
         if peer.state != PeerState::Open {
             return None;
@@ -602,6 +603,11 @@ impl EngineConfig {
         let keepalive = (self.keepalive > 0).then(|| quiet_since.saturating_add(interval));
         let credit =
             (datagram && peer.starved()).then(|| quiet_since.saturating_add(peer.rtt.rto()));
-        [keepalive, credit].into_iter().flatten().min()
+        // Over datagrams a probe may be lost like any packet: one left
+        // unanswered goes again after the retransmission timeout (backing
+        // off), so that a few lost datagrams never add up to a lost peer.
+        let repeat = (datagram && peer.last_probe > peer.last_heard)
+            .then(|| peer.last_probe.saturating_add(peer.rtt.rto()));
+        [keepalive, credit, repeat].into_iter().flatten().min()
     }
 }

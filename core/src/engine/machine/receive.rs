@@ -403,11 +403,17 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         receiving: Receiving,
     ) -> Result<(), CloseReason> {
         let now = self.now;
+        let datagram = self.datagram();
         let sack = match &receiving {
             Receiving::Control(ControlIn::Ack(a)) => a.sack,
             _ => 0,
         };
         if let Some(peer) = self.peers[p].as_mut() {
+            if datagram && peer.last_probe > peer.last_heard {
+                // The answer to probes sent again and again: the path works
+                // again, and their backoff ends.
+                peer.rtt.on_progress();
+            }
             peer.last_heard = now;
             // A keepalive or credit probe, or a packet the peer sent
             // before (it missed the acknowledgement): answer.

@@ -4,7 +4,10 @@
 //! message arrived once, byte-identical and in its sender's order, and
 //! every pool is back to nothing in use. A failing run prints its seed;
 //! `BTL_SIM_SEED=<seed> cargo test -p btl-sim --test scenarios` replays
-//! it, and `BTL_SIM_SEEDS=<n>` runs more seeds (a soak).
+//! it, and `BTL_SIM_SEEDS=<n>` runs more seeds (a soak), or
+//! `BTL_SIM_SEEDS=<first>-<last>` a range of them (a soak in parts, one
+//! process each: a host that crashes leaves its registered buffers behind,
+//! about 20 MiB a run over TCP, until its process ends).
 #![cfg(not(loom))]
 
 use std::cell::RefCell;
@@ -38,17 +41,24 @@ enum Component {
     Udp,
 }
 
-/// Seeds to run: `BTL_SIM_SEED` alone, or `count` seeds from 1 (more with
-/// `BTL_SIM_SEEDS`).
+/// Seeds to run: `BTL_SIM_SEED` alone, or `count` seeds from 1, or what
+/// `BTL_SIM_SEEDS` says: a count from 1, or a range `first-last`.
 fn seeds(count: u64) -> Vec<u64> {
     if let Ok(seed) = std::env::var("BTL_SIM_SEED") {
         return vec![seed.parse().expect("BTL_SIM_SEED is a number")];
     }
-    let count = std::env::var("BTL_SIM_SEEDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(count);
-    (1..=count).collect()
+    let Ok(soak) = std::env::var("BTL_SIM_SEEDS") else {
+        return (1..=count).collect();
+    };
+    let number = |s: &str| -> u64 {
+        s.trim()
+            .parse()
+            .expect("BTL_SIM_SEEDS is a count or a range first-last")
+    };
+    match soak.split_once('-') {
+        Some((first, last)) => (number(first)..=number(last)).collect(),
+        None => (1..=number(&soak)).collect(),
+    }
 }
 
 /// Runs `scenario` for each seed, saying which seed failed.

@@ -132,6 +132,19 @@ pub fn frame(header: HeaderRepr, packet: &PacketRepr<'_>) -> Vec<u8> {
     buf
 }
 
+/// `packet` framed as the `seq`th after a handshake, acknowledging the
+/// server's first frame.
+fn after_handshake(seq: u64, packet: &PacketRepr<'_>) -> Vec<u8> {
+    frame(
+        HeaderRepr {
+            seq,
+            ack: 1,
+            ..HeaderRepr::new(packet)
+        },
+        packet,
+    )
+}
+
 /// The HELLO a fake process `from` sends on its link `link_index`, with a
 /// nonce from `rng`. Its epoch is derived from its name, so that every
 /// connection of one fake process announces the same start of it.
@@ -180,14 +193,7 @@ pub fn bench_send(seq: u64, tag: u8, total: u64, data: &[u8]) -> Vec<u8> {
         send: SendRepr { tag },
         payload: &payload,
     };
-    frame(
-        HeaderRepr {
-            seq,
-            ack: 1,
-            ..HeaderRepr::new(&packet)
-        },
-        &packet,
-    )
+    after_handshake(seq, &packet)
 }
 
 /// A complete benchmark PING of `len` bytes in one SEND.
@@ -198,14 +204,7 @@ pub fn ping(seq: u64, len: usize) -> Vec<u8> {
 /// A CLOSE with sequence number `seq` and `reason`.
 pub fn close_frame(seq: u64, reason: CloseReason) -> Vec<u8> {
     let packet = PacketRepr::Close(CloseRepr { reason });
-    frame(
-        HeaderRepr {
-            seq,
-            ack: 1,
-            ..HeaderRepr::new(&packet)
-        },
-        &packet,
-    )
+    after_handshake(seq, &packet)
 }
 
 /// A frame header of a type no version of the protocol has (0x7F), with an

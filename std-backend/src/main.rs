@@ -123,6 +123,40 @@ struct RunArgs {
     /// see how waiting holds up when cores are shared.
     #[arg(long, default_value_t = 0)]
     load: u32,
+    /// Pin this process to the first CPU and the peer process to the
+    /// second (`0,1`): a measurement whose two sides share a core, or
+    /// move between cores, varies from run to run.
+    #[arg(long, value_name = "LEAD,PEER", value_parser = parse_cpus)]
+    cpus: Option<(usize, usize)>,
+}
+
+/// `--cpus LEAD,PEER`.
+fn parse_cpus(s: &str) -> Result<(usize, usize), String> {
+    let (lead, peer) = s.split_once(',').ok_or("two CPU numbers, as LEAD,PEER")?;
+    let number = |n: &str| {
+        n.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{n:?} is not a CPU number"))
+    };
+    Ok((number(lead)?, number(peer)?))
+}
+
+/// `cpu` as a core this process may run on.
+fn core(cpu: usize) -> Result<core_affinity::CoreId, String> {
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.id == cpu)
+        .ok_or_else(|| format!("CPU {cpu} is not one this process may run on"))
+}
+
+/// Pins the calling thread, and the threads it starts later, to `cpu`.
+fn pin_to(cpu: usize) -> Result<(), String> {
+    if core_affinity::set_for_current(core(cpu)?) {
+        Ok(())
+    } else {
+        Err(format!("could not pin to CPU {cpu}"))
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -187,6 +221,8 @@ struct PeerArgs {
     param_file: Option<PathBuf>,
     #[arg(long)]
     baseline: bool,
+    #[arg(long)]
+    cpu: Option<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -450,6 +486,9 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         ));
     }
     let _load = Load::start(args.load)?;
+    if let Some((lead, peer)) = args.cpus {
+        core(lead).and(core(peer)).map_err(Failure::Usage)?;
+    }
     let job = u64::from(std::process::id()) << 16 | 0xb7;
     let dir = RunDir::new(job);
     let boot = Arc::new(SharedDir::new(dir.path()));
@@ -477,9 +516,16 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     if args.baseline {
         cmd.arg("--baseline");
     }
+    if let Some((_, peer)) = args.cpus {
+        cmd.args(["--cpu", &peer.to_string()]);
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting the peer process: {e}"))?;
+    // Pinned only now: the peer inherits no mask that hides its own CPU.
+    if let Some((lead, _)) = args.cpus {
+        pin_to(lead)?;
+    }
     let me = ProcName::new(job, 0);
     let title = format!(
         "btl {} over {}, 2 processes on loopback, {mode}",
@@ -664,6 +710,9 @@ fn raw_listener(dir: &std::path::Path) -> Result<std::net::TcpListener, String> 
 
 /// The second process of a local run: answers until the first is done.
 fn peer(args: PeerArgs) -> Result<(), String> {
+    if let Some(cpu) = args.cpu {
+        pin_to(cpu)?;
+    }
     let raw = args.baseline.then(|| raw_listener(&args.dir)).transpose()?;
     let sources = ParamSources::new(args.param_file, true);
     let boot = Arc::new(SharedDir::new(&args.dir));
@@ -815,4 +864,23 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
         Which::SelfBtl => return Err(Failure::Usage("connect needs tcp or udp".into())),
     };
     rows.map(|_| ()).map_err(Failure::Run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpus_are_two_numbers() {
+        assert_eq!(parse_cpus("0,1"), Ok((0, 1)));
+        assert_eq!(parse_cpus(" 3 , 2 "), Ok((3, 2)));
+        assert!(parse_cpus("0").is_err());
+        assert!(parse_cpus("0,x").is_err());
+        assert!(parse_cpus("-1,0").is_err());
+    }
+
+    #[test]
+    fn a_cpu_this_process_cannot_run_on_is_refused() {
+        assert!(core(usize::MAX).is_err());
+    }
 }

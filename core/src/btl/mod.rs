@@ -305,5 +305,10 @@ pub trait Btl<'m> {
     /// with `Finalized` (its event is still delivered), sends that owe no
     /// event are dropped, peers are told (they lose this process with
     /// `PeerLost(Closed)`), later calls fail.
+    ///
+    /// To lose nothing, close gracefully: first wait until every send is
+    /// acknowledged (btl-std's `Module::flush(timeout)`; over the engine
+    /// directly, call `progress` until `Engine::outstanding()` is zero),
+    /// then finalize.
     fn finalize(&mut self);
 }

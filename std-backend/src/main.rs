@@ -523,8 +523,11 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         .spawn()
         .map_err(|e| format!("starting the peer process: {e}"))?;
     // Pinned only now: the peer inherits no mask that hides its own CPU.
-    if let Some((lead, _)) = args.cpus {
-        pin_to(lead)?;
+    if let Some((lead, _)) = args.cpus
+        && let Err(e) = pin_to(lead)
+    {
+        let _ = child.kill();
+        return Err(Failure::Run(e));
     }
     let me = ProcName::new(job, 0);
     let title = format!(

@@ -270,11 +270,10 @@ fn lost_credit_grants_are_probed_for() {
     }
 }
 
-/// Keepalives: an idle peer that dies is found by its silence; an idle
-/// peer that lives is kept, its answers to the probes being heard.
-#[test]
-fn keepalives_find_a_dead_idle_peer_and_keep_a_live_one() {
-    let (mut pair, b_at_a, a_at_b) = pair(1, Faults::NONE, 8, 100 * MS);
+/// A pair over a faultless network with `keepalive`, connected by one
+/// message from A to B, then idle.
+fn connected_pair(seed: u64, keepalive: u64) -> (Box<Pair>, EndpointId, EndpointId) {
+    let (mut pair, b_at_a, a_at_b) = pair(seed, Faults::NONE, 8, keepalive);
     let d = pair
         .a()
         .prepare_src(b_at_a, b"hi", 0, Order(0), DescFlags::BTL_OWNERSHIP)
@@ -284,6 +283,14 @@ fn keepalives_find_a_dead_idle_peer_and_keep_a_live_one() {
         pair.round();
     }
     assert!(pair.a().is_connected(b_at_a) && pair.b().is_connected(a_at_b));
+    (pair, b_at_a, a_at_b)
+}
+
+/// Keepalives: an idle peer that dies is found by its silence; an idle
+/// peer that lives is kept, its answers to the probes being heard.
+#[test]
+fn keepalives_find_a_dead_idle_peer_and_keep_a_live_one() {
+    let (mut pair, b_at_a, a_at_b) = connected_pair(1, 100 * MS);
     // Idle for three peer timeouts: kept alive by the probes.
     for _ in 0..30_000 {
         pair.round();
@@ -322,16 +329,7 @@ fn lost_keepalive_probes_go_again_and_a_live_peer_stays() {
             loss: 350,
             ..Faults::NONE
         };
-        let (mut pair, b_at_a, a_at_b) = pair(seed, Faults::NONE, 8, 3_000 * MS);
-        let d = pair
-            .a()
-            .prepare_src(b_at_a, b"hi", 0, Order(0), DescFlags::BTL_OWNERSHIP)
-            .expect("descriptor");
-        let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
-        for _ in 0..50 {
-            pair.round();
-        }
-        assert!(pair.a().is_connected(b_at_a) && pair.b().is_connected(a_at_b));
+        let (mut pair, b_at_a, a_at_b) = connected_pair(seed, 3_000 * MS);
         pair.set_faults(faults);
         // Idle for ten peer timeouts (1 ms a round).
         for _ in 0..100_000 {

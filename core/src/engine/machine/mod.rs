@@ -763,7 +763,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 .config
                 .probe_at(peer, datagram)
                 .is_some_and(|t| now >= t);
-            if probe && datagram && (peer.starved() || peer.last_probe > peer.last_heard) {
+            if probe && datagram && (peer.starved() || peer.probe_unanswered()) {
                 // Asked again ever more slowly while the peer grants nothing
                 // (a receiver that stopped polling) or answers nothing.
                 peer.rtt.on_timeout();
@@ -774,8 +774,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             // turmoil's does across a partition): its links are dropped
             // and the peer is connected again, well within the peer
             // timeout, and what it had not acknowledged goes again.
-            let unanswered =
-                !datagram && peer.state == PeerState::Open && peer.last_probe > peer.last_heard;
+            let unanswered = !datagram && peer.state == PeerState::Open && peer.probe_unanswered();
             for seq in lost {
                 self.resend(p, seq);
             }

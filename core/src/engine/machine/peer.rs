@@ -125,6 +125,12 @@ impl Peer {
         (self.sends_received.wrapping_sub(allowed) as i32) <= 0
     }
 
+    /// Whether this side's last probe is still unanswered: nothing heard
+    /// from the peer since it went.
+    pub(super) fn probe_unanswered(&self) -> bool {
+        self.last_probe > self.last_heard
+    }
+
     pub(super) fn has_credit(&self) -> bool {
         let allowed = self.peer_initial.wrapping_add(self.peer_granted);
         (allowed.wrapping_sub(self.sends_sent) as i32) > 0
@@ -606,7 +612,7 @@ impl EngineConfig {
         // Over datagrams a probe may be lost like any packet: one left
         // unanswered goes again after the retransmission timeout (backing
         // off), so that a few lost datagrams never add up to a lost peer.
-        let repeat = (datagram && peer.last_probe > peer.last_heard)
+        let repeat = (datagram && peer.probe_unanswered())
             .then(|| peer.last_probe.saturating_add(peer.rtt.rto()));
         [keepalive, credit, repeat].into_iter().flatten().min()
     }

@@ -409,7 +409,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             _ => 0,
         };
         if let Some(peer) = self.peers[p].as_mut() {
-            if datagram && peer.last_probe > peer.last_heard {
+            if datagram && peer.probe_unanswered() {
                 // The answer to probes sent again and again: the path works
                 // again, and their backoff ends.
                 peer.rtt.on_progress();

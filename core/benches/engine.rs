@@ -24,6 +24,7 @@ use btl_core::engine::Engine;
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::pipe::StreamPair;
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::time::Instant;
 use btl_core::wire::{HEADER_LEN, SendRepr};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -60,6 +61,7 @@ fn engine<'r, 'm>(me: ProcName, region: &'r mut [u8]) -> Box<E<'r, 'm>> {
     Box::new(E::new(
         config,
         FragmentPools::new(region, self::config()).expect("pools"),
+        Instant::ZERO,
     ))
 }
 

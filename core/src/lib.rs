@@ -21,5 +21,6 @@ pub mod loopback;
 pub mod mca;
 pub mod pool;
 mod sync;
+pub mod time;
 pub mod wire;
 pub mod xfer;

@@ -16,6 +16,7 @@ use btl_core::engine::config::EngineConfig;
 use btl_core::engine::pipe::StreamPair;
 use btl_core::loopback::Loopback;
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::time::Instant;
 
 struct Counting;
 
@@ -70,7 +71,11 @@ fn the_engine_data_path_does_not_allocate() {
     let engine = |me, region| {
         let mut config = EngineConfig::new(me);
         config.checksum = true;
-        E::new(config, FragmentPools::new(region, cfg).expect("pools"))
+        E::new(
+            config,
+            FragmentPools::new(region, cfg).expect("pools"),
+            Instant::ZERO,
+        )
     };
     let mut pair = Pair::new(
         engine(names[0], &mut region_a),

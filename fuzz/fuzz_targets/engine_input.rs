@@ -12,11 +12,12 @@ use btl_core::endpoint::ProcName;
 use btl_core::engine::config::{EngineConfig, Framing};
 use btl_core::engine::{Engine, LinkId, Source};
 use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::time::{Duration, Instant};
 use btl_fuzz::engine_input::{Carried, carried, pieces};
 use libfuzzer_sys::fuzz_target;
 
 const ME: ProcName = ProcName::new(1, 0);
-const MS: u64 = 1_000_000;
+const MS: Duration = Duration::from_millis(1);
 
 fn engine(region: &mut [u8], framing: Framing) -> Engine<'_, 'static, 2, 2, 2> {
     let pool = |fragment_size| FragmentPoolConfig {
@@ -36,12 +37,12 @@ fn engine(region: &mut [u8], framing: Framing) -> Engine<'_, 'static, 2, 2, 2> {
         initial_credits: 4,
         ..EngineConfig::new(ME)
     };
-    Engine::new(config, pools)
+    Engine::new(config, pools, Instant::ZERO)
 }
 
 /// Writes whatever the engine has for `link` and carries out its closes;
 /// whether `link` is still open.
-fn serve(e: &mut Engine<'_, 'static, 2, 2, 2>, link: LinkId, now: u64) -> bool {
+fn serve(e: &mut Engine<'_, 'static, 2, 2, 2>, link: LinkId, now: Instant) -> bool {
     while let Some(n) = e
         .poll_transmit(link)
         .map(|t| t.segments.iter().map(|s| s.len()).sum())
@@ -73,10 +74,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut region = vec![0u8; 64 * 1024];
     let mut e = engine(&mut region, framing);
-    let Ok(link) = e.handle_accepted(Source(1), [7; 16], 0) else {
+    let Ok(link) = e.handle_accepted(Source(1), [7; 16], Instant::ZERO) else {
         return;
     };
-    let mut now = 0;
+    let mut now = Instant::ZERO;
     let mut open = true;
     for piece in pieces(how, rest) {
         now += MS;

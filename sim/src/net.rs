@@ -398,8 +398,8 @@ impl Net for SimNet {
         Ok((socket, SocketAddr::new(at.ip(), port)))
     }
 
-    fn now(&self) -> u64 {
-        u64::try_from(turmoil::elapsed().as_nanos()).unwrap_or(u64::MAX)
+    fn now(&self) -> btl_core::time::Instant {
+        btl_core::time::Instant::ZERO + turmoil::elapsed().into()
     }
 
     fn random(&self) -> [u8; 16] {

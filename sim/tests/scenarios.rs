@@ -116,9 +116,9 @@ fn pools(max_send: usize) -> FragmentPoolsConfig {
 fn engine() -> EngineConfig {
     let mut c = EngineConfig::new(ProcName::new(JOB, 0));
     c.checksum = true;
-    c.peer_timeout = 5_000_000_000;
-    c.keepalive = 1_000_000_000;
-    c.handshake_timeout = 1_000_000_000;
+    c.peer_timeout = btl_core::time::Duration::from_secs(5);
+    c.keepalive = btl_core::time::Duration::from_secs(1);
+    c.handshake_timeout = btl_core::time::Duration::from_secs(1);
     c
 }
 
@@ -376,7 +376,7 @@ fn run(plan: &Plan, seed: u64) -> Run {
                 let net = SimNet::new(seed ^ (u64::from(rank) << 32) ^ (u64::from(start) << 48))
                     .with_duplication(plan.duplication);
                 let mut config = engine();
-                config.peer_timeout = plan.peer_timeout.as_nanos() as u64;
+                config.peer_timeout = plan.peer_timeout.into();
                 config.keepalive = config.peer_timeout / 4;
                 let mut module =
                     SimModule::build(plan.component, net, ProcName::new(JOB, rank), boot, config);

@@ -6,6 +6,7 @@
 use btl_core::engine::Engine;
 use btl_core::engine::config::EngineConfig;
 use btl_core::pool::{FragmentPools, FragmentPoolsConfig, PoolError};
+use btl_core::time::Instant;
 
 /// Peers one socket module reaches at most.
 pub const MAX_PEERS: usize = 64;
@@ -39,7 +40,11 @@ impl EngineCell {
     /// of their own. It is built on a thread of its own with a stack large
     /// enough for it (64 MiB); the cell that comes back holds
     /// it in a box.
-    pub fn build(config: EngineConfig, pools: FragmentPoolsConfig) -> std::io::Result<Self> {
+    pub fn build(
+        config: EngineConfig,
+        pools: FragmentPoolsConfig,
+        now: Instant,
+    ) -> std::io::Result<Self> {
         let region = vec![0u8; FragmentPools::required_bytes(&pools)].into_boxed_slice();
         let build = move || {
             EngineCellTryBuilder {
@@ -48,6 +53,7 @@ impl EngineCell {
                     Ok(Box::new(Engine::new(
                         config,
                         FragmentPools::new(region, pools)?,
+                        now,
                     )))
                 },
             }

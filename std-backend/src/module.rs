@@ -32,6 +32,7 @@ use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::{ConnectRequest, LinkId, Source, Usage};
 use btl_core::pool::FragmentPools;
+use btl_core::time;
 
 use crate::bootstrap::Card;
 use crate::contacts::LookupError;
@@ -41,7 +42,7 @@ use crate::refusals::Refusals;
 /// How often a busy-polling module asks the engine for its next timer:
 /// finding it scans every peer and link, and the finest timer (the
 /// acknowledgement delay) is coarser than this.
-const TIMER_CHECK: u64 = 20_000;
+const TIMER_CHECK: time::Duration = time::Duration::from_micros(20);
 /// A busy-polling module with few sockets asks the poller only every this
 /// many passes (for new connections); in between it reads them directly.
 const POLLER_EVERY: u32 = 32;
@@ -80,7 +81,7 @@ pub trait Transport {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<Self::Net>,
         event: &EventOf<Self::Net>,
-        now: u64,
+        now: time::Instant,
     );
 
     /// Opens the connection the engine asks for (reporting success or
@@ -90,7 +91,7 @@ pub trait Transport {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<Self::Net>,
         req: ConnectRequest,
-        now: u64,
+        now: time::Instant,
     );
 
     /// Closes a link the engine is done with and tells the engine.
@@ -99,13 +100,18 @@ pub trait Transport {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<Self::Net>,
         link: LinkId,
-        now: u64,
+        now: time::Instant,
     );
 
     /// Moves bytes both ways as far as the sockets and the engine allow
     /// without waiting: what the engine has to send, and input held back
     /// earlier because the engine had no receive fragment for it.
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<Self::Net>, now: u64);
+    fn flush(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<Self::Net>,
+        now: time::Instant,
+    );
 
     /// Sockets a busy-polling module reads directly, without asking the
     /// poller first (one system call instead of two), or `false` when
@@ -118,7 +124,7 @@ pub trait Transport {
         &mut self,
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<Self::Net>,
-        now: u64,
+        now: time::Instant,
     ) -> bool;
 }
 
@@ -129,7 +135,7 @@ fn serve_engine<T: Transport>(
     engine: &mut StdEngine<'_>,
     transport: &mut T,
     registry: &RegistryOf<T::Net>,
-    now: u64,
+    now: time::Instant,
     check_timers: bool,
 ) {
     if check_timers && engine.poll_timeout().is_some_and(|t| t <= now) {
@@ -169,11 +175,11 @@ pub struct Module<T: Transport> {
     registry: RegistryOf<T::Net>,
     spin: Duration,
     /// When to look at the engine's timers next.
-    timer_check_at: u64,
+    timer_check_at: time::Instant,
     /// Passes made, to ask the poller only every [`POLLER_EVERY`].
     passes: u32,
     /// The engine's clock as last read.
-    clock: u64,
+    clock: time::Instant,
     /// What waiting has cost, spinning first and blocking at once.
     waits: WaitCosts,
     /// Why processes that `add_procs` did not reach could not be reached,
@@ -268,9 +274,9 @@ impl<T: Transport> Module<T> {
             registry: poller.registry()?,
             poller: Some(poller),
             spin,
-            timer_check_at: 0,
+            timer_check_at: time::Instant::ZERO,
             passes: 0,
-            clock: 0,
+            clock: time::Instant::ZERO,
             waits: WaitCosts::default(),
             unreachable: HashMap::new(),
             finalize_on_drop: true,
@@ -294,12 +300,10 @@ impl<T: Transport> Module<T> {
             let [a, b, c, d, e, f, g, h, ..] = net.random();
             config.epoch = u64::from_le_bytes([a, b, c, d, e, f, g, h]);
         }
-        let mut cell = EngineCell::build(config, pools)?;
-        cell.engine_mut(|e| e.set_name(name));
         // The engine learns the time before anything is asked of it: a
         // connection asked for at once is timed from now, not from 0.
-        let now = net.now();
-        cell.engine_mut(|e| e.handle_timeout(now));
+        let mut cell = EngineCell::build(config, pools, net.now())?;
+        cell.engine_mut(|e| e.set_name(name));
         let poller = net.poller()?;
         let transport = start(net, &poller.registry()?)?;
         Module::new(cell, transport, poller, spin)
@@ -391,7 +395,7 @@ impl<T: Transport> Module<T> {
     }
 
     /// Nanoseconds since the module was made: the engine's clock.
-    fn now(&self) -> u64 {
+    fn now(&self) -> time::Instant {
         self.transport.net().now()
     }
 
@@ -479,15 +483,14 @@ impl<T: Transport> Module<T> {
     }
 
     /// When the engine's next timer is due (its clock), if it has one.
-    pub(crate) fn timer_at(&self) -> Option<u64> {
+    pub(crate) fn timer_at(&self) -> Option<time::Instant> {
         self.cell.engine(|e| e.poll_timeout())
     }
 
     /// How long until the engine's next timer, if it has one.
     pub(crate) fn until_timer(&self) -> Option<Duration> {
         let now = self.now();
-        self.timer_at()
-            .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+        self.timer_at().map(|t| now.until(t).into())
     }
 
     /// Events ready to poll.
@@ -497,10 +500,10 @@ impl<T: Transport> Module<T> {
 
     /// Whether the engine's timers are to be looked at now (every
     /// [`TIMER_CHECK`]).
-    fn timers_due(&mut self, now: u64) -> bool {
+    fn timers_due(&mut self, now: time::Instant) -> bool {
         let due = now >= self.timer_check_at;
         if due {
-            self.timer_check_at = now.saturating_add(TIMER_CHECK);
+            self.timer_check_at = now + TIMER_CHECK;
         }
         due
     }

@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use btl_core::time;
 use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token};
 use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
@@ -61,7 +62,7 @@ pub trait Net: Sized + 'static {
     fn bind(&self, at: SocketAddr) -> io::Result<(Self::Datagram, SocketAddr)>;
 
     /// Nanoseconds on this network's monotonic clock: the engine's time.
-    fn now(&self) -> u64;
+    fn now(&self) -> time::Instant;
 
     /// Sixteen fresh random bytes (handshake nonces, epochs).
     fn random(&self) -> [u8; 16];
@@ -360,8 +361,8 @@ impl Net for Os {
         Ok((socket, bound))
     }
 
-    fn now(&self) -> u64 {
-        u64::try_from(origin().elapsed().as_nanos()).unwrap_or(u64::MAX)
+    fn now(&self) -> time::Instant {
+        time::Instant::ZERO + origin().elapsed().into()
     }
 
     fn random(&self) -> [u8; 16] {

@@ -9,6 +9,7 @@ use btl_core::mca::{
     AccessError, BTL_FRAMEWORK, ParamId, ParamKind, ParamSpec, Params, RegisterError,
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolParams};
+use btl_core::time::Duration;
 
 use crate::interfaces::Selection;
 use crate::listen::Ports;
@@ -171,8 +172,10 @@ impl EngineParams {
     /// An engine configuration with these values; the process name is a
     /// placeholder that the module sets.
     pub fn read(&self, params: &dyn Params) -> Result<EngineConfig, AccessError> {
-        let ms = |i: usize| -> Result<u64, AccessError> {
-            Ok(u64::try_from(params.int(self.ids[i])?).unwrap_or(0) * 1_000_000)
+        let ms = |i: usize| -> Result<Duration, AccessError> {
+            Ok(Duration::from_millis(
+                u64::try_from(params.int(self.ids[i])?).unwrap_or(0),
+            ))
         };
         let count = |i: usize| -> Result<u16, AccessError> {
             Ok(u16::try_from(params.int(self.ids[i])?).unwrap_or(u16::MAX))

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::LinkEnd;
+use btl_core::time::{self, Instant};
 use btl_core::wire::CloseReason;
 
 /// What was refused: a connection or a datagram.
@@ -53,7 +54,7 @@ const MAX_SOURCES: usize = 1024;
 /// One source's refusals in the current interval.
 #[derive(Debug, Clone)]
 struct Window {
-    started: u64,
+    started: Instant,
     count: u64,
     logged: u32,
     kind: Refused,
@@ -101,7 +102,7 @@ impl std::fmt::Display for Summary {
 /// Refusals of one module: counts by reason, and what to log.
 #[derive(Debug)]
 pub struct Refusals {
-    interval: u64,
+    interval: time::Duration,
     by_reason: BTreeMap<&'static str, u64>,
     sources: HashMap<SocketAddr, Window>,
     /// Refusals from sources beyond [`MAX_SOURCES`].
@@ -109,10 +110,10 @@ pub struct Refusals {
     /// Refusals logged one by one in the current interval, all sources
     /// together, and when it started.
     logged_all: u32,
-    all_started: u64,
+    all_started: Instant,
     /// When [`summaries`](Refusals::summaries) looks at the sources next:
     /// it is called on every pass of a module, and looks only now and then.
-    next_look: u64,
+    next_look: Instant,
 }
 
 impl Default for Refusals {
@@ -125,25 +126,23 @@ impl Refusals {
     /// No refusals yet; summaries every `interval`.
     pub fn new(interval: Duration) -> Self {
         Refusals {
-            interval: u64::try_from(interval.as_nanos())
-                .unwrap_or(u64::MAX)
-                .max(1),
+            interval: time::Duration::from(interval).max(time::Duration::from_nanos(1)),
             by_reason: BTreeMap::new(),
             sources: HashMap::new(),
             others: None,
             logged_all: 0,
-            all_started: 0,
-            next_look: 0,
+            all_started: Instant::ZERO,
+            next_look: Instant::ZERO,
         }
     }
 
-    /// Counts one refusal of `kind` from `from` at `now` (nanoseconds of
-    /// the module's clock) for `reason`; whether to log it on its own.
+    /// Counts one refusal of `kind` from `from` at `now` (on the module's
+    /// clock) for `reason`; whether to log it on its own.
     /// Connections are counted by IP address, datagrams by address and
     /// port.
     pub fn record(
         &mut self,
-        now: u64,
+        now: Instant,
         from: Option<SocketAddr>,
         kind: Refused,
         reason: &'static str,
@@ -171,7 +170,7 @@ impl Refusals {
         window.count += 1;
         window.reason = reason;
         window.kind = kind;
-        if now.saturating_sub(self.all_started) >= self.interval {
+        if now - self.all_started >= self.interval {
             self.all_started = now;
             self.logged_all = 0;
         }
@@ -185,13 +184,13 @@ impl Refusals {
 
     /// The summaries of intervals over by `now`, each once; a source's
     /// next refusal starts a new interval (logged one by one again).
-    pub fn summaries(&mut self, now: u64) -> Vec<Summary> {
+    pub fn summaries(&mut self, now: Instant) -> Vec<Summary> {
         let interval = self.interval;
         if now < self.next_look {
             return Vec::new();
         }
-        self.next_look = now.saturating_add(interval / 10);
-        let over = |w: &Window| now.saturating_sub(w.started) >= interval;
+        self.next_look = now + interval / 10;
+        let over = |w: &Window| now - w.started >= interval;
         let mut out = Vec::new();
         let summary = |source, w: &Window| {
             let unlogged = w.count - u64::from(w.logged);
@@ -199,7 +198,7 @@ impl Refusals {
                 source,
                 kind: w.kind,
                 unlogged,
-                interval: Duration::from_nanos(interval),
+                interval: interval.into(),
                 reason: w.reason,
             })
         };
@@ -236,7 +235,7 @@ impl Refusals {
     /// orderly close only at debug level.
     pub fn link_end(
         &mut self,
-        now: u64,
+        now: Instant,
         (component, me): (&str, ProcName),
         remote: Option<SocketAddr>,
         end: Option<LinkEnd>,
@@ -268,7 +267,7 @@ impl Refusals {
     }
 
     /// Logs the summaries due at `now` (see [`summaries`](Self::summaries)).
-    pub fn log_summaries(&mut self, now: u64, (component, me): (&str, ProcName)) {
+    pub fn log_summaries(&mut self, now: Instant, (component, me): (&str, ProcName)) {
         for summary in self.summaries(now) {
             tracing::warn!("{component} {me}: {summary}");
         }
@@ -291,6 +290,11 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
+    /// The instant `ns` nanoseconds after the start of the clock.
+    fn t(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
+
     fn at(s: &str) -> Option<SocketAddr> {
         Some(s.parse().expect("address"))
     }
@@ -301,7 +305,7 @@ mod tests {
         let logged = (0..14_900)
             .filter(|&i| {
                 r.record(
-                    i,
+                    t(i),
                     at("127.0.0.1:43094"),
                     Refused::Datagram,
                     "protocol error",
@@ -309,16 +313,21 @@ mod tests {
             })
             .count();
         assert_eq!(logged, LOGGED_PER_INTERVAL as usize);
-        assert!(r.summaries(9 * S).is_empty(), "the interval is not over");
-        let sums = r.summaries(11 * S);
+        assert!(r.summaries(t(9 * S)).is_empty(), "the interval is not over");
+        let sums = r.summaries(t(11 * S));
         assert_eq!(sums.len(), 1);
         assert_eq!(
             sums[0].to_string(),
             "refused 14895 more datagrams from 127.0.0.1:43094 in the last 10 s: protocol error"
         );
-        assert!(r.summaries(30 * S).is_empty(), "each summary once");
+        assert!(r.summaries(t(30 * S)).is_empty(), "each summary once");
         // A new interval logs its first refusals again.
-        assert!(r.record(21 * S, at("127.0.0.1:43094"), Refused::Datagram, "timeout"));
+        assert!(r.record(
+            t(21 * S),
+            at("127.0.0.1:43094"),
+            Refused::Datagram,
+            "timeout"
+        ));
         assert_eq!(r.by_reason()["protocol error"], 14_900);
         assert_eq!(r.by_reason()["timeout"], 1);
         assert_eq!(r.total(), 14_901);
@@ -329,19 +338,19 @@ mod tests {
         let mut r = Refusals::new(Duration::from_secs(1));
         for port in 1000..1010 {
             r.record(
-                0,
+                t(0),
                 at(&format!("10.0.0.1:{port}")),
                 Refused::Connection,
                 "timeout",
             );
             r.record(
-                0,
+                t(0),
                 at(&format!("10.0.0.2:{port}")),
                 Refused::Datagram,
                 "timeout",
             );
         }
-        let sums = r.summaries(S);
+        let sums = r.summaries(t(S));
         // One address for the connections; each datagram port logged alone.
         assert_eq!(sums.len(), 1);
         assert_eq!(
@@ -357,10 +366,10 @@ mod tests {
         for i in 0..(MAX_SOURCES as u32 + 100) {
             let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i);
             let from = SocketAddr::new(ip.into(), 9);
-            logged += usize::from(r.record(0, Some(from), Refused::Datagram, "protocol error"));
+            logged += usize::from(r.record(t(0), Some(from), Refused::Datagram, "protocol error"));
         }
         assert_eq!(logged, LOGGED_PER_INTERVAL_ALL as usize);
-        let sums = r.summaries(S);
+        let sums = r.summaries(t(S));
         assert_eq!(sums.len(), SUMMARIES_PER_INTERVAL + 1);
         let unlogged: u64 = sums.iter().map(|s| s.unlogged).sum();
         assert_eq!(

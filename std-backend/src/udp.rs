@@ -22,6 +22,7 @@ use btl_core::mca::{
     ParamSpec, Params, RegisterError, Version,
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
+use btl_core::time::Instant;
 
 use crate::bootstrap::{Bootstrap, Card, Contact};
 use crate::contacts::{LookupError, PeerContacts};
@@ -191,7 +192,7 @@ impl<N: Net> Udp<N> {
 
     /// Reads socket `s` until it would block, each datagram to its link;
     /// whether any came.
-    fn receive(&mut self, engine: &mut StdEngine<'_>, s: usize, now: u64) -> bool {
+    fn receive(&mut self, engine: &mut StdEngine<'_>, s: usize, now: Instant) -> bool {
         let mut any = false;
         loop {
             let Some((socket, _)) = self.sockets.get(s) else {
@@ -276,7 +277,7 @@ impl<N: Net> Transport for Udp<N> {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<N>,
         event: &EventOf<N>,
-        now: u64,
+        now: Instant,
     ) {
         let s = event.token();
         if event.is_readable() {
@@ -292,7 +293,7 @@ impl<N: Net> Transport for Udp<N> {
         engine: &mut StdEngine<'_>,
         _registry: &RegistryOf<N>,
         req: ConnectRequest,
-        now: u64,
+        now: Instant,
     ) {
         let Some((s, remote)) = self.pair_for(req.proc) else {
             // A peer that came to this side and published no address here:
@@ -318,7 +319,7 @@ impl<N: Net> Transport for Udp<N> {
         engine: &mut StdEngine<'_>,
         _registry: &RegistryOf<N>,
         link: LinkId,
-        now: u64,
+        now: Instant,
     ) {
         if let Some(addr) = self.forget(link) {
             let end = engine.link_end(link);
@@ -336,7 +337,7 @@ impl<N: Net> Transport for Udp<N> {
         &mut self,
         engine: &mut StdEngine<'_>,
         _registry: &RegistryOf<N>,
-        now: u64,
+        now: Instant,
     ) -> bool {
         let mut any = false;
         for s in 0..self.sockets.len() {
@@ -345,7 +346,7 @@ impl<N: Net> Transport for Udp<N> {
         any
     }
 
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: u64) {
+    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: Instant) {
         self.refusals.log_summaries(now, (NAME, self.me));
         let mut links = std::mem::take(&mut self.scratch_links);
         let mut blocked = std::mem::take(&mut self.scratch_blocked);

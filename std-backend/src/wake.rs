@@ -12,6 +12,8 @@
 
 use std::io;
 
+use btl_core::time::Instant;
+
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(loom))]
@@ -53,16 +55,18 @@ impl<W: Wake> Wakeup<W> {
 
     /// The thread, under the module's lock, before it sleeps: it will look
     /// at the timers at `timer_at` (engine time), or at no time.
-    pub fn plan(&self, timer_at: Option<u64>) {
-        self.wakes_at
-            .store(timer_at.unwrap_or(NO_TIMER), Ordering::Release);
+    pub fn plan(&self, timer_at: Option<Instant>) {
+        self.wakes_at.store(
+            timer_at.map_or(NO_TIMER, Instant::as_nanos),
+            Ordering::Release,
+        );
     }
 
     /// A caller, under the module's lock, after its call: whether the
     /// thread must be woken, because events wait to be handed out or the
     /// engine's next timer (`timer_at`) comes before the thread's plan.
-    pub fn needed(&self, events: bool, timer_at: Option<u64>) -> bool {
-        events || timer_at.is_some_and(|t| t < self.wakes_at.load(Ordering::Acquire))
+    pub fn needed(&self, events: bool, timer_at: Option<Instant>) -> bool {
+        events || timer_at.is_some_and(|t| t.as_nanos() < self.wakes_at.load(Ordering::Acquire))
     }
 
     /// Wakes the thread.
@@ -183,13 +187,13 @@ mod loom_tests {
             let wakeup = Arc::new(Wakeup::new(fd.clone()));
             let plan = {
                 let wakeup = wakeup.clone();
-                thread::spawn(move || wakeup.plan(Some(100)))
+                thread::spawn(move || wakeup.plan(Some(Instant::from_nanos(100))))
             };
             // Earlier than any plan: needed however the two interleave.
-            assert!(wakeup.needed(false, Some(50)));
+            assert!(wakeup.needed(false, Some(Instant::from_nanos(50))));
             plan.join().expect("planned");
             // Later than the plan: not needed once the thread has planned.
-            assert!(!wakeup.needed(false, Some(200)));
+            assert!(!wakeup.needed(false, Some(Instant::from_nanos(200))));
         });
     }
 }

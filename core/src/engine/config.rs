@@ -3,12 +3,10 @@
 
 use super::rtt::RttConfig;
 use crate::endpoint::ProcName;
+use crate::time::Duration;
 
 /// Largest job key, in bytes.
 pub const MAX_KEY_LEN: usize = 64;
-
-/// Nanoseconds in a millisecond, to write configurations legibly.
-const MS: u64 = 1_000_000;
 
 /// How the engine's links carry frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,18 +44,18 @@ pub struct EngineConfig {
     pub initial_credits: u32,
     /// Largest data carried by one PUT packet.
     pub put_chunk: u64,
-    /// A handshake not finished within this many nanoseconds fails its link.
-    pub handshake_timeout: u64,
-    /// A peer not heard from within this many nanoseconds counts as lost
+    /// A handshake not finished within this long fails its link.
+    pub handshake_timeout: Duration,
+    /// A peer not heard from within this long counts as lost
     /// (`btl_peer_timeout`); the engine reconnects until then.
-    pub peer_timeout: u64,
+    pub peer_timeout: Duration,
     /// A peer silent this long is asked for an acknowledgement (a
     /// keepalive), so that a vanished peer is found even when nothing is
-    /// outstanding to it; 0 turns keepalives off. The interval is at most
+    /// outstanding to it; zero turns keepalives off. The interval is at most
     /// a third of `peer_timeout`, whatever is set here. A process that
     /// stops progressing for longer than `peer_timeout` is then taken for
     /// lost.
-    pub keepalive: u64,
+    pub keepalive: Duration,
     /// Bounds of the retransmission timeout over datagrams (and of the
     /// handshake's repetition there).
     pub rtt: RttConfig,
@@ -66,7 +64,7 @@ pub struct EngineConfig {
     /// goes alone; a run of received packets or grants, a probe, or a
     /// duplicate send it at once. Over datagrams acknowledgements never
     /// wait: they time the sender's retransmissions.
-    pub ack_delay: u64,
+    pub ack_delay: Duration,
     /// Connections per peer used in parallel over streams
     /// (`btl_tcp_links`): PUT packets are striped across them, and when
     /// one breaks the others carry what it had not delivered. From 1 to
@@ -74,10 +72,10 @@ pub struct EngineConfig {
     pub links: u8,
     /// A peer that was open and whose host refuses every reconnection
     /// (nothing listens there: the process died) is lost with
-    /// `PeerLost(Refused)` once the refusals have lasted this many
-    /// nanoseconds, counted from the first refused reconnection; other
+    /// `PeerLost(Refused)` once the refusals have lasted this long,
+    /// counted from the first refused reconnection; other
     /// failures (no route, no answer) are retried until `peer_timeout`.
-    pub refused_timeout: u64,
+    pub refused_timeout: Duration,
     /// Connections (and datagram sources) that peers opened and that are
     /// still in their handshake, at most, whoever opened them: unverified
     /// strangers cannot take the link slots of verified peers. A new one
@@ -111,13 +109,13 @@ impl EngineConfig {
             max_body: 1 << 20,
             initial_credits: 16,
             put_chunk: 64 << 10,
-            handshake_timeout: 5_000 * MS,
-            peer_timeout: 30_000 * MS,
-            keepalive: 10_000 * MS,
+            handshake_timeout: Duration::from_secs(5),
+            peer_timeout: Duration::from_secs(30),
+            keepalive: Duration::from_secs(10),
             rtt: RttConfig::DATA_CENTRE,
-            ack_delay: 50_000,
+            ack_delay: Duration::from_micros(50),
             links: 1,
-            refused_timeout: 250 * MS,
+            refused_timeout: Duration::from_millis(250),
             handshake_budget: 32,
             handshake_budget_per_source: 8,
             epoch: 0,

@@ -18,6 +18,7 @@ use crate::btl::{Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteSlice
 use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::time::{Duration, Instant};
 use crate::wire::{self, GetRepr, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR};
 
 type E = Engine<'static, 'static, 4, 4, 4>;
@@ -26,14 +27,14 @@ type Pair = DatagramPair<E, 96, MTU, Box<E>>;
 
 const A: ProcName = ProcName::new(9, 0);
 const B: ProcName = ProcName::new(9, 1);
-const MS: u64 = 1_000_000;
+const MS: Duration = Duration::from_millis(1);
 
-fn engine(me: ProcName, credits: u32, keepalive: u64) -> E {
+fn engine(me: ProcName, credits: u32, keepalive: Duration) -> E {
     engine_of_start(me, credits, keepalive, 1)
 }
 
 /// [`engine`] for the start `epoch` of its process.
-fn engine_of_start(me: ProcName, credits: u32, keepalive: u64, epoch: u64) -> E {
+fn engine_of_start(me: ProcName, credits: u32, keepalive: Duration, epoch: u64) -> E {
     let pool = |fragment_size| FragmentPoolConfig {
         fragment_size,
         num: 32,
@@ -56,14 +57,14 @@ fn engine_of_start(me: ProcName, credits: u32, keepalive: u64, epoch: u64) -> E 
     config.keepalive = keepalive;
     config.peer_timeout = 10_000 * MS;
     config.epoch = epoch;
-    Engine::new(config, pools)
+    Engine::new(config, pools, Instant::ZERO)
 }
 
 fn pair(
     seed: u64,
     faults: Faults,
     credits: u32,
-    keepalive: u64,
+    keepalive: Duration,
 ) -> (Box<Pair>, EndpointId, EndpointId) {
     let mut pair = Box::new(Pair::new(
         Box::new(engine(A, credits, keepalive)),
@@ -106,7 +107,7 @@ fn heavy_faults_deliver_everything_once_in_order() {
         reordering: 200,
     };
     for seed in 0..12u64 {
-        let (mut pair, b_at_a, a_at_b) = pair(seed, faults, 8, 0);
+        let (mut pair, b_at_a, a_at_b) = pair(seed, faults, 8, Duration::ZERO);
         let src: &'static mut [u8] = Box::leak(vec![0u8; 40_000].into_boxed_slice());
         for (i, b) in src.iter_mut().enumerate() {
             *b = (i * 7 + seed as usize) as u8;
@@ -230,7 +231,7 @@ fn lost_credit_grants_are_probed_for() {
         reordering: 0,
     };
     for seed in 0..8u64 {
-        let (mut pair, b_at_a, _) = pair(seed, faults, 1, 0);
+        let (mut pair, b_at_a, _) = pair(seed, faults, 1, Duration::ZERO);
         let total = 40u32;
         let mut sent = 0;
         let (mut got, mut ev) = (Vec::new(), Vec::new());
@@ -272,7 +273,7 @@ fn lost_credit_grants_are_probed_for() {
 
 /// A pair over a faultless network with `keepalive`, connected by one
 /// message from A to B, then idle.
-fn connected_pair(seed: u64, keepalive: u64) -> (Box<Pair>, EndpointId, EndpointId) {
+fn connected_pair(seed: u64, keepalive: Duration) -> (Box<Pair>, EndpointId, EndpointId) {
     let (mut pair, b_at_a, a_at_b) = pair(seed, Faults::NONE, 8, keepalive);
     let d = pair
         .a()
@@ -347,7 +348,7 @@ fn lost_keepalive_probes_go_again_and_a_live_peer_stays() {
 /// outstanding to it.
 #[test]
 fn without_keepalives_an_idle_peer_stays() {
-    let (mut pair, b_at_a, _) = pair(2, Faults::NONE, 8, 0);
+    let (mut pair, b_at_a, _) = pair(2, Faults::NONE, 8, Duration::ZERO);
     let d = pair
         .a()
         .prepare_src(b_at_a, b"hi", 0, Order(0), DescFlags::BTL_OWNERSHIP)
@@ -371,7 +372,7 @@ fn without_keepalives_an_idle_peer_stays() {
 /// a HELLO of another major version on a new link is refused.
 #[test]
 fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
-    let (mut pair, b_at_a, _) = pair(3, Faults::NONE, 8, 0);
+    let (mut pair, b_at_a, _) = pair(3, Faults::NONE, 8, Duration::ZERO);
     let send = |pair: &mut Pair, data: &[u8]| {
         let d = pair
             .a()
@@ -397,7 +398,7 @@ fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
     assert!(ev.is_empty(), "{ev:?}");
 
     // A stranger's HELLO of another major version, on a link of its own.
-    let mut e = engine(ProcName::new(9, 7), 8, 0);
+    let mut e = engine(ProcName::new(9, 7), 8, Duration::ZERO);
     let hello = HelloRepr {
         version_minor: 0,
         link_index: 0,
@@ -413,8 +414,11 @@ fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
     let mut frame = [0u8; HEADER_LEN + HelloRepr::LEN];
     wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).expect("hello");
     frame[HEADER_LEN + 4] = VERSION_MAJOR + 1;
-    let link = e.handle_accepted(Source(0), [1; 16], 0).expect("link");
-    e.handle_datagram(link, &frame, 0).expect("known link");
+    let link = e
+        .handle_accepted(Source(0), [1; 16], Instant::ZERO)
+        .expect("link");
+    e.handle_datagram(link, &frame, Instant::ZERO)
+        .expect("known link");
     let mut closed = false;
     while let Some(bytes) = e.poll_transmit(link).map(|t| t.segments.concat()) {
         if let Ok((_, PacketRepr::Close(c))) =
@@ -434,7 +438,7 @@ fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
 /// for it: it is lost for breaking the protocol, and nothing leaks.
 #[test]
 fn a_peer_that_never_takes_its_answers_is_cut_off() {
-    let (mut pair, b_at_a, _) = pair(4, Faults::NONE, 8, 0);
+    let (mut pair, b_at_a, _) = pair(4, Faults::NONE, 8, Duration::ZERO);
     let d = pair
         .a()
         .prepare_src(b_at_a, b"hello", 0, Order(0), DescFlags::BTL_OWNERSHIP)

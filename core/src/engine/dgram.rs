@@ -19,6 +19,7 @@
 //! use btl_core::engine::dgram::{DatagramPair, Faults};
 //! use btl_core::engine::Engine;
 //! use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+//! use btl_core::time::{Duration, Instant};
 //!
 //! let pool = |fragment_size| FragmentPoolConfig { fragment_size, num: 8, max: 8, inc: 8 };
 //! let cfg = FragmentPoolsConfig { small: pool(256), eager: pool(1024), max: pool(1500) };
@@ -28,12 +29,12 @@
 //!     framing: Framing::Datagram { mtu: 1500 },
 //!     ..EngineConfig::new(me)
 //! };
-//! let a = Engine::<'_, '_, 2, 2, 2>::new(config(names[0]), FragmentPools::new(&mut ra, cfg)?);
-//! let b = Engine::new(config(names[1]), FragmentPools::new(&mut rb, cfg)?);
+//! let a = Engine::<'_, '_, 2, 2, 2>::new(config(names[0]), FragmentPools::new(&mut ra, cfg)?, Instant::ZERO);
+//! let b = Engine::new(config(names[1]), FragmentPools::new(&mut rb, cfg)?, Instant::ZERO);
 //! // 64 datagrams in flight per direction, 1500-byte MTU; one in ten lost.
 //! let mut pair: DatagramPair<_, 64, 1500> = DatagramPair::new(a, b, names, 42);
 //! pair.set_faults(Faults { loss: 100, ..Faults::NONE });
-//! pair.set_tick(1_000_000); // 1 ms per round: retransmissions come soon
+//! pair.set_tick(Duration::from_millis(1)); // 1 ms per round: retransmissions come soon
 //! let [b_at_a, _] = pair.introduce()?;
 //! let d = pair.a().prepare_src(b_at_a, b"hello", 0, Order::ANY, DescFlags::BTL_OWNERSHIP)?;
 //! let _ = pair.a().send(b_at_a, d, Tag(0x80)).map_err(|e| e.error)?;
@@ -58,6 +59,7 @@ use super::pipe::{Side, SplitMix64};
 use super::{ConnectFailure, Engine, LinkId, Source};
 use crate::btl::{Btl, BtlError};
 use crate::endpoint::{EndpointId, ProcName};
+use crate::time::{Duration, Instant};
 use crate::wire::NONCE_LEN;
 
 /// Requests and datagrams served per side and step: the bound of loops
@@ -65,9 +67,9 @@ use crate::wire::NONCE_LEN;
 const MAX_POLLS: usize = 1 << 12;
 /// Passes of a round over the two directions, at most.
 const PASSES: u32 = 16;
-/// Fake nanoseconds per round unless [`DatagramPair::set_tick`] says
+/// Fake time per round unless [`DatagramPair::set_tick`] says
 /// otherwise.
-const DEFAULT_TICK: u64 = 1_000;
+const DEFAULT_TICK: Duration = Duration::from_micros(1);
 /// How far back among the queued datagrams a reordered one may land.
 const REORDER_DEPTH: u64 = 8;
 
@@ -226,8 +228,8 @@ pub struct DatagramPair<E, const N: usize, const MTU: usize, S = E> {
     queues: [Queue<N, MTU>; 2],
     faults: Faults,
     stats: NetStats,
-    now: u64,
-    tick: u64,
+    now: Instant,
+    tick: Duration,
     random: SplitMix64,
     _engine: PhantomData<fn() -> E>,
 }
@@ -267,7 +269,7 @@ where
                 reordered: 0,
                 oversized: 0,
             },
-            now: 0,
+            now: Instant::ZERO,
             tick: DEFAULT_TICK,
             random: SplitMix64(seed),
             _engine: PhantomData,
@@ -328,13 +330,13 @@ where
     }
 
     /// The fake clock, in nanoseconds.
-    pub fn now(&self) -> u64 {
+    pub fn now(&self) -> Instant {
         self.now
     }
 
     /// Sets how far each round moves the clock (1 µs unless set).
-    pub fn set_tick(&mut self, ns: u64) {
-        self.tick = ns;
+    pub fn set_tick(&mut self, tick: Duration) {
+        self.tick = tick;
     }
 
     /// 16 fresh nonce bytes from the seeded generator.
@@ -406,7 +408,7 @@ where
     /// One round of the driver (see the type's documentation); returns
     /// how many datagrams moved.
     pub fn round(&mut self) -> u64 {
-        self.now = self.now.saturating_add(self.tick);
+        self.now += self.tick;
         let now = self.now;
         for side in Side::BOTH {
             if !self.active(side) {

@@ -16,6 +16,7 @@ use crate::btl::{Btl, BtlError, Event, LostReason, Tag};
 use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::time::{Duration, Instant};
 use crate::wire::{self, CloseReason, HeaderRepr, Limits, PacketRepr};
 
 /// Four peers, sixteen links, four registrations.
@@ -23,6 +24,11 @@ type E = Engine<'static, 'static, 4, 16, 4>;
 
 const SERVER: ProcName = ProcName::new(9, 0);
 const MS: u64 = 1_000_000;
+
+/// The instant `ns` nanoseconds after the start of the clock.
+fn at(ns: u64) -> Instant {
+    Instant::from_nanos(ns)
+}
 
 fn client(rank: u32) -> ProcName {
     ProcName::new(9, rank)
@@ -52,6 +58,7 @@ fn engine_pooled(config: EngineConfig, max: usize, count: u32) -> Box<E> {
     Box::new(Engine::new(
         config,
         FragmentPools::new(region, cfg).expect("pools"),
+        Instant::ZERO,
     ))
 }
 
@@ -88,8 +95,12 @@ struct Link {
 /// (a send to `to` makes it ask), accepted by `to` from `source`.
 fn connect(from: &mut E, to: &mut E, source: Source, now: u64) -> Link {
     let req = from.poll_connect().expect("a connect request");
-    let opener = from.handle_connected(req, [1; 16], now).expect("a link");
-    let acceptor = to.handle_accepted(source, [2; 16], now).expect("a link");
+    let opener = from
+        .handle_connected(req, [1; 16], at(now))
+        .expect("a link");
+    let acceptor = to
+        .handle_accepted(source, [2; 16], at(now))
+        .expect("a link");
     Link {
         opener,
         acceptor,
@@ -116,14 +127,14 @@ fn carry(
         let mut moved = false;
         if !link.to_acceptor.is_empty() {
             let n = acceptor
-                .handle_stream(link.acceptor, &link.to_acceptor, now)
+                .handle_stream(link.acceptor, &link.to_acceptor, at(now))
                 .unwrap_or(link.to_acceptor.len());
             moved |= n > 0;
             link.to_acceptor.drain(..n);
         }
         if !link.to_opener.is_empty() {
             let n = opener
-                .handle_stream(link.opener, &link.to_opener, now)
+                .handle_stream(link.opener, &link.to_opener, at(now))
                 .unwrap_or(link.to_opener.len());
             moved |= n > 0;
             link.to_opener.drain(..n);
@@ -251,7 +262,7 @@ fn a_sender_within_its_credits_is_never_refused() {
             .count();
         // Polling gave the credits back; the acknowledgement carries them.
         carry(&mut c, &mut server, &mut link, round * MS + MS / 2, |_| {});
-        server.handle_timeout(round * MS + MS / 2);
+        server.handle_timeout(at(round * MS + MS / 2));
         carry(&mut c, &mut server, &mut link, round * MS + MS / 2, |_| {});
     }
     assert!(received >= 20 * 16, "received {received}");
@@ -305,7 +316,7 @@ fn the_body_limit_announced_is_what_the_pools_hold_and_is_accepted_exactly() {
 
 /// Accepts a connection from `source` at `now`.
 fn stranger(e: &mut E, source: u64, now: u64) -> LinkId {
-    e.handle_accepted(Source(source), [3; 16], now)
+    e.handle_accepted(Source(source), [3; 16], at(now))
         .expect("a link")
 }
 
@@ -317,7 +328,7 @@ fn closed(e: &mut E, links: &[LinkId]) -> Vec<(LinkId, CloseReason)> {
     let mut out = Vec::new();
     while let Some(l) = e.poll_close() {
         out.push((l, e.link_end(l).expect("closing").reason));
-        e.handle_closed(l, 0);
+        e.handle_closed(l, Instant::ZERO);
     }
     out
 }
@@ -342,10 +353,10 @@ fn strangers_are_held_to_the_handshake_budget_the_silent_and_oldest_first() {
     );
     // The whole budget: the silent one goes before older ones that spoke.
     server
-        .handle_stream(a2, &[1], 4 * MS)
+        .handle_stream(a2, &[1], at(4 * MS))
         .expect("one byte of a frame");
     server
-        .handle_stream(a3, &[1], 4 * MS)
+        .handle_stream(a3, &[1], at(4 * MS))
         .expect("one byte of a frame");
     let b1 = stranger(&mut server, 2, 5 * MS);
     let c1 = stranger(&mut server, 3, 6 * MS);
@@ -438,11 +449,11 @@ fn a_forgotten_clients_same_start_is_refused_as_a_lost_peer_is() {
     let (ep, link) = open(&mut c, &mut server, Source(1), 0);
     // The server gives the client up (a protocol violation, say) while
     // the client does not hear of it: the link goes without a CLOSE.
-    server.handle_closed(link.acceptor, MS);
-    server.handle_timeout(40_000 * MS);
+    server.handle_closed(link.acceptor, at(MS));
+    server.handle_timeout(at(40_000 * MS));
     drain(&mut server);
     assert_eq!(server.usage().peers, 0, "lost, and forgotten");
-    c.handle_closed(link.opener, 40_000 * MS);
+    c.handle_closed(link.opener, at(40_000 * MS));
     // The same start connects again, as if nothing happened: refused.
     let mut again = connect(&mut c, &mut server, Source(1), 40_001 * MS);
     carry(&mut c, &mut server, &mut again, 40_001 * MS, |_| {});
@@ -461,11 +472,11 @@ fn disconnected_clients_make_room_when_every_slot_is_taken() {
     for (i, c) in clients.iter_mut().enumerate() {
         let (_, link) = open(c, &mut server, Source(i as u64), i as u64 * MS);
         // Its connection breaks; it may come back within the peer timeout.
-        server.handle_closed(link.acceptor, 10 * MS + i as u64 * MS);
+        server.handle_closed(link.acceptor, at(10 * MS + i as u64 * MS));
     }
     // The server has no address for them: its reconnects fail.
     while let Some(req) = server.poll_connect() {
-        server.handle_connect_failed(req, ConnectFailure::Unreachable, 20 * MS);
+        server.handle_connect_failed(req, ConnectFailure::Unreachable, at(20 * MS));
     }
     assert_eq!(server.usage().peers, 4, "waiting for all four");
     let mut late = engine(client(5));
@@ -484,10 +495,10 @@ fn refused_reconnections_lose_a_peer_by_name_after_the_refusal_timeout() {
     // The server dies: the client's connection breaks, and reconnections
     // fail: refused, then once for another reason (no route: not a
     // refusal, so the count starts again), then refused every time.
-    let mut now = 10 * MS;
+    let mut now = at(10 * MS);
     c.handle_closed(link.opener, now);
     let mut attempts = 0;
-    let mut refused_from = 0;
+    let mut refused_from = Instant::ZERO;
     loop {
         if let Some(req) = c.poll_connect() {
             attempts += 1;
@@ -507,16 +518,16 @@ fn refused_reconnections_lose_a_peer_by_name_after_the_refusal_timeout() {
             }
         }
         now = c.poll_timeout().expect("a retry, or the loss");
-        assert!(now < 30_000 * MS, "refused, not timed out");
+        assert!(now < at(30_000 * MS), "refused, not timed out");
         c.handle_timeout(now);
     }
     assert!(attempts > 3, "retried while refused: {attempts}");
     assert!(
-        now >= refused_from + 250 * MS,
+        now >= refused_from + Duration::from_nanos(250 * MS),
         "not before the refusal timeout"
     );
     assert!(
-        now < refused_from + 250 * MS + 2_000 * MS,
+        now < refused_from + Duration::from_nanos(2_250 * MS),
         "within the refusal timeout and one backoff"
     );
     assert_eq!(
@@ -536,7 +547,7 @@ fn a_first_connection_refused_or_unreachable_loses_the_peer_at_once_by_name() {
         c.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
             .expect_err("not open");
         let req = c.poll_connect().expect("a connect");
-        c.handle_connect_failed(req, why, MS);
+        c.handle_connect_failed(req, why, at(MS));
         assert_eq!(drain(&mut c), [std::format!("error PeerLost({reason:?})")]);
     }
 }
@@ -552,7 +563,7 @@ fn outstanding_counts_what_peers_have_not_acknowledged() {
     assert_eq!(c.outstanding(), 1, "sent, not acknowledged");
     carry(&mut c, &mut server, &mut link, MS, |_| {});
     // The acknowledgement waits for its delay, or a packet going back.
-    server.handle_timeout(2 * MS);
+    server.handle_timeout(at(2 * MS));
     carry(&mut c, &mut server, &mut link, 2 * MS, |_| {});
     assert_eq!(c.outstanding(), 0, "acknowledged");
 }
@@ -567,7 +578,7 @@ fn every_link_slot_taken_is_refused_to_the_driver() {
         stranger(&mut server, i, 0);
     }
     assert_eq!(
-        server.handle_accepted(Source(99), [0; 16], 0),
+        server.handle_accepted(Source(99), [0; 16], Instant::ZERO),
         Err(LinkError::TooManyLinks)
     );
 }

@@ -30,6 +30,7 @@
 //! use btl_core::engine::pipe::StreamPair;
 //! use btl_core::engine::Engine;
 //! use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+//! use btl_core::time::Instant;
 //!
 //! let pool = |fragment_size| FragmentPoolConfig { fragment_size, num: 8, max: 8, inc: 8 };
 //! let cfg = FragmentPoolsConfig { small: pool(256), eager: pool(1024), max: pool(4096) };
@@ -39,10 +40,12 @@
 //! let a = Engine::<'_, '_, 2, 2, 2>::new(
 //!     EngineConfig::new(names[0]),
 //!     FragmentPools::new(&mut ra, cfg).expect("pools"),
+//!     Instant::ZERO,
 //! );
 //! let b = Engine::new(
 //!     EngineConfig::new(names[1]),
 //!     FragmentPools::new(&mut rb, cfg).expect("pools"),
+//!     Instant::ZERO,
 //! );
 //! // Engines held by value, 4 KiB pipes, two connection slots.
 //! let mut pair: StreamPair<_, 4096, 2> = StreamPair::new(a, b, names, 42);
@@ -65,6 +68,7 @@ use core::ops::AddAssign;
 use super::{ConnectFailure, Engine, LinkError, LinkId, Source};
 use crate::btl::{Btl, BtlError};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::time::{Duration, Instant};
 use crate::wire::NONCE_LEN;
 
 /// The source of connections made from outside the pair (a rogue's).
@@ -78,10 +82,10 @@ const MAX_TRANSMITS: usize = 1 << 12;
 const MAX_POLLS: usize = 1 << 12;
 /// Passes of a round unless [`StreamPair::set_passes`] says otherwise.
 const DEFAULT_PASSES: u32 = 64;
-/// Fake nanoseconds per round unless [`StreamPair::set_tick`] says
+/// Fake time per round unless [`StreamPair::set_tick`] says
 /// otherwise: short, so that many rounds stay far within the engine's
 /// timeouts.
-const DEFAULT_TICK: u64 = 1_000;
+const DEFAULT_TICK: Duration = Duration::from_micros(1);
 
 // ----- the byte ring -----------------------------------------------------
 
@@ -280,7 +284,7 @@ pub fn read_link<const PEERS: usize, const LINKS: usize, const REGS: usize, cons
     engine: &mut Engine<'_, '_, PEERS, LINKS, REGS>,
     link: LinkId,
     pipe: &mut Pipe<N>,
-    now: u64,
+    now: Instant,
 ) -> Result<usize, LinkError> {
     let mut taken = 0;
     // At most two slices: the second is the part that wrapped around.
@@ -337,7 +341,7 @@ where
 pub(crate) fn introduce_restarted<const PEERS: usize, const LINKS: usize, const REGS: usize>(
     engine: &mut Engine<'_, '_, PEERS, LINKS, REGS>,
     other: ProcName,
-    now: u64,
+    now: Instant,
 ) -> Result<EndpointId, BtlError> {
     // The new engine learns the time before anything is asked of it.
     engine.handle_timeout(now);
@@ -636,8 +640,8 @@ pub struct StreamPair<E, const N: usize, const CONNS: usize, S = E> {
     dead: [bool; 2],
     slots: [Slot<N>; CONNS],
     next_conn: u64,
-    now: u64,
-    tick: u64,
+    now: Instant,
+    tick: Duration,
     passes: u32,
     nonces: SplitMix64,
     _engine: PhantomData<fn() -> E>,
@@ -669,7 +673,7 @@ where
             dead: [false; 2],
             slots: [const { Slot::EMPTY }; CONNS],
             next_conn: 0,
-            now: 0,
+            now: Instant::ZERO,
             tick: DEFAULT_TICK,
             passes: DEFAULT_PASSES,
             nonces: SplitMix64(seed),
@@ -734,19 +738,19 @@ where
     }
 
     /// The fake clock, in nanoseconds.
-    pub fn now(&self) -> u64 {
+    pub fn now(&self) -> Instant {
         self.now
     }
 
     /// Moves the clock on by `ns` without a round (the next round's
     /// timeouts see it).
-    pub fn advance(&mut self, ns: u64) {
-        self.now = self.now.saturating_add(ns);
+    pub fn advance(&mut self, by: Duration) {
+        self.now += by;
     }
 
     /// Sets how far each round moves the clock (1 µs unless set).
-    pub fn set_tick(&mut self, ns: u64) {
-        self.tick = ns;
+    pub fn set_tick(&mut self, tick: Duration) {
+        self.tick = tick;
     }
 
     /// Sets the most passes a round makes over the connections (64 unless
@@ -900,7 +904,7 @@ where
     /// One round of the driver (see the type's documentation); returns
     /// what moved.
     pub fn round(&mut self) -> Activity {
-        self.now = self.now.saturating_add(self.tick);
+        self.now += self.tick;
         self.serve_timeouts();
         for side in Side::BOTH {
             if self.active(side) {

@@ -8,27 +8,26 @@
 //! from a retransmitted packet); [`SendWindow::on_ack`] only offers such
 //! samples.
 //!
-//! Times are `u64` nanoseconds and the arithmetic is integer only (no float
-//! unit needed on Cortex-M); the clock granularity term `G` of the RFC is
-//! left to `min_rto`.
+//! The arithmetic is integer only, in nanoseconds (no float unit needed on
+//! Cortex-M); the clock granularity term `G` of the RFC is left to
+//! `min_rto`.
 //!
 //! [`SendWindow::on_ack`]: super::window::SendWindow::on_ack
 
 use core::fmt;
 
-/// Nanoseconds in a second, to write configurations legibly.
-const SECOND: u64 = 1_000_000_000;
+use crate::time::Duration;
 
-/// The bounds of an [`RttEstimator`], in nanoseconds.
+/// The bounds of an [`RttEstimator`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RttConfig {
     /// Timeout before any sample has been taken.
-    pub initial_rto: u64,
+    pub initial_rto: Duration,
     /// Floor of the timeout: guards against spurious retransmissions when
     /// the measured variance is tiny.
-    pub min_rto: u64,
+    pub min_rto: Duration,
     /// Ceiling of the timeout, also of its backoff.
-    pub max_rto: u64,
+    pub max_rto: Duration,
 }
 
 impl RttConfig {
@@ -36,31 +35,31 @@ impl RttConfig {
     /// minimum, 60 s maximum. Much too slow for a data-centre fabric, where
     /// the parameters should be set from the link.
     pub const RFC6298: RttConfig = RttConfig {
-        initial_rto: SECOND,
-        min_rto: SECOND,
-        max_rto: 60 * SECOND,
+        initial_rto: Duration::from_secs(1),
+        min_rto: Duration::from_secs(1),
+        max_rto: Duration::from_secs(60),
     };
 
     /// Bounds for a data-centre network, the engine's default: 50 ms
     /// before any sample, at least 2 ms, at most 2 s.
     pub const DATA_CENTRE: RttConfig = RttConfig {
-        initial_rto: SECOND / 20,
-        min_rto: SECOND / 500,
-        max_rto: 2 * SECOND,
+        initial_rto: Duration::from_millis(50),
+        min_rto: Duration::from_millis(2),
+        max_rto: Duration::from_secs(2),
     };
 
     /// The nearest valid bounds: the maximum raised to the minimum, the
     /// initial timeout clamped between them. Lets a component build an
     /// estimator from user parameters it has already reported on.
     pub const fn normalized(self) -> RttConfig {
-        let max_rto = if self.max_rto < self.min_rto {
+        let max_rto = if self.max_rto.as_nanos() < self.min_rto.as_nanos() {
             self.min_rto
         } else {
             self.max_rto
         };
-        let initial_rto = if self.initial_rto < self.min_rto {
+        let initial_rto = if self.initial_rto.as_nanos() < self.min_rto.as_nanos() {
             self.min_rto
-        } else if self.initial_rto > max_rto {
+        } else if self.initial_rto.as_nanos() > max_rto.as_nanos() {
             max_rto
         } else {
             self.initial_rto
@@ -79,18 +78,18 @@ pub enum RttConfigError {
     /// `min_rto` is above `max_rto`.
     MinAboveMax {
         /// The configured minimum.
-        min: u64,
+        min: Duration,
         /// The configured maximum.
-        max: u64,
+        max: Duration,
     },
     /// `initial_rto` lies outside `[min_rto, max_rto]`.
     InitialOutOfRange {
         /// The configured initial timeout.
-        initial: u64,
+        initial: Duration,
         /// The configured minimum.
-        min: u64,
+        min: Duration,
         /// The configured maximum.
-        max: u64,
+        max: Duration,
     },
 }
 
@@ -99,11 +98,11 @@ impl fmt::Display for RttConfigError {
         match self {
             RttConfigError::MinAboveMax { min, max } => write!(
                 f,
-                "minimum retransmission timeout {min} ns is above the maximum {max} ns"
+                "minimum retransmission timeout {min} is above the maximum {max}"
             ),
             RttConfigError::InitialOutOfRange { initial, min, max } => write!(
                 f,
-                "initial retransmission timeout {initial} ns is outside [{min}, {max}] ns"
+                "initial retransmission timeout {initial} is outside [{min}, {max}]"
             ),
         }
     }
@@ -116,9 +115,9 @@ impl core::error::Error for RttConfigError {}
 pub struct RttEstimator {
     config: RttConfig,
     /// `None` until the first sample.
-    srtt: Option<u64>,
-    rttvar: u64,
-    rto: u64,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rto: Duration,
     backoffs: u32,
 }
 
@@ -139,7 +138,7 @@ impl RttEstimator {
         Ok(RttEstimator {
             config,
             srtt: None,
-            rttvar: 0,
+            rttvar: Duration::ZERO,
             rto: initial,
             backoffs: 0,
         })
@@ -153,7 +152,7 @@ impl RttEstimator {
         RttEstimator {
             config,
             srtt: None,
-            rttvar: 0,
+            rttvar: Duration::ZERO,
             rto: config.initial_rto,
             backoffs: 0,
         }
@@ -161,22 +160,23 @@ impl RttEstimator {
 
     /// Feeds one round-trip measurement (RFC 6298 section 2.2 and 2.3) and
     /// recomputes the timeout, which ends any backoff.
-    pub fn on_sample(&mut self, rtt: u64) {
+    pub fn on_sample(&mut self, rtt: Duration) {
         let (srtt, rttvar) = match self.srtt {
             None => (rtt, rtt / 2),
             Some(srtt) => {
                 // RTTVAR uses the SRTT from before this sample. The blends
                 // are computed in u128 and are at most the larger input, so
                 // they fit back into u64.
+                let (srtt, rtt) = (srtt.as_nanos(), rtt.as_nanos());
                 let deviation = u128::from(srtt.abs_diff(rtt));
-                let rttvar = (3 * u128::from(self.rttvar) + deviation) / 4;
+                let rttvar = (3 * u128::from(self.rttvar.as_nanos()) + deviation) / 4;
                 let srtt = (7 * u128::from(srtt) + u128::from(rtt)) / 8;
                 (narrow(srtt), narrow(rttvar))
             }
         };
         self.srtt = Some(srtt);
         self.rttvar = rttvar;
-        self.rto = self.clamp(srtt.saturating_add(rttvar.saturating_mul(4)));
+        self.rto = self.clamp(srtt + rttvar * 4);
         self.backoffs = 0;
     }
 
@@ -190,7 +190,7 @@ impl RttEstimator {
             return;
         }
         self.rto = match self.srtt {
-            Some(srtt) => self.clamp(srtt.saturating_add(self.rttvar.saturating_mul(4))),
+            Some(srtt) => self.clamp(srtt + self.rttvar * 4),
             None => self.config.initial_rto,
         };
         self.backoffs = 0;
@@ -199,22 +199,22 @@ impl RttEstimator {
     /// The retransmission timer expired: doubles the timeout, up to the
     /// maximum (RFC 6298 section 5.5).
     pub fn on_timeout(&mut self) {
-        self.rto = self.clamp(self.rto.saturating_mul(2));
+        self.rto = self.clamp(self.rto * 2);
         self.backoffs = self.backoffs.saturating_add(1);
     }
 
     /// The current retransmission timeout.
-    pub fn rto(&self) -> u64 {
+    pub fn rto(&self) -> Duration {
         self.rto
     }
 
     /// The smoothed round-trip time, once there has been a sample.
-    pub fn srtt(&self) -> Option<u64> {
+    pub fn srtt(&self) -> Option<Duration> {
         self.srtt
     }
 
     /// The round-trip time variation (0 before the first sample).
-    pub fn rttvar(&self) -> u64 {
+    pub fn rttvar(&self) -> Duration {
         self.rttvar
     }
 
@@ -229,14 +229,15 @@ impl RttEstimator {
         self.config
     }
 
-    fn clamp(&self, rto: u64) -> u64 {
+    fn clamp(&self, rto: Duration) -> Duration {
         rto.clamp(self.config.min_rto, self.config.max_rto)
     }
 }
 
-/// A blend of two u64 values back in u64 (it never exceeds the larger).
-fn narrow(v: u128) -> u64 {
-    u64::try_from(v).unwrap_or(u64::MAX)
+/// A blend of two durations' nanoseconds back in a duration (it never
+/// exceeds the larger).
+fn narrow(v: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(v).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -244,12 +245,17 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+    const SECOND: u64 = 1_000_000_000;
+
+    fn ns(n: u64) -> Duration {
+        Duration::from_nanos(n)
+    }
 
     fn estimator(initial: u64, min: u64, max: u64) -> RttEstimator {
         RttEstimator::new(RttConfig {
-            initial_rto: initial,
-            min_rto: min,
-            max_rto: max,
+            initial_rto: ns(initial),
+            min_rto: ns(min),
+            max_rto: ns(max),
         })
         .expect("valid config")
     }
@@ -257,98 +263,101 @@ mod tests {
     #[test]
     fn initial_rto_until_the_first_sample() {
         let e = RttEstimator::new(RttConfig::RFC6298).expect("rfc config");
-        assert_eq!(e.rto(), SECOND);
+        assert_eq!(e.rto(), ns(SECOND));
         assert_eq!(e.srtt(), None);
-        assert_eq!(e.rttvar(), 0);
+        assert_eq!(e.rttvar(), ns(0));
     }
 
     #[test]
     fn samples_follow_rfc_6298() {
         let mut e = estimator(SECOND, MS, 60 * SECOND);
         // First: SRTT = 100, RTTVAR = 50, RTO = 100 + 4 * 50 = 300 (ms).
-        e.on_sample(100 * MS);
-        assert_eq!(e.srtt(), Some(100 * MS));
-        assert_eq!(e.rttvar(), 50 * MS);
-        assert_eq!(e.rto(), 300 * MS);
+        e.on_sample(ns(100 * MS));
+        assert_eq!(e.srtt(), Some(ns(100 * MS)));
+        assert_eq!(e.rttvar(), ns(50 * MS));
+        assert_eq!(e.rto(), ns(300 * MS));
         // Second, 200: RTTVAR = (3 * 50 + |100 - 200|) / 4 = 62.5,
         // SRTT = (7 * 100 + 200) / 8 = 112.5, RTO = 112.5 + 250 = 362.5.
-        e.on_sample(200 * MS);
-        assert_eq!(e.rttvar(), 62_500_000);
-        assert_eq!(e.srtt(), Some(112_500_000));
-        assert_eq!(e.rto(), 362_500_000);
+        e.on_sample(ns(200 * MS));
+        assert_eq!(e.rttvar(), ns(62_500_000));
+        assert_eq!(e.srtt(), Some(ns(112_500_000)));
+        assert_eq!(e.rto(), ns(362_500_000));
         // Third, 112.5 (equal to SRTT): RTTVAR = 3/4 * 62.5 = 46.875,
         // SRTT unchanged, RTO = 112.5 + 187.5 = 300.
-        e.on_sample(112_500_000);
-        assert_eq!(e.rttvar(), 46_875_000);
-        assert_eq!(e.srtt(), Some(112_500_000));
-        assert_eq!(e.rto(), 300 * MS);
+        e.on_sample(ns(112_500_000));
+        assert_eq!(e.rttvar(), ns(46_875_000));
+        assert_eq!(e.srtt(), Some(ns(112_500_000)));
+        assert_eq!(e.rto(), ns(300 * MS));
     }
 
     #[test]
     fn integer_division_truncates() {
         let mut e = estimator(10, 0, 1_000);
-        e.on_sample(3); // SRTT 3, RTTVAR 1 (3 / 2), RTO 7.
-        assert_eq!((e.srtt(), e.rttvar(), e.rto()), (Some(3), 1, 7));
-        e.on_sample(4); // RTTVAR (3 + 1) / 4 = 1, SRTT (21 + 4) / 8 = 3.
-        assert_eq!((e.srtt(), e.rttvar(), e.rto()), (Some(3), 1, 7));
+        e.on_sample(ns(3)); // SRTT 3, RTTVAR 1 (3 / 2), RTO 7.
+        assert_eq!((e.srtt(), e.rttvar(), e.rto()), (Some(ns(3)), ns(1), ns(7)));
+        e.on_sample(ns(4)); // RTTVAR (3 + 1) / 4 = 1, SRTT (21 + 4) / 8 = 3.
+        assert_eq!((e.srtt(), e.rttvar(), e.rto()), (Some(ns(3)), ns(1), ns(7)));
     }
 
     #[test]
     fn rto_is_clamped() {
         let mut e = estimator(SECOND, 200 * MS, 2 * SECOND);
-        e.on_sample(MS); // 1 + 4 * 0.5 = 3 ms, below the floor.
-        assert_eq!(e.rto(), 200 * MS);
-        e.on_sample(10 * SECOND);
-        assert_eq!(e.rto(), 2 * SECOND);
+        e.on_sample(ns(MS)); // 1 + 4 * 0.5 = 3 ms, below the floor.
+        assert_eq!(e.rto(), ns(200 * MS));
+        e.on_sample(ns(10 * SECOND));
+        assert_eq!(e.rto(), ns(2 * SECOND));
     }
 
     #[test]
     fn timeouts_back_off_until_the_next_sample() {
         let mut e = estimator(SECOND, 100 * MS, 5 * SECOND);
         e.on_timeout();
-        assert_eq!((e.rto(), e.backoffs()), (2 * SECOND, 1));
+        assert_eq!((e.rto(), e.backoffs()), (ns(2 * SECOND), 1));
         e.on_timeout();
-        assert_eq!(e.rto(), 4 * SECOND);
+        assert_eq!(e.rto(), ns(4 * SECOND));
         e.on_timeout();
-        assert_eq!((e.rto(), e.backoffs()), (5 * SECOND, 3));
+        assert_eq!((e.rto(), e.backoffs()), (ns(5 * SECOND), 3));
         e.on_timeout();
-        assert_eq!(e.rto(), 5 * SECOND);
-        e.on_sample(100 * MS);
-        assert_eq!((e.rto(), e.backoffs()), (300 * MS, 0));
+        assert_eq!(e.rto(), ns(5 * SECOND));
+        e.on_sample(ns(100 * MS));
+        assert_eq!((e.rto(), e.backoffs()), (ns(300 * MS), 0));
     }
 
     #[test]
     fn extreme_values_do_not_overflow() {
         let mut e = estimator(u64::MAX, 0, u64::MAX);
         e.on_timeout();
-        assert_eq!(e.rto(), u64::MAX);
-        e.on_sample(u64::MAX);
-        assert_eq!(e.rto(), u64::MAX);
-        e.on_sample(0);
-        e.on_sample(u64::MAX);
+        assert_eq!(e.rto(), ns(u64::MAX));
+        e.on_sample(ns(u64::MAX));
+        assert_eq!(e.rto(), ns(u64::MAX));
+        e.on_sample(ns(0));
+        e.on_sample(ns(u64::MAX));
         assert!(e.srtt().is_some());
-        e.on_sample(0);
-        e.on_sample(0);
-        assert!(e.rto() > 0);
+        e.on_sample(ns(0));
+        e.on_sample(ns(0));
+        assert!(e.rto() > Duration::ZERO);
     }
 
     #[test]
     fn bad_configs_are_refused() {
-        let cfg = |initial_rto, min_rto, max_rto| RttConfig {
-            initial_rto,
-            min_rto,
-            max_rto,
+        let cfg = |initial, min, max| RttConfig {
+            initial_rto: ns(initial),
+            min_rto: ns(min),
+            max_rto: ns(max),
         };
         assert_eq!(
             RttEstimator::new(cfg(5, 10, 1)),
-            Err(RttConfigError::MinAboveMax { min: 10, max: 1 })
+            Err(RttConfigError::MinAboveMax {
+                min: ns(10),
+                max: ns(1)
+            })
         );
         assert_eq!(
             RttEstimator::new(cfg(50, 1, 10)),
             Err(RttConfigError::InitialOutOfRange {
-                initial: 50,
-                min: 1,
-                max: 10
+                initial: ns(50),
+                min: ns(1),
+                max: ns(10)
             })
         );
         assert!(RttEstimator::new(cfg(0, 0, 0)).is_ok());
@@ -365,10 +374,10 @@ mod tests {
             let mut e = estimator(min, min, max);
             for ev in events {
                 match ev {
-                    Some(rtt) => e.on_sample(rtt),
+                    Some(rtt) => e.on_sample(ns(rtt)),
                     None => e.on_timeout(),
                 }
-                proptest::prop_assert!((min..=max).contains(&e.rto()));
+                proptest::prop_assert!((ns(min)..=ns(max)).contains(&e.rto()));
             }
         }
     }

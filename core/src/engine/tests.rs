@@ -16,6 +16,7 @@ use crate::btl::{
 use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::time::{Duration, Instant};
 
 pub(super) type E = Engine<'static, 'static, 4, 4, 4>;
 
@@ -46,7 +47,7 @@ pub(super) fn engine_with(config: EngineConfig) -> E {
     let region: &'static mut [u8] =
         Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
     let pools = FragmentPools::new(region, cfg).expect("pools");
-    Engine::new(config, pools)
+    Engine::new(config, pools, Instant::ZERO)
 }
 
 /// The pair the tests drive: boxed engines, 4 KiB pipes (smaller than an
@@ -330,8 +331,12 @@ fn a_wrong_job_key_is_refused_and_the_send_fails_once() {
 #[test]
 fn garbage_on_an_accepted_link_closes_only_that_link() {
     let mut b = engine(B, None, 16);
-    let link = b.handle_accepted(Source(0), [1; 16], 1).expect("link");
-    let taken = b.handle_stream(link, &[0xAB; 100], 2).expect("known link");
+    let link = b
+        .handle_accepted(Source(0), [1; 16], Instant::from_nanos(1))
+        .expect("link");
+    let taken = b
+        .handle_stream(link, &[0xAB; 100], Instant::from_nanos(2))
+        .expect("known link");
     assert_eq!(taken, 100);
     // The engine answers with a CLOSE and asks the driver to drop the link.
     loop {
@@ -351,10 +356,10 @@ fn garbage_on_an_accepted_link_closes_only_that_link() {
             verified: false,
         })
     );
-    b.handle_closed(link, 3);
+    b.handle_closed(link, Instant::from_nanos(3));
     assert_eq!(b.link_end(link), None, "a closed link has no end to tell");
     assert_eq!(
-        b.handle_stream(link, &[0], 4),
+        b.handle_stream(link, &[0], Instant::from_nanos(4)),
         Err(super::LinkError::UnknownLink)
     );
     assert_eq!(in_use(&b), 0);
@@ -388,7 +393,7 @@ fn simultaneous_connects(close_first: bool) {
             assert!(matches!(status, SendStatus::Queued), "{status:?}");
         }
     }
-    pair.advance(10);
+    pair.advance(Duration::from_nanos(10));
     // Both ask at once: A's connection (A opens, B accepts) and B's.
     let opened = pair.serve_connects();
     assert_eq!(opened.opened, 4, "two connections, each end opened");
@@ -446,7 +451,7 @@ fn simultaneous_connects(close_first: bool) {
     let (mut got_a, mut got_b) = (Vec::new(), early_b);
     for _ in 0..10 {
         // Time passes: delayed acknowledgements go out.
-        pair.advance(60_000);
+        pair.advance(Duration::from_nanos(60_000));
         pair.serve_timeouts();
         shuttle(&mut pair, ca, Role::Acceptor);
         shuttle(&mut pair, ca, Role::Opener);
@@ -620,7 +625,7 @@ fn exchange_through_breaks(links: u8) -> Pair {
         c
     };
     let (mut pair, ep_b, ep_a) = new_pair(engine_with(config(A)), engine_with(config(B)));
-    pair.set_tick(1_000_000);
+    pair.set_tick(Duration::from_millis(1));
     // One pass per round: frames are still in the pipes when it breaks.
     pair.set_passes(1);
     let src: &'static mut [u8] = Box::leak(vec![0u8; 200_000].into_boxed_slice());
@@ -788,17 +793,21 @@ fn a_refused_puts_late_acks_do_not_complete_the_next_put() {
 #[test]
 fn a_closed_links_id_is_refused_after_its_slot_is_reused() {
     let mut e = engine(A, None, 16);
-    let old = e.handle_accepted(Source(0), [1; 16], 0).expect("link");
-    e.handle_closed(old, 0);
-    let new = e.handle_accepted(Source(0), [2; 16], 0).expect("link");
+    let old = e
+        .handle_accepted(Source(0), [1; 16], Instant::from_nanos(0))
+        .expect("link");
+    e.handle_closed(old, Instant::from_nanos(0));
+    let new = e
+        .handle_accepted(Source(0), [2; 16], Instant::from_nanos(0))
+        .expect("link");
     assert_ne!(old, new);
     assert_eq!(
-        e.handle_stream(old, b"stale bytes", 0),
+        e.handle_stream(old, b"stale bytes", Instant::from_nanos(0)),
         Err(super::LinkError::UnknownLink)
     );
     assert!(e.poll_transmit(old).is_none());
     e.handle_written(old, 1);
-    e.handle_closed(old, 0);
+    e.handle_closed(old, Instant::from_nanos(0));
     // The new link is untouched: its HELLO is still there, whole.
     let hello = e.poll_transmit(new).expect("the new link's HELLO");
     let len: usize = hello.segments.iter().map(|s| s.len()).sum();
@@ -870,7 +879,7 @@ fn a_restarted_peer_fails_the_old_starts_operations_once_and_talks_under_the_sam
     pump(&mut pair);
     assert_eq!(drain(pair.b()), ["recv 130 7"]);
     // B's delayed acknowledgement releases A's last send.
-    pair.advance(1_000_000);
+    pair.advance(Duration::from_nanos(1_000_000));
     pump(&mut pair);
     assert!(drain(pair.a()).is_empty(), "nothing more at A");
     assert_eq!(in_use(pair.engine(Side::A)), 0);
@@ -880,8 +889,8 @@ fn a_restarted_peer_fails_the_old_starts_operations_once_and_talks_under_the_sam
 fn quick_to_lose(me: ProcName, epoch: u64) -> E {
     let mut c = EngineConfig::new(me);
     c.epoch = epoch;
-    c.peer_timeout = 50_000_000;
-    c.keepalive = 10_000_000;
+    c.peer_timeout = Duration::from_millis(50);
+    c.keepalive = Duration::from_millis(10);
     engine_with(c)
 }
 
@@ -894,7 +903,7 @@ fn lose_b(silence: impl FnOnce(&mut Pair)) -> (Pair, EndpointId) {
     drain(pair.b());
     silence(&mut pair);
     for _ in 0..200 {
-        pair.advance(1_000_000);
+        pair.advance(Duration::from_nanos(1_000_000));
         pump(&mut pair);
     }
     let lost = BtlError::PeerLost(LostReason::Timeout);
@@ -911,7 +920,7 @@ fn the_same_start_of_a_lost_peer_stays_lost() {
     pair.resume(Side::B);
     post(&mut pair, Side::B, b"back", 0x81);
     for _ in 0..20 {
-        pair.advance(1_000_000);
+        pair.advance(Duration::from_nanos(1_000_000));
         pump(&mut pair);
     }
     assert!(drain(pair.a()).is_empty(), "A does not take B back");
@@ -936,7 +945,7 @@ fn a_lost_peer_that_starts_again_is_taken_back_and_said_so() {
         .expect("B again");
     post(&mut pair, Side::B, b"back", 0x81);
     for _ in 0..20 {
-        pair.advance(1_000_000);
+        pair.advance(Duration::from_nanos(1_000_000));
         pump(&mut pair);
     }
     let restarted = BtlError::PeerLost(LostReason::Restarted);
@@ -977,7 +986,7 @@ fn sends_leave_fragments_for_receiving() {
     }
     let mut got = [0usize; 2];
     for _ in 0..50 {
-        pair.advance(100_000);
+        pair.advance(Duration::from_nanos(100_000));
         pump(&mut pair);
         got[0] += drain(pair.a())
             .iter()

@@ -16,13 +16,14 @@ use super::tests::{E, drain, engine_with, in_use};
 use super::{ConnectFailure, LinkId, Source};
 use crate::btl::{Access, Btl, BtlError, MemHandle, RejectCode, RemoteSlice};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::time::{Duration, Instant};
 
 const A: ProcName = ProcName::new(6, 0);
 const B: ProcName = ProcName::new(6, 1);
 const C: ProcName = ProcName::new(6, 2);
 /// A process nobody runs.
 const D: ProcName = ProcName::new(6, 3);
-const MS: u64 = 1_000_000;
+const MS: Duration = Duration::from_millis(1);
 
 /// One connection: (engine, link) at each end, a pipe towards each.
 struct Conn {
@@ -38,7 +39,7 @@ struct Mesh {
     names: Vec<ProcName>,
     down: Vec<bool>,
     conns: Vec<Conn>,
-    now: u64,
+    now: Instant,
     nonces: u8,
 }
 
@@ -62,7 +63,7 @@ impl Mesh {
             names: names.to_vec(),
             down: vec![false; names.len()],
             conns: Vec::new(),
-            now: 0,
+            now: Instant::ZERO,
             nonces: 0,
         }
     }

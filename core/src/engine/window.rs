@@ -30,6 +30,8 @@
 
 use core::fmt;
 
+use crate::time::{Duration, Instant};
+
 #[cfg(test)]
 mod tests;
 
@@ -359,7 +361,7 @@ pub struct Acked {
     pub released: usize,
     /// Round-trip time measured on the newest packet it released, if that
     /// one was transmitted only once (Karn's rule).
-    pub rtt: Option<u64>,
+    pub rtt: Option<Duration>,
 }
 
 /// A retained packet picked for transmission again.
@@ -376,13 +378,13 @@ pub struct Resend<'a, T> {
 #[derive(Debug)]
 struct Sent<T> {
     item: T,
-    first_sent: u64,
-    last_sent: u64,
+    first_sent: Instant,
+    last_sent: Instant,
     transmits: u32,
 }
 
 impl<T> Sent<T> {
-    fn resend(&mut self, seq: u64, now: u64) -> Resend<'_, T> {
+    fn resend(&mut self, seq: u64, now: Instant) -> Resend<'_, T> {
         self.last_sent = now;
         self.transmits = self.transmits.saturating_add(1);
         Resend {
@@ -404,7 +406,7 @@ pub const FAST_RETRANSMIT_THRESHOLD: u32 = 3;
 /// `T` is what the engine retains to send a packet again: a descriptor or
 /// fragment, or the description of a bulk packet. Every pushed item comes
 /// back exactly once, through [`on_ack`](Self::on_ack) or
-/// [`drain`](Self::drain). Times are the driver's clock in nanoseconds.
+/// [`drain`](Self::drain). Times are the driver's clock.
 #[derive(Debug)]
 pub struct SendWindow<T, const W: usize> {
     /// Oldest retained sequence number, `next` when nothing is retained.
@@ -443,7 +445,7 @@ impl<T, const W: usize> SendWindow<T, W> {
     /// Numbers `item`, sent (or about to be) at `now`, and retains it until
     /// acknowledged. Hands it back when `W` numbers are in flight or the
     /// sequence space is used up.
-    pub fn push(&mut self, item: T, now: u64) -> Result<u64, PushError<T>> {
+    pub fn push(&mut self, item: T, now: Instant) -> Result<u64, PushError<T>> {
         if self.next == u64::MAX {
             return Err(PushError::SeqExhausted(item));
         }
@@ -471,7 +473,7 @@ impl<T, const W: usize> SendWindow<T, W> {
     pub fn on_ack(
         &mut self,
         ack: Ack,
-        now: u64,
+        now: Instant,
         mut acked: impl FnMut(u64, T),
     ) -> Result<Acked, AckBeyondSent> {
         let release = self.covered(ack)? & self.present;
@@ -491,7 +493,7 @@ impl<T, const W: usize> SendWindow<T, W> {
         Ok(Acked {
             released: release.count_ones() as usize,
             rtt: match newest {
-                Some((1, sent)) => Some(now.saturating_sub(sent)),
+                Some((1, sent)) => Some(now - sent),
                 _ => None,
             },
         })
@@ -535,9 +537,9 @@ impl<T, const W: usize> SendWindow<T, W> {
     /// The oldest retained packet whose last transmission is at least `rto`
     /// old (an `rto` of 0 counts as 1 ns), marked as transmitted again at
     /// `now`. Called until `None`, it yields each expired packet once.
-    pub fn next_retransmit(&mut self, now: u64, rto: u64) -> Option<Resend<'_, T>> {
-        let rto = rto.max(1);
-        let (seq, sent) = self.find(|_, sent| now.saturating_sub(sent.last_sent) >= rto)?;
+    pub fn next_retransmit(&mut self, now: Instant, rto: Duration) -> Option<Resend<'_, T>> {
+        let rto = rto.max(Duration::from_nanos(1));
+        let (seq, sent) = self.find(|_, sent| now - sent.last_sent >= rto)?;
         Some(sent.resend(seq, now))
     }
 
@@ -545,7 +547,7 @@ impl<T, const W: usize> SendWindow<T, W> {
     /// [`FAST_RETRANSMIT_THRESHOLD`] later packets have overtaken (released
     /// by selective acknowledgement): presumed lost without waiting for the
     /// timeout. Marked as transmitted again at `now`, so it is picked once.
-    pub fn next_fast_retransmit(&mut self, now: u64) -> Option<Resend<'_, T>> {
+    pub fn next_fast_retransmit(&mut self, now: Instant) -> Option<Resend<'_, T>> {
         // Offsets below `next` released by sack: the holes of the window.
         let holes = low_bits(self.next - self.base) & !self.present;
         let (seq, sent) = self.find(|offset, sent| {
@@ -600,7 +602,7 @@ impl<T, const W: usize> SendWindow<T, W> {
 
     /// Every retained packet in sequence order, each marked as transmitted
     /// again at `now` as it is yielded: what a reconnected stream resends.
-    pub fn resend_all(&mut self, now: u64) -> impl Iterator<Item = Resend<'_, T>> {
+    pub fn resend_all(&mut self, now: Instant) -> impl Iterator<Item = Resend<'_, T>> {
         self.entries_mut()
             .map(move |(seq, sent)| sent.resend(seq, now))
     }
@@ -666,13 +668,13 @@ impl<T, const W: usize> SendWindow<T, W> {
 
     /// The earliest last transmission among retained packets: the
     /// retransmission timer runs from it.
-    pub fn oldest_sent_at(&self) -> Option<u64> {
+    pub fn oldest_sent_at(&self) -> Option<Instant> {
         self.slots.iter().flatten().map(|sent| sent.last_sent).min()
     }
 
     /// When [`next_retransmit`](Self::next_retransmit) with this `rto` will
     /// first yield a packet, if any is retained.
-    pub fn retransmit_deadline(&self, rto: u64) -> Option<u64> {
-        Some(self.oldest_sent_at()?.saturating_add(rto.max(1)))
+    pub fn retransmit_deadline(&self, rto: Duration) -> Option<Instant> {
+        Some(self.oldest_sent_at()? + rto.max(Duration::from_nanos(1)))
     }
 }

@@ -8,6 +8,7 @@ use super::{NetBufDesc, Passive, Queue, TmAddr, XferError};
 use crate::btl::{BtlError, MemSlice, OpId};
 use crate::endpoint::EndpointId;
 use crate::pool::FragmentClass;
+use crate::time::Instant;
 
 /// A buffer registered with a transfer machine: slot and generation, so an
 /// id kept after `deregister_buffer` is refused even once the slot is reused.
@@ -62,7 +63,7 @@ pub(crate) enum Hold {
 #[derive(Debug)]
 pub(crate) struct Queued {
     pub(crate) op: Op,
-    pub(crate) deadline: Option<u64>,
+    pub(crate) deadline: Option<Instant>,
     /// When it was added: MSG_RECV buffers fill in this order.
     pub(crate) order: u64,
 }

@@ -12,6 +12,7 @@ use super::{
 use crate::btl::{Btl, BtlError, MemError, MemSlice, Tag, TagError, TagRange};
 use crate::desc::Descriptor;
 use crate::endpoint::{EndpointId, ProcName};
+use crate::time::Instant;
 
 /// At most four state changes ever happen (the machine only moves forward).
 const STATE_EVENTS: usize = 8;
@@ -37,7 +38,7 @@ pub struct TransferMachine<const BUFS: usize, const EVENTS: usize, const MSG: us
     pub(crate) state: TmState,
     pub(crate) failure: Option<BtlError>,
     /// The latest time the caller passed in; deadlines are compared with it.
-    pub(crate) now: u64,
+    pub(crate) now: Instant,
     /// Orders adds and events.
     pub(crate) seq: u64,
     pub(crate) slots: [Slot; BUFS],
@@ -90,7 +91,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
             tag,
             state: TmState::Initialized,
             failure: None,
-            now: 0,
+            now: Instant::ZERO,
             seq: 0,
             slots: core::array::from_fn(|_| Slot::default()),
             staging: [0; MSG],
@@ -218,7 +219,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         id: BufferId,
         min_receive_size: u64,
         max_messages: u32,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
     ) -> Result<(), XferError> {
         if min_receive_size == 0 || max_messages == 0 {
             return Err(XferError::ZeroReceiveLimit);
@@ -241,7 +242,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         id: BufferId,
         to: TmAddr,
         len: u64,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
     ) -> Result<(), XferError> {
         self.enqueue("add_msg_send", id, deadline, |mem| {
             fits(len, mem.len)?;
@@ -260,7 +261,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         &mut self,
         id: BufferId,
         peer: EndpointId,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
     ) -> Result<NetBufDesc, XferError> {
         self.add_passive(id, Passive::Recv, peer, None, deadline)
     }
@@ -272,7 +273,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         id: BufferId,
         peer: EndpointId,
         len: u64,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
     ) -> Result<NetBufDesc, XferError> {
         self.add_passive(id, Passive::Send, peer, Some(len), deadline)
     }
@@ -285,7 +286,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         id: BufferId,
         peer: EndpointId,
         desc: &NetBufDesc,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
     ) -> Result<(), XferError> {
         self.add_active(id, Passive::Send, peer, desc, desc.len, deadline)
     }
@@ -299,7 +300,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         peer: EndpointId,
         desc: &NetBufDesc,
         len: u64,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
     ) -> Result<(), XferError> {
         self.add_active(id, Passive::Recv, peer, desc, len, deadline)
     }
@@ -373,7 +374,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         queue: Passive,
         peer: EndpointId,
         len: Option<u64>,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
     ) -> Result<NetBufDesc, XferError> {
         let call = match queue {
             Passive::Recv => "add_passive_recv",
@@ -406,7 +407,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         peer: EndpointId,
         desc: &NetBufDesc,
         len: u64,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
     ) -> Result<(), XferError> {
         if desc.queue != expected {
             return Err(XferError::WrongDirection);
@@ -444,7 +445,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         &mut self,
         call: &'static str,
         id: BufferId,
-        deadline: Option<u64>,
+        deadline: Option<Instant>,
         make: impl FnOnce(MemSlice) -> Result<Op, XferError>,
     ) -> Result<(MemSlice, u64, Op), XferError> {
         self.require(call, &[TmState::Started])?;

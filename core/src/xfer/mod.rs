@@ -30,6 +30,7 @@
 //! use btl_core::endpoint::{ProcName, Reachability};
 //! use btl_core::loopback::Loopback;
 //! use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+//! use btl_core::time::Instant;
 //! use btl_core::xfer::{Queue, TransferMachine, XferEvent};
 //!
 //! let me = ProcName::new(1, 0);
@@ -51,11 +52,11 @@
 //! let send = tm.register_buffer(&btl, MemSlice { handle: out, offset: 0, len: 5 })?;
 //! let recv = tm.register_buffer(&btl, MemSlice { handle: inc, offset: 0, len: 64 })?;
 //! tm.start()?;
-//! tm.progress(&mut btl, 0); // Started
+//! tm.progress(&mut btl, Instant::ZERO); // Started
 //!
 //! tm.add_msg_recv(recv, 1, 1, None)?; // completes after one message
 //! tm.add_msg_send(send, tm.addr(peer), 5, None)?;
-//! tm.progress(&mut btl, 1);
+//! tm.progress(&mut btl, Instant::from_nanos(1));
 //!
 //! let mut completed = 0;
 //! while let Some(event) = tm.poll_event() {

@@ -20,6 +20,7 @@ use crate::btl::{
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::EndpointId;
+use crate::time::Instant;
 
 impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<BUFS, EVENTS, MSG> {
     /// Drives a machine that is the only user of `btl`: progresses the BTL,
@@ -35,7 +36,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     ///
     /// While a received message waits for room in the event queue, no more
     /// BTL events are taken: poll the machine's events to make room.
-    pub fn progress(&mut self, btl: &mut dyn Btl<'_>, now: u64) -> usize {
+    pub fn progress(&mut self, btl: &mut dyn Btl<'_>, now: Instant) -> usize {
         btl.progress();
         self.run(btl, now);
         while self.staged.is_none() {
@@ -73,10 +74,11 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     ///
     /// ```
     /// use btl_core::btl::{Btl, Event};
+    /// use btl_core::time::Instant;
     /// use btl_core::xfer::TransferMachine;
     ///
     /// /// Drives a machine next to the application's own tags.
-    /// fn drive(btl: &mut dyn Btl<'_>, tm: &mut TransferMachine<8, 8, 256>, now: u64) {
+    /// fn drive(btl: &mut dyn Btl<'_>, tm: &mut TransferMachine<8, 8, 256>, now: Instant) {
     ///     btl.progress();
     ///     tm.run(btl, now);
     ///     while let Some(event) = btl.poll_event() {
@@ -148,7 +150,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// issues pending sends, puts, gets and notifications (retrying those the
     /// BTL refused with `OutOfResource`), and moves Stopping to Stopped once
     /// the BTL holds nothing of the machine.
-    pub fn run(&mut self, btl: &mut dyn Btl<'_>, now: u64) {
+    pub fn run(&mut self, btl: &mut dyn Btl<'_>, now: Instant) {
         self.now = self.now.max(now);
         if self.state == TmState::Starting {
             self.set_state(TmState::Started);

@@ -16,6 +16,7 @@ use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 use crate::loopback::Loopback;
 use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::time::Instant;
 
 const ME: ProcName = ProcName::new(5, 1);
 const TAG: Tag = Tag(0x60);
@@ -25,6 +26,11 @@ type Tm = TransferMachine<8, 8, 512>;
 
 /// The states `stop` is allowed in.
 const STOPPABLE: &[TmState] = &[TmState::Initialized, TmState::Starting, TmState::Started];
+
+/// The instant `ns` nanoseconds after the start of the clock.
+fn at(ns: u64) -> Instant {
+    Instant::from_nanos(ns)
+}
 
 fn pools_config() -> FragmentPoolsConfig {
     let pool = |fragment_size| FragmentPoolConfig {
@@ -86,7 +92,7 @@ fn started<const B: usize, const E: usize, const M: usize>(
 ) -> TransferMachine<B, E, M> {
     let mut tm = TransferMachine::new(ME, tag).expect("tm");
     tm.start().expect("start");
-    tm.progress(btl, 0);
+    tm.progress(btl, at(0));
     assert_eq!(tm.state(), TmState::Started);
     assert_eq!(
         drain(&mut tm),
@@ -137,7 +143,7 @@ fn msg_send_and_receive_by_sendi_and_by_descriptor() {
         tm.add_msg_send(sb, tm.addr(ep), 12, None).expect("small");
         // 12 + 400 bytes exceed the loopback's sendi slot: a descriptor.
         tm.add_msg_send(lb, tm.addr(ep), 400, None).expect("large");
-        tm.progress(btl, 1);
+        tm.progress(btl, at(1));
 
         let from = TmAddr {
             endpoint: ep,
@@ -182,7 +188,7 @@ fn a_receive_buffer_takes_messages_until_max_messages() {
         for round in 0..3u8 {
             fill(btl, s, &[round; 20]);
             tm.add_msg_send(sb, tm.addr(ep), 20, None).expect("send");
-            tm.progress(btl, 0);
+            tm.progress(btl, at(0));
             let events = drain(&mut tm);
             assert!(events.contains(&XferEvent::Received {
                 buffer: rb,
@@ -208,7 +214,7 @@ fn a_receive_buffer_completes_when_less_than_min_receive_size_is_left() {
         tm.add_msg_recv(b2, 1, 10, None).expect("r2");
         let mut send = |tm: &mut Tm, len| {
             tm.add_msg_send(sb, tm.addr(ep), len, None).expect("send");
-            tm.progress(btl, 0);
+            tm.progress(btl, at(0));
             drain(tm)
                 .into_iter()
                 .filter(|e| !matches!(e, XferEvent::Completed(c) if c.buffer == sb))
@@ -245,7 +251,7 @@ fn a_message_without_a_receive_buffer_is_dropped_and_reported() {
         let b2 = tm.register_buffer(btl, s2).expect("s2");
         tm.add_msg_send(b1, tm.addr(ep), 8, None).expect("send");
         tm.add_msg_send(b2, tm.addr(ep), 8, None).expect("send");
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         // Losses not yet reported are counted in one event.
         assert_eq!(
             drain(&mut tm),
@@ -275,7 +281,7 @@ fn active_send_puts_into_a_passive_receive_buffer() {
         let shipped = NetBufDesc::from_bytes(&desc.to_bytes()).expect("decode");
         tm.add_active_send(ab, ep, &shipped, 32, None)
             .expect("active");
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         assert_eq!(
             drain(&mut tm),
             [
@@ -297,7 +303,7 @@ fn active_receive_gets_from_a_passive_send_buffer() {
         let desc = tm.add_passive_send(pb, ep, 20, None).expect("passive");
         assert_eq!((desc.queue, desc.len), (Passive::Send, 20));
         tm.add_active_recv(ab, ep, &desc, None).expect("active");
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         assert_eq!(
             drain(&mut tm),
             [
@@ -318,7 +324,7 @@ fn a_failed_put_fails_both_sides() {
         let mut desc = tm.add_passive_recv(pb, ep, None).expect("passive");
         desc.key = RemoteKey(0xdead_0001);
         tm.add_active_send(ab, ep, &desc, 8, None).expect("active");
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         let events = drain(&mut tm);
         assert!(matches!(
             events[..],
@@ -402,8 +408,8 @@ fn two_machines_share_one_loopback() {
         // takes it; neither sees the other's.
         let mut foreign = 0;
         for _ in 0..4 {
-            a_tm.run(btl, 0);
-            b_tm.run(btl, 0);
+            a_tm.run(btl, at(0));
+            b_tm.run(btl, at(0));
             while let Some(event) = btl.poll_event() {
                 if let Some(event) = a_tm.offer(event).and_then(|e| b_tm.offer(e)) {
                     foreign += 1;
@@ -414,8 +420,8 @@ fn two_machines_share_one_loopback() {
                         btl.free(desc).expect("free");
                     }
                 }
-                a_tm.run(btl, 0);
-                b_tm.run(btl, 0);
+                a_tm.run(btl, at(0));
+                b_tm.run(btl, at(0));
             }
         }
         assert_eq!(foreign, 0);
@@ -464,8 +470,8 @@ fn a_send_to_another_machines_tag_completes_at_the_sender() {
             .expect("b send");
         let mut foreign = 0;
         for _ in 0..4 {
-            a_tm.run(btl, 0);
-            b_tm.run(btl, 0);
+            a_tm.run(btl, at(0));
+            b_tm.run(btl, at(0));
             while let Some(event) = btl.poll_event() {
                 if let Some(event) = a_tm.offer(event).and_then(|e| b_tm.offer(e)) {
                     foreign += 1;
@@ -476,8 +482,8 @@ fn a_send_to_another_machines_tag_completes_at_the_sender() {
                         btl.free(desc).expect("free");
                     }
                 }
-                a_tm.run(btl, 0);
-                b_tm.run(btl, 0);
+                a_tm.run(btl, at(0));
+                b_tm.run(btl, at(0));
             }
         }
         assert_eq!(foreign, 0);
@@ -508,26 +514,26 @@ fn timeouts_complete_buffers_once_and_expired_deadlines_are_refused() {
     with_world([64], |btl, _ep, [r]| {
         let mut tm: Tm = started(btl, TAG);
         let rb = tm.register_buffer(btl, r).expect("r");
-        tm.add_msg_recv(rb, 1, 1, Some(100)).expect("recv");
-        tm.progress(btl, 50);
+        tm.add_msg_recv(rb, 1, 1, Some(at(100))).expect("recv");
+        tm.progress(btl, at(50));
         assert_eq!(drain(&mut tm), []);
-        tm.progress(btl, 100);
-        tm.progress(btl, 200);
+        tm.progress(btl, at(100));
+        tm.progress(btl, at(200));
         assert_eq!(
             drain(&mut tm),
             [completed(rb, Queue::MsgRecv, Err(XferError::Timeout))]
         );
         assert_eq!(
-            tm.add_msg_recv(rb, 1, 1, Some(200)),
+            tm.add_msg_recv(rb, 1, 1, Some(at(200))),
             Err(XferError::Expired)
         );
         // Time never goes back.
-        tm.progress(btl, 10);
+        tm.progress(btl, at(10));
         assert_eq!(
-            tm.add_msg_recv(rb, 1, 1, Some(150)),
+            tm.add_msg_recv(rb, 1, 1, Some(at(150))),
             Err(XferError::Expired)
         );
-        tm.add_msg_recv(rb, 1, 1, Some(201)).expect("future");
+        tm.add_msg_recv(rb, 1, 1, Some(at(201))).expect("future");
         tm.del(rb).expect("del");
     });
 }
@@ -539,10 +545,10 @@ fn a_put_completing_after_its_timeout_is_ignored() {
         let pb = tm.register_buffer(btl, p).expect("p");
         let ab = tm.register_buffer(btl, a).expect("a");
         let desc = tm.add_passive_recv(pb, ep, None).expect("passive");
-        tm.add_active_send(ab, ep, &desc, 32, Some(5))
+        tm.add_active_send(ab, ep, &desc, 32, Some(at(5)))
             .expect("active");
-        tm.run(btl, 0); // issues the put; its completion waits in the BTL
-        tm.run(btl, 5);
+        tm.run(btl, at(0)); // issues the put; its completion waits in the BTL
+        tm.run(btl, at(5));
         assert_eq!(
             drain(&mut tm),
             [completed(
@@ -557,7 +563,7 @@ fn a_put_completing_after_its_timeout_is_ignored() {
             Err(XferError::InFlight)
         );
         assert_eq!(tm.deregister_buffer(ab), Err(XferError::InFlight));
-        tm.progress(btl, 6);
+        tm.progress(btl, at(6));
         assert_eq!(drain(&mut tm), [], "no second completion");
         assert_eq!(tm.stats().stale, 1);
         // No BULK_DONE was sent: the passive buffer waits until cancelled.
@@ -594,7 +600,7 @@ fn cancel_completes_once_and_a_later_send_completion_is_ignored() {
         );
 
         tm.add_msg_send(sb, tm.addr(ep), 400, None).expect("send");
-        tm.run(btl, 0); // the descriptor is in the BTL
+        tm.run(btl, at(0)); // the descriptor is in the BTL
         tm.del(sb).expect("del");
         assert_eq!(
             drain(&mut tm),
@@ -604,13 +610,13 @@ fn cancel_completes_once_and_a_later_send_completion_is_ignored() {
             tm.add_msg_send(sb, tm.addr(ep), 400, None),
             Err(XferError::InFlight)
         );
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         // The message was already on its way and arrived; no second completion.
         assert_eq!(drain(&mut tm), [XferEvent::Dropped { count: 1 }]);
         assert_eq!(tm.stats().stale, 1);
         assert_eq!(tm.stats().queue(Queue::MsgSend).deletes, 1);
         tm.add_msg_send(sb, tm.addr(ep), 1, None).expect("reusable");
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         drain(&mut tm);
     });
 }
@@ -630,7 +636,7 @@ fn stop_cancels_every_queued_buffer() {
         let desc = tm.add_passive_recv(pb, ep, None).expect("p");
         tm.add_passive_send(qb, ep, 8, None).expect("q");
         tm.add_msg_send(sb, tm.addr(ep), 400, None).expect("s");
-        tm.run(btl, 0); // the send is in the BTL
+        tm.run(btl, at(0)); // the send is in the BTL
         tm.add_active_send(ab, ep, &desc, 8, None).expect("a");
         tm.stop().expect("stop");
         assert_eq!(tm.state(), TmState::Stopping);
@@ -666,7 +672,7 @@ fn stop_cancels_every_queued_buffer() {
             })
         );
         // Stopped once the BTL gave the send back.
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         assert_eq!(tm.state(), TmState::Stopped);
         assert_eq!(
             drain(&mut tm),
@@ -752,7 +758,7 @@ fn foreign_events_are_given_back_by_offer_and_freed_by_progress() {
             .prepare_src(ep, b"kept", 0, Order::ANY, DescFlags::empty())
             .expect("desc");
         assert!(btl.send(ep, d, Tag(0x81)).is_ok());
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         // Two messages and one send completion, whose descriptor was freed.
         assert_eq!(tm.stats().foreign_events, 3);
         assert_eq!(drain(&mut tm), []);
@@ -775,10 +781,10 @@ fn garbage_on_the_machines_tag_is_counted_and_ignored() {
         let mut bad_sender = wire::msg_header(TAG, 0);
         bad_sender[2] = 0x90;
         send(btl, &bad_sender);
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         // A BULK_DONE for a cookie that is not queued.
         send(btl, &wire::done(true, 0xFFFF_FFFF_0007, 1));
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         assert_eq!((tm.stats().bad_messages, tm.stats().stale), (3, 1));
         assert_eq!(drain(&mut tm), []);
         tm.del(rb).expect("still queued");
@@ -799,11 +805,11 @@ fn a_full_event_queue_holds_messages_back_instead_of_dropping_them() {
             btl.sendi(ep, &header, &[i; 8], TAG, Order::ANY, DescFlags::empty())
                 .expect("sendi");
         }
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         assert_eq!(tm.pending_events(), 2);
         let first: Vec<_> = drain(&mut tm);
         assert_eq!(first.len(), 2);
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         assert!(matches!(
             drain(&mut tm)[..],
             [XferEvent::Received { offset: 16, .. }]
@@ -811,7 +817,7 @@ fn a_full_event_queue_holds_messages_back_instead_of_dropping_them() {
         assert_eq!(tm.stats().dropped_messages, 0);
         tm.add_msg_send(sb, tm.addr(ep), 8, None).expect("send");
         tm.del(rb).expect("del");
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         drain(&mut tm);
     });
 }
@@ -863,7 +869,7 @@ fn registration_is_checked_and_ids_go_stale() {
                 needs: &[TmState::Initialized],
             })
         );
-        tm.progress(btl, 0);
+        tm.progress(btl, at(0));
         assert_eq!(
             tm.add_msg_recv(c, 0, 1, None),
             Err(XferError::ZeroReceiveLimit)
@@ -1137,20 +1143,20 @@ proptest! {
             let mut descs: Vec<Option<NetBufDesc>> = vec![None; ids.len()];
             let mut ledger = Ledger::default();
             let mut now = 0u64;
-            let at = |d: Option<u64>, now: u64| d.map(|d| now + d);
+            let due = |d: Option<u64>, now: u64| d.map(|d| at(now + d));
             for step in steps {
                 let added = match step {
-                    Step::Recv(i, min, max, d) => tm.add_msg_recv(ids[i], min, max, at(d, now)).map(|()| i),
-                    Step::Send(i, len, d) => tm.add_msg_send(ids[i], tm.addr(ep), len, at(d, now)).map(|()| i),
-                    Step::PassiveRecv(i, d) => tm.add_passive_recv(ids[i], ep, at(d, now)).map(|desc| { descs[i] = Some(desc); i }),
-                    Step::PassiveSend(i, len, d) => tm.add_passive_send(ids[i], ep, len, at(d, now)).map(|desc| { descs[i] = Some(desc); i }),
+                    Step::Recv(i, min, max, d) => tm.add_msg_recv(ids[i], min, max, due(d, now)).map(|()| i),
+                    Step::Send(i, len, d) => tm.add_msg_send(ids[i], tm.addr(ep), len, due(d, now)).map(|()| i),
+                    Step::PassiveRecv(i, d) => tm.add_passive_recv(ids[i], ep, due(d, now)).map(|desc| { descs[i] = Some(desc); i }),
+                    Step::PassiveSend(i, len, d) => tm.add_passive_send(ids[i], ep, len, due(d, now)).map(|desc| { descs[i] = Some(desc); i }),
                     Step::Active(i, j, len, d) => match descs[j] {
-                        Some(desc) if desc.queue == Passive::Recv => tm.add_active_send(ids[i], ep, &desc, len.min(desc.len), at(d, now)).map(|()| i),
-                        Some(desc) => tm.add_active_recv(ids[i], ep, &desc, at(d, now)).map(|()| i),
+                        Some(desc) if desc.queue == Passive::Recv => tm.add_active_send(ids[i], ep, &desc, len.min(desc.len), due(d, now)).map(|()| i),
+                        Some(desc) => tm.add_active_recv(ids[i], ep, &desc, due(d, now)).map(|()| i),
                         None => Err(XferError::NotQueued),
                     },
                     Step::Del(i) => { let _ = tm.del(ids[i]); Err(XferError::NotQueued) }
-                    Step::Run => { tm.run(btl, now); Err(XferError::NotQueued) }
+                    Step::Run => { tm.run(btl, at(now)); Err(XferError::NotQueued) }
                     Step::OfferOne => {
                         let orphan = match btl.poll_event().map(|e| tm.offer(e)) {
                             Some(Some(Event::SendComplete { desc, .. })) => desc,
@@ -1158,10 +1164,10 @@ proptest! {
                             _ => None,
                         };
                         if let Some(desc) = orphan { btl.free(desc).expect("free"); }
-                        tm.run(btl, now);
+                        tm.run(btl, at(now));
                         Err(XferError::NotQueued)
                     }
-                    Step::Progress => { tm.progress(btl, now); Err(XferError::NotQueued) }
+                    Step::Progress => { tm.progress(btl, at(now)); Err(XferError::NotQueued) }
                     Step::Poll => { ledger.poll(&mut tm); Err(XferError::NotQueued) }
                     Step::Tick(dt) => { now += dt; Err(XferError::NotQueued) }
                 };
@@ -1171,7 +1177,7 @@ proptest! {
             }
             tm.stop().expect("stop");
             for _ in 0..20 {
-                tm.progress(btl, now);
+                tm.progress(btl, at(now));
                 ledger.poll(&mut tm);
                 if tm.state() == TmState::Stopped {
                     break;

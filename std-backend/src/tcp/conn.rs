@@ -5,6 +5,7 @@
 use std::io::{self, IoSlice};
 
 use btl_core::engine::{ConnectRequest, LinkId};
+use btl_core::time::Instant;
 
 use crate::engine_cell::StdEngine;
 use crate::net::StreamSocket;
@@ -22,7 +23,7 @@ pub const RX_FIRST: usize = 4 << 10;
 pub enum ConnState {
     /// Our connect is in progress since `since` (the network's clock); the
     /// engine learns of it once it is up.
-    Connecting { req: ConnectRequest, since: u64 },
+    Connecting { req: ConnectRequest, since: Instant },
     /// Carrying an engine link.
     Open(LinkId),
 }
@@ -122,7 +123,7 @@ impl<S: StreamSocket> Conn<S> {
         &mut self,
         engine: &mut StdEngine<'_>,
         link: LinkId,
-        now: u64,
+        now: Instant,
         closing: bool,
     ) -> ReadOutcome {
         loop {

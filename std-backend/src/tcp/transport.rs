@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::{ConnectFailure, ConnectRequest, LinkError, LinkId};
+use btl_core::time::Instant;
 use btl_core::wire::{self, CloseReason, CloseRepr, HEADER_LEN, HeaderRepr, PacketRepr};
 use ipnet::IpNet;
 
@@ -156,7 +157,7 @@ impl<N: Net> Tcp<N> {
         registry: &RegistryOf<N>,
         i: usize,
         why: ConnectFailure,
-        now: u64,
+        now: Instant,
     ) {
         if let Some(conn) = self.remove(i, registry) {
             match conn.state {
@@ -166,7 +167,13 @@ impl<N: Net> Tcp<N> {
         }
     }
 
-    fn accept(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, l: usize, now: u64) {
+    fn accept(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<N>,
+        l: usize,
+        now: Instant,
+    ) {
         loop {
             let accepted = match self.listeners.get_mut(l) {
                 Some((listener, _)) => listener.accept(),
@@ -233,7 +240,7 @@ impl<N: Net> Tcp<N> {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<N>,
         i: usize,
-        now: u64,
+        now: Instant,
     ) {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
@@ -274,7 +281,7 @@ impl<N: Net> Tcp<N> {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<N>,
         i: usize,
-        now: u64,
+        now: Instant,
         closing: bool,
     ) {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
@@ -290,7 +297,13 @@ impl<N: Net> Tcp<N> {
 
     /// Writes connection `i`'s pending bytes; watches for writability only
     /// while some wait (as Motr's `ep_balance`).
-    fn write(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, i: usize, now: u64) {
+    fn write(
+        &mut self,
+        engine: &mut StdEngine<'_>,
+        registry: &RegistryOf<N>,
+        i: usize,
+        now: Instant,
+    ) {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
@@ -373,7 +386,7 @@ impl<N: Net> Transport for Tcp<N> {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<N>,
         event: &EventOf<N>,
-        now: u64,
+        now: Instant,
     ) {
         let token = event.token();
         if token >= LISTENER_BASE {
@@ -413,7 +426,7 @@ impl<N: Net> Transport for Tcp<N> {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<N>,
         req: ConnectRequest,
-        now: u64,
+        now: Instant,
     ) {
         let Some((local, remote)) = self.pair_for(req.proc, req.link_index) else {
             // A peer that connected to this side and published no address
@@ -440,7 +453,7 @@ impl<N: Net> Transport for Tcp<N> {
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<N>,
         link: LinkId,
-        now: u64,
+        now: Instant,
     ) {
         if let Some(conn) = self
             .by_link
@@ -464,7 +477,7 @@ impl<N: Net> Transport for Tcp<N> {
         &mut self,
         engine: &mut StdEngine<'_>,
         registry: &RegistryOf<N>,
-        now: u64,
+        now: Instant,
     ) -> bool {
         let before = self.received();
         for i in 0..self.conns.len() {
@@ -475,7 +488,7 @@ impl<N: Net> Transport for Tcp<N> {
         self.received() != before
     }
 
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: u64) {
+    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: Instant) {
         self.refusals.log_summaries(now, (NAME, self.me));
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_ref() else {
@@ -483,9 +496,7 @@ impl<N: Net> Transport for Tcp<N> {
             };
             match conn.state {
                 ConnState::Connecting { since, req } => {
-                    let limit =
-                        u64::try_from(self.config.connect_timeout.as_nanos()).unwrap_or(u64::MAX);
-                    if now.saturating_sub(since) >= limit {
+                    if now - since >= self.config.connect_timeout.into() {
                         tracing::debug!("tcp {}: connect to {} timed out", self.me, req.proc);
                         self.broken(engine, registry, i, ConnectFailure::Unreachable, now);
                     }

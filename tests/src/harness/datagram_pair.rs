@@ -22,6 +22,7 @@ use btl_core::engine::dgram::{DatagramPair, Faults, NetStats};
 use btl_core::engine::pipe;
 use btl_core::engine::rtt::RttConfig;
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::time::{Duration, Instant};
 use btl_core::wire::{HEADER_LEN, SendRepr};
 
 use crate::data::leak;
@@ -69,13 +70,13 @@ pub const EAGER: usize = 1024;
 /// Fragments of each class.
 pub const FRAGMENTS: u32 = 64;
 /// Fake nanoseconds per progress round.
-pub const TICK: u64 = 1_000_000;
+pub const TICK: Duration = Duration::from_millis(1);
 /// A peer silent this long is lost: short, so that a killed peer is found
 /// within the suite's rounds, and far above any pause the suite makes and
 /// the longest retransmission timeout (100 rounds).
-pub const PEER_TIMEOUT: u64 = 1_000 * TICK;
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(1);
 /// Silence after which a keepalive goes out.
-pub const KEEPALIVE: u64 = 200 * TICK;
+pub const KEEPALIVE: Duration = Duration::from_millis(200);
 /// Progress rounds within which anything must finish (the peer timeout
 /// included).
 pub const MAX_ROUNDS: u32 = 6_000;
@@ -192,7 +193,7 @@ fn engine_of(me: ProcName) -> Box<PairEngine> {
         max_rto: 100 * TICK,
     };
     config.keepalive = KEEPALIVE;
-    let mut e = Box::new(Engine::new(config, pools));
+    let mut e = Box::new(Engine::new(config, pools, Instant::ZERO));
     e.set_name("datagram-pair");
     e
 }

@@ -30,6 +30,7 @@ use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::rtt::RttConfig;
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
+use btl_core::time;
 use btl_std::bootstrap::SharedDir;
 use btl_std::interfaces::Selection;
 use btl_std::tcp::{TcpConfig, TcpModule, TcpSetup};
@@ -75,13 +76,13 @@ fn engine() -> EngineConfig {
     // No CRC trailers: TCP and UDP check their bytes already, and an
     // unoptimised CRC of the 64 MiB transfers would dominate the run.
     let mut c = EngineConfig::new(ProcName::new(0, 0));
-    c.peer_timeout = PEER_TIMEOUT.as_nanos() as u64;
+    c.peer_timeout = PEER_TIMEOUT.into();
     c.keepalive = c.peer_timeout / 4;
     c.handshake_timeout = c.peer_timeout;
     c.rtt = RttConfig {
-        initial_rto: 5_000_000,
-        min_rto: 1_000_000,
-        max_rto: 50_000_000,
+        initial_rto: time::Duration::from_millis(5),
+        min_rto: time::Duration::from_millis(1),
+        max_rto: time::Duration::from_millis(50),
     };
     c
 }

@@ -31,6 +31,7 @@ use btl_core::engine::pipe::{self, Closure, ConnId, Pipe, Role, StreamPair, writ
 use btl_core::engine::rtt::RttConfig;
 use btl_core::engine::{ConnectRequest, Engine, LinkId};
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::time::{Duration, Instant};
 use btl_core::wire::{self, CloseReason, HEADER_LEN, Limits, PacketRepr, SendRepr};
 
 use crate::data::leak;
@@ -86,14 +87,14 @@ pub const FRAGMENTS: u32 = 64;
 /// Fake nanoseconds per progress round: a millisecond, so that the
 /// handshake timeout (5 s) is far beyond [`MAX_ROUNDS`] and the shortened
 /// [`PEER_TIMEOUT`] within it.
-pub const TICK: u64 = 1_000_000;
+pub const TICK: Duration = Duration::from_millis(1);
 /// Progress rounds within which anything must finish (a peer timeout
 /// included).
 pub const MAX_ROUNDS: u32 = 4_000;
 /// A peer silent this long is lost: a killed peer's survivor reconnects
 /// (and fails to) until then. Short, so that it comes within the suite's
 /// rounds; far above any pause the suite makes.
-pub const PEER_TIMEOUT: u64 = 1_000 * TICK;
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Headroom a descriptor keeps for the engine's packet header.
 const PREFIX: usize = HEADER_LEN + SendRepr::LEN;
@@ -372,7 +373,7 @@ fn engine_of(me: ProcName, key: &[u8], links: u8) -> Box<PairEngine> {
         min_rto: 2 * TICK,
         max_rto: 100 * TICK,
     };
-    let mut e = Box::new(Engine::new(config, pools));
+    let mut e = Box::new(Engine::new(config, pools, Instant::ZERO));
     e.set_name("stream-pair");
     e
 }
@@ -392,7 +393,7 @@ fn add(e: &mut PairEngine, proc: ProcName) -> EndpointId {
 fn feed_rogue(
     mut rogue: Option<(&mut PairEngine, LinkId)>,
     pipe: &mut Pipe<PIPE>,
-    now: u64,
+    now: Instant,
 ) -> Option<CloseReason> {
     let limits = Limits::new(1 << 20);
     let mut close = None;

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 
 use btl_core::btl::{Access, Btl, Event, MemSlice, Tag};
 use btl_core::endpoint::ProcName;
+use btl_core::time::{Duration, Instant};
 use btl_core::xfer::{
     BufferId, Completion, NetBufDesc, Passive, Queue, Stats, TmAddr, TmState, TransferMachine,
     XferError, XferEvent,
@@ -123,6 +124,9 @@ fn assert_guards(world: &mut dyn World, buf: Buf) {
     );
 }
 
+/// The time one round of [`Machines`] moves their clock on.
+const ROUND: Duration = Duration::from_nanos(1);
+
 /// Both sides' machines, the clock they run on, and everything they said.
 ///
 /// Every successful add is recorded as owed one completion, and every
@@ -134,9 +138,9 @@ struct Machines {
     max_rounds: u32,
     linger_rounds: u32,
     /// The caller's clock passed to `run`: one unit per round.
-    now: u64,
+    now: Instant,
     /// Each side's events as polled, with the clock when they were.
-    log: [Vec<(u64, XferEvent)>; 2],
+    log: [Vec<(Instant, XferEvent)>; 2],
     /// Adds not yet completed, per buffer.
     open: HashMap<(Side, BufferId), u32>,
 }
@@ -155,7 +159,7 @@ impl Machines {
             same_btl: caps.same_btl,
             max_rounds: caps.max_rounds,
             linger_rounds: caps.linger_rounds,
-            now: 0,
+            now: Instant::ZERO,
             log: [Vec::new(), Vec::new()],
             open: HashMap::new(),
         };
@@ -281,7 +285,7 @@ impl Machines {
     /// moves bytes, and each BTL's events are offered to its machines, each
     /// machine running and being polled after every one.
     fn step(&mut self, world: &mut dyn World) {
-        self.now += 1;
+        self.now += ROUND;
         for &side in self.btls() {
             self.run_machines(world.btl(side), side);
         }
@@ -413,7 +417,7 @@ impl Machines {
     }
 
     /// Every completion of `buf` so far, with the clock when it was polled.
-    fn completions(&self, buf: Buf) -> Vec<(u64, Completion)> {
+    fn completions(&self, buf: Buf) -> Vec<(Instant, Completion)> {
         self.log[ix(buf.side)]
             .iter()
             .filter_map(|&(now, e)| match e {
@@ -994,8 +998,8 @@ pub fn unmet_deadlines_complete_once_timed_out(world: &mut dyn World) {
     let mut m = Machines::new(world);
     let to_b = addr_of(world, Side::B);
     let (peer_a, peer_b) = (world.peer(Side::A), world.peer(Side::B));
-    let deadline = m.now + 20;
-    let later = deadline + 1_000_000;
+    let deadline = m.now + 20 * ROUND;
+    let later = deadline + 1_000_000 * ROUND;
 
     let r_t = m.buffer(world, Side::A, 64, Access::empty(), None);
     let p_t = m.buffer(world, Side::B, 256, Access::REMOTE_WRITE, None);
@@ -1051,7 +1055,7 @@ pub fn unmet_deadlines_complete_once_timed_out(world: &mut dyn World) {
     sent.sort_unstable();
     assert_eq!(got, sent, "the three messages");
     // Past the later deadline nothing completes again.
-    m.now = later + 1;
+    m.now = later + ROUND;
     m.linger(world);
     m.assert_clean();
 
@@ -1059,7 +1063,7 @@ pub fn unmet_deadlines_complete_once_timed_out(world: &mut dyn World) {
     let p_late = m.buffer(world, Side::B, 512, Access::REMOTE_WRITE, None);
     let a_late = m.buffer(world, Side::A, 512, Access::empty(), Some(604));
     let desc = m.add(p_late, |tm, id| tm.add_passive_recv(id, peer_b, None));
-    let soon = m.now + 1;
+    let soon = m.now + ROUND;
     m.add(a_late, |tm, id| {
         tm.add_active_send(id, peer_a, &desc, 512, Some(soon))
     });

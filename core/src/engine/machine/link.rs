@@ -13,6 +13,7 @@ use crate::btl::LostReason;
 use crate::endpoint::ProcName;
 use crate::engine::handshake::{Handshake, HandshakePacket, LocalHello};
 use crate::engine::mover::StreamReader;
+use crate::time::Instant;
 use crate::wire::{CloseReason, CloseRepr, Flags, Limits, NONCE_LEN, PacketType};
 
 #[derive(Debug)]
@@ -52,9 +53,9 @@ pub(super) struct Link {
     /// A packet the peer acknowledged while its front item was partly
     /// written, kept until its last byte is: then it completes.
     pub(super) detached: Option<Outgoing>,
-    pub(super) opened_at: u64,
+    pub(super) opened_at: Instant,
     /// When the handshake packets last went out (repeated over datagrams).
-    pub(super) hello_sent_at: u64,
+    pub(super) hello_sent_at: Instant,
     /// Why the link is closing and whether the peer said so, once it is.
     pub(super) end: Option<(CloseReason, bool)>,
     /// Where a link the peer opened comes from; `None` for one this side
@@ -99,7 +100,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         &mut self,
         expected: Option<ProcName>,
         nonce: [u8; NONCE_LEN],
-        now: u64,
+        now: Instant,
         index: u8,
     ) -> Result<LinkId, LinkError> {
         let slot = self

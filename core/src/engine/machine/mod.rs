@@ -23,6 +23,7 @@ use crate::btl::{Attributes, BtlFlags, Completion, LostReason, Registrations, Ta
 use crate::endpoint::{EndpointId, ProcName};
 use crate::mca::Exclusivity;
 use crate::pool::{Fragment, FragmentClass, FragmentPools};
+use crate::time::Instant;
 use crate::wire::{
     CHECKSUM_LEN, CloseReason, HEADER_LEN, HelloRepr, Limits, MAX_MAX_BODY, MIN_MAX_BODY,
     NONCE_LEN, PutRepr, SendRepr, WireError,
@@ -228,7 +229,7 @@ pub struct Engine<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: us
     /// Links made so far (mod 2^16): the generation of the next one.
     links_made: u16,
     next_op: u64,
-    now: u64,
+    now: Instant,
     finalized: bool,
 }
 
@@ -236,12 +237,13 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     Engine<'r, 'm, PEERS, LINKS, REGS>
 {
     /// An engine with `config`, its descriptors and receive fragments from
-    /// `pools`.
+    /// `pools`, started at `now` on the driver's clock (what a connection
+    /// asked for at once is timed from).
     ///
     /// The body limit it announces and enforces (`max_body`) is at most
     /// what its largest receive fragment holds as a SEND: a peer that
     /// keeps to it is never refused for size.
-    pub fn new(mut config: EngineConfig, pools: FragmentPools<'r>) -> Self {
+    pub fn new(mut config: EngineConfig, pools: FragmentPools<'r>, now: Instant) -> Self {
         const { assert!(PEERS <= 1 << 16, "an engine has at most 65536 peers") };
         let largest_send = pools.class_size(FragmentClass::Max) as u64 + SendRepr::LEN as u64;
         config.max_body = config
@@ -307,7 +309,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             closes: Deque::new(),
             links_made: 0,
             next_op: 0,
-            now: 0,
+            now,
             finalized: false,
         }
     }
@@ -379,7 +381,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         &mut self,
         req: ConnectRequest,
         nonce: [u8; NONCE_LEN],
-        now: u64,
+        now: Instant,
     ) -> Result<LinkId, LinkError> {
         self.now = now;
         let index = self
@@ -417,7 +419,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         &mut self,
         source: Source,
         nonce: [u8; NONCE_LEN],
-        now: u64,
+        now: Instant,
     ) -> Result<LinkId, LinkError> {
         self.now = now;
         self.make_room_for_stranger(source);
@@ -435,7 +437,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// `PeerLost(Unreachable)`); a reconnecting one is tried again after a
     /// backoff, until its peer timeout, or, refused every time, until
     /// [`EngineConfig::refused_timeout`] after the first refusal.
-    pub fn handle_connect_failed(&mut self, req: ConnectRequest, why: ConnectFailure, now: u64) {
+    pub fn handle_connect_failed(
+        &mut self,
+        req: ConnectRequest,
+        why: ConnectFailure,
+        now: Instant,
+    ) {
         self.now = now;
         let Some(index) = self.peer_slot(req.endpoint) else {
             return;
@@ -450,7 +457,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             PeerState::Connecting { .. } if peer.was_open => match why {
                 ConnectFailure::Refused => {
                     let first = *peer.refused_since.get_or_insert(now);
-                    if now.saturating_sub(first) >= refused_timeout {
+                    if now - first >= refused_timeout {
                         self.lose_peer(index, LostReason::Refused);
                     } else {
                         self.retry_later(index);
@@ -480,7 +487,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         &mut self,
         link: LinkId,
         data: &[u8],
-        now: u64,
+        now: Instant,
     ) -> Result<usize, LinkError> {
         self.now = now;
         let slot = self.slot_of(link).ok_or(LinkError::UnknownLink)?;
@@ -507,7 +514,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         &mut self,
         link: LinkId,
         datagram: &[u8],
-        now: u64,
+        now: Instant,
     ) -> Result<(), LinkError> {
         self.now = now;
         let slot = self.slot_of(link).ok_or(LinkError::UnknownLink)?;
@@ -549,7 +556,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     /// The connection `link` broke or was closed by the peer.
-    pub fn handle_closed(&mut self, link: LinkId, now: u64) {
+    pub fn handle_closed(&mut self, link: LinkId, now: Instant) {
         self.now = now;
         let Some(slot) = self.slot_of(link) else {
             return;
@@ -675,7 +682,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
 
     /// Time passed: handshakes and silent peers time out, keepalives go
     /// out, and over datagrams lost packets and handshakes go again.
-    pub fn handle_timeout(&mut self, now: u64) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
         let datagram = self.datagram();
         let repeat_after = self.config.rtt.normalized().initial_rto;
@@ -686,7 +693,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             if l.state != LinkState::Handshaking {
                 continue;
             }
-            if now.saturating_sub(l.opened_at) >= self.config.handshake_timeout {
+            if now - l.opened_at >= self.config.handshake_timeout {
                 let (id, index) = (l.id, l.index);
                 let reconnecting = l.peer.filter(|&p| {
                     self.peers[p]
@@ -703,7 +710,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 } else {
                     self.fail_link(slot, CloseReason::Timeout);
                 }
-            } else if datagram && now.saturating_sub(l.hello_sent_at) >= repeat_after {
+            } else if datagram && now - l.hello_sent_at >= repeat_after {
                 l.hello_sent_at = now;
                 l.handshake.repeat();
                 self.flush_handshake(slot);
@@ -742,7 +749,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 && self.peers[p]
                     .as_ref()
                     .and_then(|peer| peer.ack_owed_since)
-                    .is_some_and(|since| now >= since.saturating_add(self.config.ack_delay))
+                    .is_some_and(|since| now >= since + self.config.ack_delay)
             {
                 self.flush_ack(p);
             }
@@ -788,7 +795,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is due next.
-    pub fn poll_timeout(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         let datagram = self.datagram();
         let repeat_after = self.config.rtt.normalized().initial_rto;
         let links = self
@@ -797,9 +804,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             .filter_map(|&s| self.links[usize::from(s)].as_ref())
             .filter(|l| l.state == LinkState::Handshaking)
             .map(|l| {
-                let fail = l.opened_at.saturating_add(self.config.handshake_timeout);
+                let fail = l.opened_at + self.config.handshake_timeout;
                 if datagram {
-                    fail.min(l.hello_sent_at.saturating_add(repeat_after))
+                    fail.min(l.hello_sent_at + repeat_after)
                 } else {
                     fail
                 }
@@ -819,9 +826,9 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     _ => None,
                 };
                 let ack = match p.state {
-                    PeerState::Open if !datagram => p
-                        .ack_owed_since
-                        .map(|since| since.saturating_add(self.config.ack_delay)),
+                    PeerState::Open if !datagram => {
+                        p.ack_owed_since.map(|since| since + self.config.ack_delay)
+                    }
                     _ => None,
                 };
                 [

@@ -15,6 +15,7 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::engine::config::EngineConfig;
 use crate::engine::rtt::RttEstimator;
 use crate::engine::window::{RecvWindow, SendWindow};
+use crate::time::{Duration, Instant};
 use crate::wire::CloseReason;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,10 @@ pub(super) enum PeerState {
     /// when the peer has been open before). `since` starts the peer
     /// timeout; `retry` is when to ask the driver again after a failed
     /// reconnect (`None`: a request is out).
-    Connecting { since: u64, retry: Option<u64> },
+    Connecting {
+        since: Instant,
+        retry: Option<Instant>,
+    },
     /// Data flows.
     Open,
     /// Given up: every operation failed.
@@ -41,7 +45,7 @@ pub(super) struct Peer {
     pub(super) links: [Option<LinkId>; MAX_PEER_LINKS],
     /// When to ask again for a link index that broke or failed to connect
     /// while another link carries the peer.
-    pub(super) link_retry: [Option<u64>; MAX_PEER_LINKS],
+    pub(super) link_retry: [Option<Instant>; MAX_PEER_LINKS],
     /// PUT packets go to the open links in turn.
     pub(super) stripe: u8,
     pub(super) send: SendWindow<Outgoing, WINDOW>,
@@ -60,13 +64,13 @@ pub(super) struct Peer {
     pub(super) granted: u32,
     /// Acknowledgement owed: received packets or grants not yet reported,
     /// since when, how many, and whether it must go at once.
-    pub(super) ack_owed_since: Option<u64>,
+    pub(super) ack_owed_since: Option<Instant>,
     pub(super) acks_pending: u32,
     pub(super) ack_urgent: bool,
-    pub(super) last_heard: u64,
+    pub(super) last_heard: Instant,
     /// When this side last asked the peer for an acknowledgement
     /// (keepalive, or credit probe over datagrams).
-    pub(super) last_probe: u64,
+    pub(super) last_probe: Instant,
     /// Retransmission timeout from measured round trips (datagrams), and
     /// the backoff of reconnection attempts.
     pub(super) rtt: RttEstimator,
@@ -78,7 +82,7 @@ pub(super) struct Peer {
     /// once a link to it has opened.
     pub(super) epoch: Option<u64>,
     /// When the first of an unbroken run of refused reconnections was.
-    pub(super) refused_since: Option<u64>,
+    pub(super) refused_since: Option<Instant>,
     /// SENDs received from the peer (each once): never more than the
     /// credits this side has granted ([`Peer::within_credits`]).
     pub(super) sends_received: u32,
@@ -106,8 +110,8 @@ impl Peer {
             ack_owed_since: None,
             acks_pending: 0,
             ack_urgent: false,
-            last_heard: 0,
-            last_probe: 0,
+            last_heard: Instant::ZERO,
+            last_probe: Instant::ZERO,
             rtt,
             was_open: false,
             last_rejected: None,
@@ -138,7 +142,7 @@ impl Peer {
 
     /// Notes an acknowledgement owed (a packet received, credits granted);
     /// `urgent` when it must not wait (a probe, a duplicate, a reconnect).
-    pub(super) fn owe_ack(&mut self, now: u64, urgent: bool) {
+    pub(super) fn owe_ack(&mut self, now: Instant, urgent: bool) {
         self.ack_owed_since.get_or_insert(now);
         self.acks_pending = self.acks_pending.saturating_add(1);
         self.ack_urgent |= urgent;
@@ -440,7 +444,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             && let Some(retry) = peer.link_retry.get_mut(usize::from(link_index))
         {
             peer.rtt.on_timeout();
-            *retry = Some(now.saturating_add(peer.rtt.rto()));
+            *retry = Some(now + peer.rtt.rto());
         }
     }
 
@@ -454,7 +458,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             peer.rtt.on_timeout();
             peer.state = PeerState::Connecting {
                 since,
-                retry: Some(now.saturating_add(peer.rtt.rto())),
+                retry: Some(now + peer.rtt.rto()),
             };
         }
     }
@@ -583,14 +587,14 @@ impl EngineConfig {
     /// When `peer` counts as lost if nothing is heard from it: a peer
     /// being connected, or an open one with operations outstanding (any
     /// open one when keepalives are on), silent for the peer timeout.
-    pub(super) fn lost_by(&self, peer: &Peer) -> Option<u64> {
+    pub(super) fn lost_by(&self, peer: &Peer) -> Option<Instant> {
         let waiting = !peer.send.is_empty() || !peer.queue.is_empty() || !peer.answers.is_empty();
         let since = match peer.state {
-            PeerState::Open if waiting || self.keepalive > 0 => peer.last_heard,
+            PeerState::Open if waiting || !self.keepalive.is_zero() => peer.last_heard,
             PeerState::Connecting { since, .. } => since,
             _ => return None,
         };
-        Some(since.saturating_add(self.peer_timeout))
+        Some(since + self.peer_timeout)
     }
 
     /// When an open `peer` is next asked for an acknowledgement: after
@@ -600,20 +604,22 @@ impl EngineConfig {
     /// timeout when sends wait for credits with nothing in flight (the ACK
     /// that granted them may have been lost) or when the last probe went
     /// unanswered (it may have been lost).
-    pub(super) fn probe_at(&self, peer: &Peer, datagram: bool) -> Option<u64> {
+    pub(super) fn probe_at(&self, peer: &Peer, datagram: bool) -> Option<Instant> {
         if peer.state != PeerState::Open {
             return None;
         }
         let quiet_since = peer.last_heard.max(peer.last_probe);
-        let interval = self.keepalive.min(self.peer_timeout / 3).max(1);
-        let keepalive = (self.keepalive > 0).then(|| quiet_since.saturating_add(interval));
-        let credit =
-            (datagram && peer.starved()).then(|| quiet_since.saturating_add(peer.rtt.rto()));
+        let interval = self
+            .keepalive
+            .min(self.peer_timeout / 3)
+            .max(Duration::from_nanos(1));
+        let keepalive = (!self.keepalive.is_zero()).then(|| quiet_since + interval);
+        let credit = (datagram && peer.starved()).then(|| quiet_since + peer.rtt.rto());
         // Over datagrams a probe may be lost like any packet: one left
         // unanswered goes again after the retransmission timeout (backing
         // off), so that a few lost datagrams never add up to a lost peer.
-        let repeat = (datagram && peer.probe_unanswered())
-            .then(|| peer.last_probe.saturating_add(peer.rtt.rto()));
+        let repeat =
+            (datagram && peer.probe_unanswered()).then(|| peer.last_probe + peer.rtt.rto());
         [keepalive, credit, repeat].into_iter().flatten().min()
     }
 }

@@ -565,7 +565,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let waits = !datagram
             && !peer.ack_urgent
             && peer.acks_pending < ACK_BATCH
-            && self.now.saturating_sub(since) < self.config.ack_delay;
+            && self.now - since < self.config.ack_delay;
         if waits {
             return;
         }

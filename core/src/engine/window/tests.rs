@@ -12,6 +12,16 @@ use proptest::sample::Index;
 
 use super::*;
 
+/// The instant `n` ns after the start of the clock.
+fn t(n: u64) -> Instant {
+    Instant::from_nanos(n)
+}
+
+/// `n` ns.
+fn d(n: u64) -> Duration {
+    Duration::from_nanos(n)
+}
+
 fn ack(cumulative: u64, sack: u64) -> Ack {
     Ack { cumulative, sack }
 }
@@ -22,7 +32,7 @@ fn release<T, const W: usize>(
     now: u64,
 ) -> (Result<Acked, AckBeyondSent>, Vec<(u64, T)>) {
     let mut out = Vec::new();
-    let r = tx.on_ack(a, now, |seq, item| out.push((seq, item)));
+    let r = tx.on_ack(a, t(now), |seq, item| out.push((seq, item)));
     (r, out)
 }
 
@@ -191,11 +201,11 @@ fn draining_hands_back_every_held_packet_once() {
 fn pushes_are_numbered_from_one_until_full() {
     let mut tx = SendWindow::<char, 3>::new();
     assert!(tx.is_empty());
-    assert_eq!(tx.push('a', 0), Ok(1));
-    assert_eq!(tx.push('b', 0), Ok(2));
-    assert_eq!(tx.push('c', 0), Ok(3));
+    assert_eq!(tx.push('a', t(0)), Ok(1));
+    assert_eq!(tx.push('b', t(0)), Ok(2));
+    assert_eq!(tx.push('c', t(0)), Ok(3));
     assert!(tx.is_full());
-    assert_eq!(tx.push('d', 0), Err(PushError::Full('d')));
+    assert_eq!(tx.push('d', t(0)), Err(PushError::Full('d')));
     assert_eq!((tx.len(), tx.in_flight(), tx.next_seq()), (3, 3, 4));
     assert_eq!(tx.oldest_unacked(), Some(1));
 }
@@ -204,7 +214,7 @@ fn pushes_are_numbered_from_one_until_full() {
 fn cumulative_acks_release_in_order_exactly_once() {
     let mut tx = SendWindow::<u64, 4>::new();
     for i in 1..=4 {
-        tx.push(i * 10, 0).expect("room");
+        tx.push(i * 10, t(0)).expect("room");
     }
     let (r, out) = release(&mut tx, ack(3, 0), 5);
     assert_eq!(out, vec![(1, 10), (2, 20)]);
@@ -216,8 +226,8 @@ fn cumulative_acks_release_in_order_exactly_once() {
         assert!(out.is_empty());
     }
     assert_eq!(tx.oldest_unacked(), Some(3));
-    assert_eq!(tx.push(50, 7), Ok(5));
-    assert_eq!(tx.push(60, 7), Ok(6));
+    assert_eq!(tx.push(50, t(7)), Ok(5));
+    assert_eq!(tx.push(60, t(7)), Ok(6));
     assert!(tx.is_full());
     let (_, out) = release(&mut tx, ack(7, 0), 8);
     assert_eq!(seqs(&out), vec![3, 4, 5, 6]);
@@ -229,7 +239,7 @@ fn cumulative_acks_release_in_order_exactly_once() {
 fn selective_acks_release_the_middle_and_the_window_waits_for_the_gap() {
     let mut tx = SendWindow::<u64, 8>::new();
     for i in 1..=6 {
-        tx.push(i, 0).expect("room");
+        tx.push(i, t(0)).expect("room");
     }
     // 1 missing; 3 and 5 arrived (bits 1 and 3 after cumulative 1).
     let (_, out) = release(&mut tx, ack(1, 0b1010), 1);
@@ -248,7 +258,7 @@ fn selective_acks_release_the_middle_and_the_window_waits_for_the_gap() {
 fn a_stale_cumulative_ack_still_counts_its_sack() {
     let mut tx = SendWindow::<u64, 8>::new();
     for i in 1..=4 {
-        tx.push(i, 0).expect("room");
+        tx.push(i, t(0)).expect("room");
     }
     release(&mut tx, ack(3, 0), 1).0.expect("ack");
     // Reordered older ack: cumulative 1, and 4 (bit 2) arrived.
@@ -266,7 +276,7 @@ fn a_stale_cumulative_ack_still_counts_its_sack() {
 fn acks_beyond_what_was_sent_are_refused_whole() {
     let mut tx = SendWindow::<u64, 8>::new();
     for i in 1..=3 {
-        tx.push(i, 0).expect("room");
+        tx.push(i, t(0)).expect("room");
     }
     let beyond = [
         ack(5, 0),
@@ -313,99 +323,99 @@ fn acks_beyond_what_was_sent_are_refused_whole() {
 #[test]
 fn karns_rule_gates_rtt_samples() {
     let mut tx = SendWindow::<u64, 8>::new();
-    tx.push(1, 100).expect("room");
-    tx.push(2, 150).expect("room");
-    tx.push(3, 160).expect("room");
+    tx.push(1, t(100)).expect("room");
+    tx.push(2, t(150)).expect("room");
+    tx.push(3, t(160)).expect("room");
     // The newest released (2) was sent once: sample from its send time.
     let (r, _) = release(&mut tx, ack(3, 0), 400);
-    assert_eq!(r.map(|a| a.rtt), Ok(Some(250)));
+    assert_eq!(r.map(|a| a.rtt), Ok(Some(d(250))));
     // 3 is retransmitted: its ack is ambiguous.
-    let resent = tx.next_retransmit(1_000, 500).expect("expired");
+    let resent = tx.next_retransmit(t(1_000), d(500)).expect("expired");
     assert_eq!((resent.seq, resent.transmits), (3, 2));
-    tx.push(4, 1_000).expect("room");
+    tx.push(4, t(1_000)).expect("room");
     let (r, _) = release(&mut tx, ack(4, 0), 1_100);
     assert_eq!(r.map(|a| (a.released, a.rtt)), Ok((1, None)));
     // Newest released once-sent item gives a sample even if an older one
     // in the same ack was retransmitted.
-    tx.push(5, 1_000).expect("room");
-    tx.next_retransmit(2_000, 500).expect("4 expired");
+    tx.push(5, t(1_000)).expect("room");
+    tx.next_retransmit(t(2_000), d(500)).expect("4 expired");
     let (r, _) = release(&mut tx, ack(6, 0), 2_050);
-    assert_eq!(r.map(|a| (a.released, a.rtt)), Ok((2, Some(1_050))));
+    assert_eq!(r.map(|a| (a.released, a.rtt)), Ok((2, Some(d(1_050)))));
     // No release, no sample; a clock that went backwards gives 0.
     assert_eq!(release(&mut tx, ack(6, 0), 9).0, Ok(Acked::default()));
-    tx.push(6, 500).expect("room");
+    tx.push(6, t(500)).expect("room");
     assert_eq!(
         release(&mut tx, ack(7, 0), 10).0.map(|a| a.rtt),
-        Ok(Some(0))
+        Ok(Some(Duration::ZERO))
     );
 }
 
 #[test]
 fn retransmission_picks_expired_packets_oldest_first() {
     let mut tx = SendWindow::<u64, 8>::new();
-    tx.push(1, 0).expect("room");
-    tx.push(2, 10).expect("room");
-    tx.push(3, 20).expect("room");
-    assert_eq!(tx.oldest_sent_at(), Some(0));
-    assert_eq!(tx.retransmit_deadline(100), Some(100));
-    assert!(tx.next_retransmit(99, 100).is_none());
-    let r = tx.next_retransmit(110, 100).expect("1 and 2 expired");
+    tx.push(1, t(0)).expect("room");
+    tx.push(2, t(10)).expect("room");
+    tx.push(3, t(20)).expect("room");
+    assert_eq!(tx.oldest_sent_at(), Some(t(0)));
+    assert_eq!(tx.retransmit_deadline(d(100)), Some(t(100)));
+    assert!(tx.next_retransmit(t(99), d(100)).is_none());
+    let r = tx.next_retransmit(t(110), d(100)).expect("1 and 2 expired");
     assert_eq!((r.seq, *r.item, r.transmits), (1, 1, 2));
     *r.item = 11; // the engine may rewrite the retained packet (new ack field)
-    let r = tx.next_retransmit(110, 100).expect("2 expired");
+    let r = tx.next_retransmit(t(110), d(100)).expect("2 expired");
     assert_eq!((r.seq, r.transmits), (2, 2));
-    assert!(tx.next_retransmit(110, 100).is_none());
-    assert_eq!(tx.oldest_sent_at(), Some(20));
-    assert_eq!(tx.retransmit_deadline(100), Some(120));
-    let r = tx.next_retransmit(500, 100).expect("all expired");
+    assert!(tx.next_retransmit(t(110), d(100)).is_none());
+    assert_eq!(tx.oldest_sent_at(), Some(t(20)));
+    assert_eq!(tx.retransmit_deadline(d(100)), Some(t(120)));
+    let r = tx.next_retransmit(t(500), d(100)).expect("all expired");
     assert_eq!((r.seq, *r.item, r.transmits), (1, 11, 3));
     // An rto of 0 still lets a loop until None terminate.
     let mut n = 0;
-    while tx.next_retransmit(600, 0).is_some() {
+    while tx.next_retransmit(t(600), d(0)).is_some() {
         n += 1;
         assert!(n <= 3);
     }
     assert_eq!(n, 3);
-    assert_eq!(tx.retransmit_deadline(0), Some(601));
-    assert_eq!(SendWindow::<u8, 2>::new().retransmit_deadline(5), None);
+    assert_eq!(tx.retransmit_deadline(d(0)), Some(t(601)));
+    assert_eq!(SendWindow::<u8, 2>::new().retransmit_deadline(d(5)), None);
 }
 
 #[test]
 fn fast_retransmit_after_three_later_packets_are_sacked() {
     let mut tx = SendWindow::<u64, 16>::new();
     for i in 1..=6 {
-        tx.push(i, 0).expect("room");
+        tx.push(i, t(0)).expect("room");
     }
     release(&mut tx, ack(1, 0b11), 1).0.expect("sack 2, 3");
-    assert!(tx.next_fast_retransmit(2).is_none());
+    assert!(tx.next_fast_retransmit(t(2)).is_none());
     release(&mut tx, ack(1, 0b111), 3).0.expect("sack 4");
-    let r = tx.next_fast_retransmit(4).expect("1 presumed lost");
+    let r = tx.next_fast_retransmit(t(4)).expect("1 presumed lost");
     assert_eq!((r.seq, r.transmits), (1, 2));
     // Once only; 5 and 6 have not been overtaken.
-    assert!(tx.next_fast_retransmit(5).is_none());
-    tx.push(7, 6).expect("room");
+    assert!(tx.next_fast_retransmit(t(5)).is_none());
+    tx.push(7, t(6)).expect("room");
     release(&mut tx, ack(1, 0b10_0111), 7).0.expect("sack 7");
-    assert!(tx.next_fast_retransmit(8).is_none());
-    tx.push(8, 8).expect("room");
-    tx.push(9, 8).expect("room");
+    assert!(tx.next_fast_retransmit(t(8)).is_none());
+    tx.push(8, t(8)).expect("room");
+    tx.push(9, t(8)).expect("room");
     release(&mut tx, ack(1, 0b1110_0111), 9)
         .0
         .expect("sack 8, 9");
     // 5 and 6 each have 7, 8, 9 after them.
-    assert_eq!(tx.next_fast_retransmit(10).map(|r| r.seq), Some(5));
-    assert_eq!(tx.next_fast_retransmit(10).map(|r| r.seq), Some(6));
-    assert!(tx.next_fast_retransmit(10).is_none());
+    assert_eq!(tx.next_fast_retransmit(t(10)).map(|r| r.seq), Some(5));
+    assert_eq!(tx.next_fast_retransmit(t(10)).map(|r| r.seq), Some(6));
+    assert!(tx.next_fast_retransmit(t(10)).is_none());
 }
 
 #[test]
 fn resending_everything_walks_the_ring_in_order() {
     let mut tx = SendWindow::<u64, 4>::new();
     for i in 1..=4 {
-        tx.push(i, 0).expect("room");
+        tx.push(i, t(0)).expect("room");
     }
     release(&mut tx, ack(3, 0), 1).0.expect("ack");
-    tx.push(5, 2).expect("room");
-    tx.push(6, 2).expect("room");
+    tx.push(5, t(2)).expect("room");
+    tx.push(6, t(2)).expect("room");
     // Slots wrapped: 5 and 6 sit before 3 and 4 in the ring.
     let order: Vec<u64> = tx.unacked_mut().map(|(s, _)| s).collect();
     assert_eq!(order, vec![3, 4, 5, 6]);
@@ -414,11 +424,11 @@ fn resending_everything_walks_the_ring_in_order() {
         *item += 100;
     }
     let resent: Vec<(u64, u64, u32)> = tx
-        .resend_all(50)
+        .resend_all(t(50))
         .map(|r| (r.seq, *r.item, r.transmits))
         .collect();
     assert_eq!(resent, vec![(3, 103, 2), (4, 104, 2), (6, 106, 2)]);
-    assert_eq!(tx.oldest_sent_at(), Some(50));
+    assert_eq!(tx.oldest_sent_at(), Some(t(50)));
     // Resent packets give no RTT sample.
     assert_eq!(release(&mut tx, ack(7, 0), 60).0.map(|a| a.rtt), Ok(None));
 }
@@ -427,7 +437,7 @@ fn resending_everything_walks_the_ring_in_order() {
 fn draining_fails_every_packet_once_and_numbers_are_not_reused() {
     let mut tx = SendWindow::<u64, 4>::new();
     for i in 1..=4 {
-        tx.push(i, 0).expect("room");
+        tx.push(i, t(0)).expect("room");
     }
     release(&mut tx, ack(1, 0b10), 1).0.expect("sack 3");
     let mut failed = Vec::new();
@@ -435,7 +445,7 @@ fn draining_fails_every_packet_once_and_numbers_are_not_reused() {
     assert_eq!(failed, vec![(1, 1), (2, 2), (4, 4)]);
     assert!(tx.is_empty() && !tx.is_full());
     tx.drain(|_, _| panic!("drained twice"));
-    assert_eq!(tx.push(5, 2), Ok(5));
+    assert_eq!(tx.push(5, t(2)), Ok(5));
     // Acks for the drained numbers release nothing and are not refused.
     assert_eq!(release(&mut tx, ack(3, 0), 3).0, Ok(Acked::default()));
 }
@@ -443,9 +453,9 @@ fn draining_fails_every_packet_once_and_numbers_are_not_reused() {
 #[test]
 fn the_sequence_space_ends_before_u64_max() {
     let mut tx = SendWindow::<u64, 8>::starting_at(u64::MAX - 2);
-    assert_eq!(tx.push(1, 0), Ok(u64::MAX - 2));
-    assert_eq!(tx.push(2, 0), Ok(u64::MAX - 1));
-    assert_eq!(tx.push(3, 0), Err(PushError::SeqExhausted(3)));
+    assert_eq!(tx.push(1, t(0)), Ok(u64::MAX - 2));
+    assert_eq!(tx.push(2, t(0)), Ok(u64::MAX - 1));
+    assert_eq!(tx.push(3, t(0)), Err(PushError::SeqExhausted(3)));
     assert!(tx.is_full());
     assert!(release(&mut tx, ack(u64::MAX, 1), 1).0.is_err());
     assert!(release(&mut tx, ack(u64::MAX - 1, 1), 1).0.is_err());
@@ -465,7 +475,7 @@ fn the_sequence_space_ends_before_u64_max() {
 fn a_64_wide_send_window_uses_every_bit() {
     let mut tx = SendWindow::<u64, 64>::new();
     for i in 1..=64 {
-        assert_eq!(tx.push(i, 0), Ok(i));
+        assert_eq!(tx.push(i, t(0)), Ok(i));
     }
     assert!(tx.is_full());
     // Cumulative 1 with all 63 sack bits: everything but 1.
@@ -473,7 +483,7 @@ fn a_64_wide_send_window_uses_every_bit() {
     assert_eq!(seqs(&out), (2..=64).collect::<Vec<_>>());
     assert!(release(&mut tx, ack(1, u64::MAX), 1).0.is_err());
     assert_eq!((tx.len(), tx.in_flight()), (1, 64));
-    assert_eq!(tx.next_fast_retransmit(2).map(|r| r.seq), Some(1));
+    assert_eq!(tx.next_fast_retransmit(t(2)).map(|r| r.seq), Some(1));
     let (_, out) = release(&mut tx, ack(65, 0), 3);
     assert_eq!(seqs(&out), vec![1]);
     assert!(tx.is_empty());
@@ -557,7 +567,7 @@ impl<const W: usize> Sim<W> {
             if self.pushed == self.total {
                 return Ok(());
             }
-            match self.tx.push(self.pushed, self.now) {
+            match self.tx.push(self.pushed, t(self.now)) {
                 Ok(seq) => {
                     prop_assert_eq!(seq, self.pushed + 1);
                     self.wire.push((seq, self.pushed));
@@ -601,7 +611,7 @@ impl<const W: usize> Sim<W> {
         let mut out = Vec::new();
         let r = self
             .tx
-            .on_ack(a, self.now, |seq, item| out.push((seq, item)));
+            .on_ack(a, t(self.now), |seq, item| out.push((seq, item)));
         prop_assert!(r.is_ok(), "an honest ack was refused: {:?}", r);
         let mut last = 0;
         for (seq, item) in out {
@@ -616,7 +626,7 @@ impl<const W: usize> Sim<W> {
     }
 
     fn retransmit(&mut self) {
-        while let Some(r) = self.tx.next_retransmit(self.now, RTO) {
+        while let Some(r) = self.tx.next_retransmit(t(self.now), d(RTO)) {
             self.wire.push((r.seq, *r.item));
         }
     }
@@ -649,7 +659,7 @@ impl<const W: usize> Sim<W> {
                 self.retransmit();
             }
             Step::FastRetransmit => {
-                while let Some(r) = self.tx.next_fast_retransmit(self.now) {
+                while let Some(r) = self.tx.next_fast_retransmit(t(self.now)) {
                     self.wire.push((r.seq, *r.item));
                 }
             }
@@ -804,7 +814,7 @@ proptest! {
         let mut ever = 0u64;
         for s in steps {
             match s {
-                AckStep::Push => match tx.push(tx.next_seq(), 0) {
+                AckStep::Push => match tx.push(tx.next_seq(), t(0)) {
                     Ok(seq) => {
                         retained.insert(seq);
                         ever += 1;
@@ -887,7 +897,7 @@ proptest! {
         let mut tx = SendWindow::<u64, 16>::new();
         let mut rx = RecvWindow::<u64, 16>::new();
         for i in 0..pushes {
-            let _ = tx.push(i, 0);
+            let _ = tx.push(i, t(0));
         }
         let mut taken = HashSet::new();
         for s in seqs {

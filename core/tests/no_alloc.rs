@@ -1,6 +1,7 @@
-//! The data paths allocate nothing: after a warm-up round, sendi, send,
-//! put, get and event polling never touch the global allocator, on the
-//! loopback and on the engine over the in-memory stream pair.
+//! The loopback's data path allocates nothing: after a warm-up round,
+//! sendi, send, put, get and event polling never touch the global
+//! allocator. (The engine's counterpart, over the in-memory stream pair,
+//! is in the btl-tests crate.)
 
 // Counting allocations needs a `GlobalAlloc`, which is an unsafe trait.
 #![allow(unsafe_code)]
@@ -11,12 +12,8 @@ use std::cell::Cell;
 use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{ProcName, Reachability};
-use btl_core::engine::Engine;
-use btl_core::engine::config::EngineConfig;
-use btl_core::engine::pipe::StreamPair;
 use btl_core::loopback::Loopback;
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
-use btl_core::time::Instant;
 
 struct Counting;
 
@@ -45,132 +42,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-type E<'r, 'm> = Engine<'r, 'm, 2, 2, 2>;
-/// Engines held by value, 16 KiB pipes, two connection slots.
-type Pair<'r, 'm> = StreamPair<E<'r, 'm>, { 16 << 10 }, 2>;
-
-#[test]
-fn the_engine_data_path_does_not_allocate() {
-    let pool = |fragment_size| FragmentPoolConfig {
-        fragment_size,
-        num: 16,
-        max: 16,
-        inc: 16,
-    };
-    let cfg = FragmentPoolsConfig {
-        small: pool(256),
-        eager: pool(4096 + 64),
-        max: pool(65536 + 64),
-    };
-    let names = [ProcName::new(3, 0), ProcName::new(3, 1)];
-    let mut region_a = vec![0u8; FragmentPools::required_bytes(&cfg)];
-    let mut region_b = vec![0u8; FragmentPools::required_bytes(&cfg)];
-    let mut memory_a = vec![0u8; 1 << 16];
-    let mut memory_b = vec![0u8; 1 << 16];
-    let engine = |me, region| {
-        let mut config = EngineConfig::new(me);
-        config.checksum = true;
-        E::new(
-            config,
-            FragmentPools::new(region, cfg).expect("pools"),
-            Instant::ZERO,
-        )
-    };
-    let mut pair = Pair::new(
-        engine(names[0], &mut region_a),
-        engine(names[1], &mut region_b),
-        names,
-        7,
-    );
-    let [ep_b, _] = pair.introduce().expect("each reaches the other");
-    let ha = pair
-        .a()
-        .register_mem(&mut memory_a, Access::all())
-        .expect("register at A");
-    let hb = pair
-        .b()
-        .register_mem(&mut memory_b, Access::all())
-        .expect("register at B");
-    let payload = [9u8; 1000];
-
-    let round = |pair: &mut Pair<'_, '_>| {
-        let a = pair.a();
-        a.sendi(
-            ep_b,
-            b"h",
-            &payload[..8],
-            Tag(0x80),
-            Order::ANY,
-            DescFlags::empty(),
-        )
-        .expect("sendi");
-        let d = a
-            .prepare_src(ep_b, &payload, 8, Order::ANY, DescFlags::BTL_OWNERSHIP)
-            .expect("descriptor");
-        let _ = a.send(ep_b, d, Tag(0x81)).expect("send");
-        let put = (
-            MemSlice {
-                handle: ha,
-                offset: 0,
-                len: 4096,
-            },
-            RemoteSlice {
-                key: hb.remote_key(),
-                offset: 8192,
-                len: 4096,
-            },
-        );
-        let get = (
-            MemSlice {
-                handle: ha,
-                offset: 16384,
-                len: 4096,
-            },
-            RemoteSlice {
-                key: hb.remote_key(),
-                offset: 0,
-                len: 4096,
-            },
-        );
-        a.put(ep_b, put.0, put.1, 1).expect("put");
-        a.get(ep_b, get.0, get.1, 2).expect("get");
-        pair.run_until_idle(1000).expect("the pair goes quiet");
-        let mut received = 0;
-        while let Some(ev) = pair.b().poll_event() {
-            match ev {
-                Event::Received(m) => {
-                    assert!(!m.data.is_empty());
-                    received += 1;
-                }
-                other => panic!("at B: {other:?}"),
-            }
-        }
-        let mut completed = 0;
-        while let Some(ev) = pair.a().poll_event() {
-            match ev {
-                Event::PutComplete { result, .. } | Event::GetComplete { result, .. } => {
-                    assert_eq!(result, Ok(()));
-                    completed += 1;
-                }
-                other => panic!("at A: {other:?}"),
-            }
-        }
-        assert_eq!((received, completed), (2, 2));
-    };
-
-    // The first sendi finds no connection: it asks for one and refuses.
-    let _ = pair
-        .a()
-        .sendi(ep_b, b"h", &[], Tag(0x80), Order::ANY, DescFlags::empty());
-    pair.run_until_idle(1000).expect("connected");
-    round(&mut pair);
-    let before = allocations();
-    for _ in 0..1000 {
-        round(&mut pair);
-    }
-    assert_eq!(allocations() - before, 0);
-}
 
 type Self16<'r, 'm> = Loopback<'r, 'm, 2, 16>;
 

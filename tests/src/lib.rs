@@ -19,6 +19,7 @@
 
 pub mod data;
 pub mod harness;
+pub mod pair;
 pub mod rogue;
 pub mod suite;
 pub mod track;

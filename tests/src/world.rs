@@ -25,11 +25,16 @@ impl Side {
     pub const BOTH: [Side; 2] = [Side::A, Side::B];
 
     /// The side at the other end.
-    pub fn other(self) -> Side {
+    pub const fn other(self) -> Side {
         match self {
             Side::A => Side::B,
             Side::B => Side::A,
         }
+    }
+
+    /// 0 for A, 1 for B: the side's place in a pair of anything.
+    pub const fn index(self) -> usize {
+        self as usize
     }
 }
 

@@ -6,26 +6,15 @@
 //! round trips into a retransmission timeout. Both take the time from the
 //! driver and hold everything in fixed storage.
 //!
-//! [`pipe`] is a driver of its own: two engines over in-memory byte pipes,
-//! for tests (on a host or a board) and benchmarks.
+//! The in-memory drivers the engine's tests run on (two engines over byte
+//! pipes, or over a faulty datagram network) are in the `btl-tests` crate.
 
 pub mod config;
-pub mod dgram;
 pub mod handshake;
 mod machine;
 pub mod mover;
-pub mod pipe;
 pub mod rtt;
 pub mod window;
-
-#[cfg(test)]
-mod datagram_tests;
-#[cfg(test)]
-mod hardening_tests;
-#[cfg(test)]
-mod tests;
-#[cfg(test)]
-mod third_party_tests;
 
 pub use machine::{
     ConnectFailure, ConnectRequest, Engine, LinkEnd, LinkError, LinkId, MAX_OPS, MAX_PEER_LINKS,

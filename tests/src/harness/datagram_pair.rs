@@ -18,14 +18,13 @@ use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::engine::Engine;
 use btl_core::engine::config::{EngineConfig, Framing};
-use btl_core::engine::dgram::{DatagramPair, Faults, NetStats};
-use btl_core::engine::pipe;
 use btl_core::engine::rtt::RttConfig;
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::{HEADER_LEN, SendRepr};
 
 use crate::data::leak;
+use crate::pair::datagram::{DatagramPair, Faults, NetStats};
 use crate::world::{Capabilities, Side, World};
 
 /// Peers an engine of the harness knows.
@@ -84,13 +83,6 @@ pub const MAX_ROUNDS: u32 = 6_000;
 /// Headroom a descriptor keeps for the engine's packet header.
 const PREFIX: usize = HEADER_LEN + SendRepr::LEN;
 
-fn side(s: Side) -> pipe::Side {
-    match s {
-        Side::A => pipe::Side::A,
-        Side::B => pipe::Side::B,
-    }
-}
-
 /// A and B as two engines over a lossy in-memory datagram network.
 pub struct DatagramPairWorld {
     pair: Box<Pair>,
@@ -133,7 +125,7 @@ impl World for DatagramPairWorld {
             // Long enough for a late duplicate and a retransmission.
             linger_rounds: 50,
             max_rdma_len: 64 << 20,
-            sendi_max: self.pair.engine(pipe::Side::A).attributes().eager_limit,
+            sendi_max: self.pair.engine(Side::A).attributes().eager_limit,
             pause: true,
             peer_loss: true,
             handshake: false,
@@ -142,7 +134,7 @@ impl World for DatagramPairWorld {
     }
 
     fn btl(&mut self, s: Side) -> &mut dyn Btl<'static> {
-        self.pair.engine_mut(side(s))
+        self.pair.engine_mut(s)
     }
 
     fn peer(&self, side: Side) -> EndpointId {
@@ -154,15 +146,15 @@ impl World for DatagramPairWorld {
     }
 
     fn pause(&mut self, s: Side) {
-        self.pair.pause(side(s));
+        self.pair.pause(s);
     }
 
     fn resume(&mut self, s: Side) {
-        self.pair.resume(side(s));
+        self.pair.resume(s);
     }
 
     fn kill(&mut self, s: Side) {
-        self.pair.kill(side(s));
+        self.pair.kill(s);
     }
 }
 

@@ -27,7 +27,6 @@
 use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::pipe::{self, Closure, ConnId, Pipe, Role, StreamPair, write_link};
 use btl_core::engine::rtt::RttConfig;
 use btl_core::engine::{ConnectRequest, Engine, LinkId};
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
@@ -35,6 +34,8 @@ use btl_core::time::{Duration, Instant};
 use btl_core::wire::{self, CloseReason, HEADER_LEN, Limits, PacketRepr, SendRepr};
 
 use crate::data::leak;
+use crate::pair::pipe::{Pipe, write_link};
+use crate::pair::stream::{Closure, ConnId, Role, StreamPair};
 use crate::rogue;
 use crate::world::{BadHandshake, Capabilities, HandshakeOutcome, Side, World};
 
@@ -98,14 +99,6 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Headroom a descriptor keeps for the engine's packet header.
 const PREFIX: usize = HEADER_LEN + SendRepr::LEN;
-
-/// The pair's side of a suite side.
-fn side(s: Side) -> pipe::Side {
-    match s {
-        Side::A => pipe::Side::A,
-        Side::B => pipe::Side::B,
-    }
-}
 
 /// The rogue third process of the last `inject_handshake`: the external
 /// end of a connection towards the target.
@@ -233,7 +226,7 @@ impl World for StreamPairWorld {
             max_rounds: MAX_ROUNDS,
             linger_rounds: 2,
             max_rdma_len: 64 << 20,
-            sendi_max: self.pair.engine(pipe::Side::A).attributes().eager_limit,
+            sendi_max: self.pair.engine(Side::A).attributes().eager_limit,
             pause: true,
             peer_loss: true,
             handshake: true,
@@ -242,7 +235,7 @@ impl World for StreamPairWorld {
     }
 
     fn btl(&mut self, s: Side) -> &mut dyn Btl<'static> {
-        self.pair.engine_mut(side(s))
+        self.pair.engine_mut(s)
     }
 
     fn peer(&self, side: Side) -> EndpointId {
@@ -256,21 +249,21 @@ impl World for StreamPairWorld {
     }
 
     fn pause(&mut self, s: Side) {
-        self.pair.pause(side(s));
+        self.pair.pause(s);
     }
 
     fn resume(&mut self, s: Side) {
-        self.pair.resume(side(s));
+        self.pair.resume(s);
     }
 
     fn kill(&mut self, s: Side) {
-        self.pair.kill(side(s));
+        self.pair.kill(s);
     }
 
     fn inject_handshake(&mut self, target: Side, kind: BadHandshake) {
         let conn = self
             .pair
-            .connect_external(side(target))
+            .connect_external(target)
             .expect("the harness sizes CONNS and LINKS for a rogue");
         let mut engine = None;
         let bytes = match kind {
@@ -315,7 +308,7 @@ impl World for StreamPairWorld {
             return HandshakeOutcome::Pending;
         };
         let good = self.peers[rogue.target as usize];
-        let e = self.pair.engine(side(rogue.target));
+        let e = self.pair.engine(rogue.target);
         let accepted = e.endpoints().any(|ep| ep != good && e.is_connected(ep));
         if accepted {
             HandshakeOutcome::Accepted
@@ -332,7 +325,7 @@ impl World for StreamPairWorld {
             .established()
             .expect("an established connection between A and B");
         let to = conn
-            .role_of(side(target))
+            .role_of(target)
             .expect("the connection has an end at the target");
         assert!(
             conn.between_frames(to),

@@ -2,24 +2,16 @@
 //! duplication and reordering over many seeds, credit probes, keepalives,
 //! and datagrams that are not the protocol.
 
-extern crate std;
-
-use std::boxed::Box;
-use std::format;
-use std::string::String;
-use std::vec;
-use std::vec::Vec;
-
-use super::config::{EngineConfig, Framing};
-use super::dgram::{DatagramPair, Faults};
-use super::pipe::Side;
-use super::{Engine, Source};
-use crate::btl::{Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteSlice, Tag};
-use crate::desc::{DescFlags, Order};
-use crate::endpoint::{EndpointId, ProcName};
-use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
-use crate::time::{Duration, Instant};
-use crate::wire::{self, GetRepr, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR};
+use btl_core::btl::{Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteSlice, Tag};
+use btl_core::desc::{DescFlags, Order};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::engine::config::{EngineConfig, Framing};
+use btl_core::engine::{Engine, Source};
+use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::time::{Duration, Instant};
+use btl_core::wire::{self, GetRepr, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR};
+use btl_tests::pair::Side;
+use btl_tests::pair::datagram::{DatagramPair, Faults};
 
 type E = Engine<'static, 'static, 4, 4, 4>;
 const MTU: usize = 1200;
@@ -479,7 +471,7 @@ fn a_peer_that_never_takes_its_answers_is_cut_off() {
         )]
     );
     assert_eq!(
-        crate::pool::FragmentClass::ALL
+        btl_core::pool::FragmentClass::ALL
             .iter()
             .map(|&c| pair.b().pools().stats(c).in_use)
             .sum::<u32>(),

@@ -4,20 +4,14 @@
 //! peer up. Each test drives the engines by hand over explicit links, at
 //! explicit instants, so that it can alter or drop the bytes on the way.
 
-extern crate std;
-
-use std::boxed::Box;
-use std::vec;
-use std::vec::Vec;
-
-use super::config::EngineConfig;
-use super::{ConnectFailure, Engine, LinkError, LinkId, Source};
-use crate::btl::{Btl, BtlError, Event, LostReason, Tag};
-use crate::desc::{DescFlags, Order};
-use crate::endpoint::{EndpointId, ProcName, Reachability};
-use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
-use crate::time::{Duration, Instant};
-use crate::wire::{self, CloseReason, HeaderRepr, Limits, PacketRepr};
+use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
+use btl_core::desc::{DescFlags, Order};
+use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::engine::config::EngineConfig;
+use btl_core::engine::{ConnectFailure, Engine, LinkError, LinkId, Source};
+use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::time::{Duration, Instant};
+use btl_core::wire::{self, CloseReason, HeaderRepr, Limits, PacketRepr};
 
 /// Four peers, sixteen links, four registrations.
 type E = Engine<'static, 'static, 4, 16, 4>;

@@ -1,4 +1,4 @@
-//! Engine throughput over the in-memory stream pair (`engine::pipe`), next
+//! Engine throughput over the in-memory stream pair (`btl_tests::pair::stream`), next
 //! to a plain `copy_from_slice` of the same bytes in the same run.
 //!
 //! - `send/<size>`: A sends a batch of messages (`prepare_src` of an owned
@@ -22,10 +22,10 @@ use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::engine::Engine;
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::pipe::StreamPair;
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 use btl_core::time::Instant;
 use btl_core::wire::{HEADER_LEN, SendRepr};
+use btl_tests::pair::stream::StreamPair;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 

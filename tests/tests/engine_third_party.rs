@@ -2,21 +2,15 @@
 //! engines over in-memory pipes, with a small driver of their own (the
 //! pair drivers join two).
 
-extern crate std;
-
-use std::boxed::Box;
-use std::format;
-use std::vec;
-use std::vec::Vec;
-
-use super::config::EngineConfig;
-use super::pipe::{Pipe, read_link, write_link};
-use super::rtt::RttConfig;
-use super::tests::{E, drain, engine_with, in_use};
-use super::{ConnectFailure, LinkId, Source};
-use crate::btl::{Access, Btl, BtlError, MemHandle, RejectCode, RemoteSlice};
-use crate::endpoint::{EndpointId, ProcName, Reachability};
-use crate::time::{Duration, Instant};
+use btl_core::engine::config::EngineConfig;
+use btl_core::engine::rtt::RttConfig;
+use btl_tests::pair::pipe::{Pipe, read_link, write_link};
+mod common;
+use btl_core::btl::{Access, Btl, BtlError, MemHandle, RejectCode, RemoteSlice};
+use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::engine::{ConnectFailure, LinkId, Source};
+use btl_core::time::{Duration, Instant};
+use common::{E, drain, engine_with, in_use};
 
 const A: ProcName = ProcName::new(6, 0);
 const B: ProcName = ProcName::new(6, 1);
@@ -349,7 +343,7 @@ fn a_target_lost_mid_transfer_fails_the_get_once_and_spares_the_rest() {
     let back = mesh.engines[0]
         .register_mem(leak(vec![0; 10]), Access::empty())
         .expect("back");
-    let local = crate::btl::MemSlice {
+    let local = btl_core::btl::MemSlice {
         handle: back,
         offset: 0,
         len: 10,

@@ -1,54 +1,23 @@
 //! The engine over an in-memory stream pair: two engines driven by
-//! [`StreamPair`](super::pipe::StreamPair), pumped until nothing moves.
+//! [`StreamPair`](btl_tests::pair::stream::StreamPair), pumped until nothing moves.
 
-extern crate std;
+use btl_core::engine::Source;
+use btl_core::engine::config::EngineConfig;
+use btl_tests::pair::Side;
+use btl_tests::pair::stream::{Closure, Role, StreamPair};
 
-use std::boxed::Box;
-use std::vec;
-use std::vec::Vec;
-
-use super::config::EngineConfig;
-use super::pipe::{Closure, Role, Side, StreamPair};
-use super::{Engine, Source};
-use crate::btl::{
+mod common;
+use btl_core::btl::{
     Access, Btl, BtlError, Event, LostReason, MemSlice, RejectCode, RemoteSlice, SendStatus, Tag,
 };
-use crate::desc::{DescFlags, Order};
-use crate::endpoint::{EndpointId, ProcName};
-use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
-use crate::time::{Duration, Instant};
-
-pub(super) type E = Engine<'static, 'static, 4, 4, 4>;
+use btl_core::desc::{DescFlags, Order};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::pool::FragmentClass;
+use btl_core::time::{Duration, Instant};
+use common::{E, drain, engine, engine_with, in_use};
 
 const A: ProcName = ProcName::new(5, 0);
 const B: ProcName = ProcName::new(5, 1);
-
-pub(super) fn engine(me: ProcName, key: Option<&[u8]>, credits: u32) -> E {
-    let mut config = EngineConfig::new(me);
-    config.job_key = key.map(|k| heapless::Vec::from_slice(k).expect("short key"));
-    config.initial_credits = credits;
-    config.checksum = true;
-    engine_with(config)
-}
-
-/// An engine with `config` and pools for messages up to 64 KiB.
-pub(super) fn engine_with(config: EngineConfig) -> E {
-    let pool = |fragment_size| FragmentPoolConfig {
-        fragment_size,
-        num: 64,
-        max: 64,
-        inc: 8,
-    };
-    let cfg = FragmentPoolsConfig {
-        small: pool(256),
-        eager: pool(4096 + 40),
-        max: pool(65536 + 40),
-    };
-    let region: &'static mut [u8] =
-        Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
-    let pools = FragmentPools::new(region, cfg).expect("pools");
-    Engine::new(config, pools, Instant::ZERO)
-}
 
 /// The pair the tests drive: boxed engines, 4 KiB pipes (smaller than an
 /// eager frame, so partial writes and reads happen all the time).
@@ -66,37 +35,6 @@ fn new_pair(a: E, b: E) -> (Pair, EndpointId, EndpointId) {
 fn pump(pair: &mut Pair) {
     pair.run_until_idle(10_000)
         .expect("the pair never went quiet");
-}
-
-pub(super) fn drain(e: &mut E) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut returned = Vec::new();
-    while let Some(ev) = e.poll_event() {
-        out.push(match ev {
-            Event::Received(m) => format!("recv {} {}", m.tag.0, m.data.len()),
-            Event::SendComplete { desc, result, .. } => {
-                returned.extend(desc);
-                format!("send {result:?}")
-            }
-            Event::PutComplete { result, ctx, .. } => format!("put {ctx} {result:?}"),
-            Event::GetComplete { result, ctx, .. } => format!("get {ctx} {result:?}"),
-            Event::Error(err) => format!("error {:?}", err.error),
-        });
-    }
-    for d in returned {
-        e.free(d).expect("a descriptor of this engine");
-    }
-    out
-}
-
-use std::format;
-use std::string::String;
-
-pub(super) fn in_use(e: &E) -> u32 {
-    FragmentClass::ALL
-        .iter()
-        .map(|&c| e.pools().stats(c).in_use)
-        .sum()
 }
 
 #[test]
@@ -209,7 +147,7 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
     // The source cannot be taken away while the put reads it.
     assert_eq!(
         pair.a().deregister_mem(hs).err(),
-        Some(BtlError::Memory(crate::btl::MemError::InUse))
+        Some(BtlError::Memory(btl_core::btl::MemError::InUse))
     );
     for _ in 0..50 {
         pump(&mut pair);
@@ -350,8 +288,8 @@ fn garbage_on_an_accepted_link_closes_only_that_link() {
     // The driver learns why, to log it as it drops the connection.
     assert_eq!(
         b.link_end(link),
-        Some(super::LinkEnd {
-            reason: crate::wire::CloseReason::ProtocolError,
+        Some(btl_core::engine::LinkEnd {
+            reason: btl_core::wire::CloseReason::ProtocolError,
             by_peer: false,
             verified: false,
         })
@@ -360,7 +298,7 @@ fn garbage_on_an_accepted_link_closes_only_that_link() {
     assert_eq!(b.link_end(link), None, "a closed link has no end to tell");
     assert_eq!(
         b.handle_stream(link, &[0], Instant::from_nanos(4)),
-        Err(super::LinkError::UnknownLink)
+        Err(btl_core::engine::LinkError::UnknownLink)
     );
     assert_eq!(in_use(&b), 0);
 }
@@ -757,7 +695,7 @@ fn a_refused_puts_late_acks_do_not_complete_the_next_put() {
         .b()
         .register_mem(dst, Access::REMOTE_WRITE)
         .expect("dst");
-    let all = |h: crate::btl::MemHandle| RemoteSlice {
+    let all = |h: btl_core::btl::MemHandle| RemoteSlice {
         key: h.remote_key(),
         offset: 0,
         len: 300_000,
@@ -803,7 +741,7 @@ fn a_closed_links_id_is_refused_after_its_slot_is_reused() {
     assert_ne!(old, new);
     assert_eq!(
         e.handle_stream(old, b"stale bytes", Instant::from_nanos(0)),
-        Err(super::LinkError::UnknownLink)
+        Err(btl_core::engine::LinkError::UnknownLink)
     );
     assert!(e.poll_transmit(old).is_none());
     e.handle_written(old, 1);
@@ -811,7 +749,10 @@ fn a_closed_links_id_is_refused_after_its_slot_is_reused() {
     // The new link is untouched: its HELLO is still there, whole.
     let hello = e.poll_transmit(new).expect("the new link's HELLO");
     let len: usize = hello.segments.iter().map(|s| s.len()).sum();
-    assert_eq!(len, crate::wire::HEADER_LEN + crate::wire::HelloRepr::LEN);
+    assert_eq!(
+        len,
+        btl_core::wire::HEADER_LEN + btl_core::wire::HelloRepr::LEN
+    );
 }
 
 /// An engine of `me` for its start number `epoch`.

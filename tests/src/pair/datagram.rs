@@ -16,7 +16,7 @@
 //! use btl_core::desc::{DescFlags, Order};
 //! use btl_core::endpoint::ProcName;
 //! use btl_core::engine::config::{EngineConfig, Framing};
-//! use btl_core::engine::dgram::{DatagramPair, Faults};
+//! use btl_tests::pair::datagram::{DatagramPair, Faults};
 //! use btl_core::engine::Engine;
 //! use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 //! use btl_core::time::{Duration, Instant};
@@ -55,12 +55,13 @@ use core::marker::PhantomData;
 
 use heapless::Vec;
 
-use super::pipe::{Side, SplitMix64};
-use super::{ConnectFailure, Engine, LinkId, Source};
-use crate::btl::{Btl, BtlError};
-use crate::endpoint::{EndpointId, ProcName};
-use crate::time::{Duration, Instant};
-use crate::wire::NONCE_LEN;
+use btl_core::btl::{Btl, BtlError};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::engine::{ConnectFailure, Engine, LinkId, Source};
+use btl_core::time::{Duration, Instant};
+use btl_core::wire::NONCE_LEN;
+
+use super::{Side, SplitMix64, introduce, introduce_restarted};
 
 /// Requests and datagrams served per side and step: the bound of loops
 /// that must end.
@@ -279,7 +280,7 @@ where
     /// Makes each engine know the other (`add_procs`); returns the endpoint
     /// of B at A and of A at B.
     pub fn introduce(&mut self) -> Result<[EndpointId; 2], BtlError> {
-        let out = super::pipe::introduce(&mut self.engines, self.names)?;
+        let out = introduce(&mut self.engines, self.names)?;
         self.peers = out.map(Some);
         Ok(out)
     }
@@ -381,7 +382,7 @@ where
         self.dead[side.index()] = false;
         self.paused[side.index()] = false;
         let (other, now) = (self.names[side.other().index()], self.now);
-        let endpoint = super::pipe::introduce_restarted(self.engine_mut(side), other, now)?;
+        let endpoint = introduce_restarted(self.engine_mut(side), other, now)?;
         self.peers[side.index()] = Some(endpoint);
         Ok(endpoint)
     }

@@ -1,0 +1,71 @@
+//! What the engine's pair-level tests share: an engine with pools for
+//! messages up to 64 KiB, and how to read its events and pools.
+
+#![allow(dead_code)] // each test file uses a part
+
+use btl_core::btl::{Btl, Event};
+use btl_core::endpoint::ProcName;
+use btl_core::engine::Engine;
+use btl_core::engine::config::EngineConfig;
+use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::time::Instant;
+
+pub type E = Engine<'static, 'static, 4, 4, 4>;
+
+pub fn engine(me: ProcName, key: Option<&[u8]>, credits: u32) -> E {
+    let mut config = EngineConfig::new(me);
+    config.job_key = key.map(|k| heapless::Vec::from_slice(k).expect("short key"));
+    config.initial_credits = credits;
+    config.checksum = true;
+    engine_with(config)
+}
+
+/// An engine with `config` and pools for messages up to 64 KiB.
+pub fn engine_with(config: EngineConfig) -> E {
+    let pool = |fragment_size| FragmentPoolConfig {
+        fragment_size,
+        num: 64,
+        max: 64,
+        inc: 8,
+    };
+    let cfg = FragmentPoolsConfig {
+        small: pool(256),
+        eager: pool(4096 + 40),
+        max: pool(65536 + 40),
+    };
+    let region: &'static mut [u8] =
+        Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
+    let pools = FragmentPools::new(region, cfg).expect("pools");
+    Engine::new(config, pools, Instant::ZERO)
+}
+
+pub fn drain(e: &mut E) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut returned = Vec::new();
+    while let Some(ev) = e.poll_event() {
+        out.push(match ev {
+            Event::Received(m) => format!("recv {} {}", m.tag.0, m.data.len()),
+            Event::SendComplete { desc, result, .. } => {
+                returned.extend(desc);
+                format!("send {result:?}")
+            }
+            Event::PutComplete { result, ctx, .. } => format!("put {ctx} {result:?}"),
+            Event::GetComplete { result, ctx, .. } => format!("get {ctx} {result:?}"),
+            Event::Error(err) => format!("error {:?}", err.error),
+        });
+    }
+    for d in returned {
+        e.free(d).expect("a descriptor of this engine");
+    }
+    out
+}
+
+use std::format;
+use std::string::String;
+
+pub fn in_use(e: &E) -> u32 {
+    FragmentClass::ALL
+        .iter()
+        .map(|&c| e.pools().stats(c).in_use)
+        .sum()
+}

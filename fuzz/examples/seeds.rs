@@ -14,6 +14,7 @@
 use std::fs;
 use std::path::Path;
 
+use btl_cli::bench::{HEADER, Header};
 use btl_core::btl::Tag;
 use btl_core::engine::handshake::LocalHello;
 use btl_core::wire::{
@@ -26,7 +27,6 @@ use btl_fuzz::engine_input::{self, Carried};
 use btl_fuzz::handshake::{
     self as hs, CHECKSUM, CONNECTING, KEY, KEYED, OTHER_KEY, Op, PEER, PEER_CHECKSUM,
 };
-use btl_std::bench::{HEADER, Header};
 
 /// Named inputs of one target.
 type Seeds = Vec<(String, Vec<u8>)>;

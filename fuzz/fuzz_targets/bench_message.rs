@@ -7,9 +7,9 @@
 //! or an overrun is refused.
 #![no_main]
 
+use btl_cli::bench::{Assembly, HEADER, Header, MessageError, Whole};
 use btl_core::btl::Tag;
 use btl_fuzz::bench_message::pieces;
-use btl_std::bench::{Assembly, HEADER, Header, MessageError, Whole};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

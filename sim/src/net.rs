@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use btl_std::net::{
+use btl_std::driver::net::{
     DatagramSocket, ListenerSocket, Net, Poller, Readiness, StreamOptions, StreamSocket, Watch,
 };
 use tokio::io::{AsyncRead, ReadBuf};

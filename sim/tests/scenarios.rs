@@ -23,9 +23,9 @@ use btl_core::engine::config::EngineConfig;
 use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
 use btl_sim::SimNet;
 use btl_std::bootstrap::{Card, Contact, StaticPeers};
-use btl_std::module::Module;
-use btl_std::tcp::{Tcp, TcpConfig, TcpSetup};
-use btl_std::udp::{Udp, UdpConfig, UdpSetup};
+use btl_std::driver::module::Module;
+use btl_std::transports::tcp::{Tcp, TcpConfig, TcpSetup};
+use btl_std::transports::udp::{Udp, UdpConfig, UdpSetup};
 
 /// The job of every scenario's processes.
 const JOB: u64 = 0x5151;

@@ -11,7 +11,7 @@ use std::sync::mpsc::channel;
 
 use btl_core::btl::{Btl, Event, Tag};
 use btl_core::desc::{DescFlags, Order};
-use btl_std::progress_thread::ProgressThread;
+use btl_std::driver::progress_thread::ProgressThread;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 #[path = "../tests/common/mod.rs"]

@@ -1,39 +1,30 @@
 //! `btl-std`: btl on an operating system.
 //!
-//! It supplies what `btl-core` cannot do without `std`: the environment and
-//! config-file sources of parameters ([`param_sources`]), the bootstrap
-//! that lets processes find each other ([`bootstrap`]), interface
-//! selection ([`interfaces`]), the engine over OS sockets ([`module`],
-//! [`tcp`], [`udp`]), its log turned on in one call ([`logging`]), and the
-//! `btl` command's reports ([`info`]).
+//! It supplies what `btl-core` cannot do without `std`, in layers:
+//! - [`driver`]: the engine over sockets, a module driven by its caller or
+//!   by a progress thread, and the network it runs on;
+//! - [`transports`]: the TCP and UDP components, and the interfaces and
+//!   ports they use;
+//! - [`bootstrap`]: how the processes of a job find each other;
+//! - [`config`]: the socket components' parameters, and the environment
+//!   and config-file sources that set them;
+//! - [`register_all`]: every component of the build, with its parameters,
+//!   as a service lists them;
+//! - with the `logging` feature, its log turned on in one call
+//!   (`logging::init`).
 #![forbid(unsafe_code)]
 
-pub mod bench;
 pub mod bootstrap;
-pub mod contacts;
-pub mod engine_cell;
-pub mod info;
-pub mod interfaces;
-pub mod launch;
-pub mod listen;
+pub mod config;
+pub mod driver;
+#[cfg(feature = "logging")]
 pub mod logging;
-pub mod module;
-pub mod net;
-pub mod param_file;
-pub mod param_sources;
-pub mod params;
-pub mod plot;
-pub mod progress_thread;
-pub mod raw;
-pub mod refusals;
-pub mod tcp;
-pub mod udp;
-pub mod wake;
+pub mod transports;
 
 use btl_core::loopback::SelfComponent;
 use btl_core::mca::{Component, Params, RegisterError, Registry, register_framework_params};
 
-use crate::info::ComponentInfo;
+use crate::transports::{tcp, udp};
 
 /// How many parameters one process can register: every component of the
 /// build with room to spare. Registering more is an error, not a panic.
@@ -41,6 +32,32 @@ pub const PARAM_CAPACITY: usize = 256;
 
 /// The parameter registry of a process.
 pub type ParamRegistry = Registry<PARAM_CAPACITY>;
+
+/// A component of the build as it is listed (by `btl info`, or by a
+/// service that reports what it runs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentInfo {
+    /// Framework it belongs to.
+    pub framework: String,
+    /// Component name, e.g. `tcp`.
+    pub name: String,
+    /// The component's own version.
+    pub version: String,
+    /// The framework interface version it implements.
+    pub framework_version: String,
+}
+
+impl ComponentInfo {
+    /// The listing of `component`.
+    pub fn of<C: Component + ?Sized>(component: &C) -> Self {
+        ComponentInfo {
+            framework: component.framework().to_owned(),
+            name: component.name().to_owned(),
+            version: component.version().to_string(),
+            framework_version: component.framework_version().to_string(),
+        }
+    }
+}
 
 /// Registers the framework's and every component's parameters in `params`
 /// and returns the components as `btl info` lists them.

@@ -2,6 +2,9 @@
 //! call. btl logs with `tracing`; nothing is printed until a subscriber is
 //! installed, and a library user who has none of their own sees no
 //! warning, no refusal and no reason for a lost peer.
+//!
+//! Only with the `logging` feature, which brings `tracing-subscriber`: a
+//! service that installs a subscriber of its own does without it.
 
 /// The environment variable that says what to log, in `tracing`'s filter
 /// syntax (`warn`, `btl_std=debug`, ...).

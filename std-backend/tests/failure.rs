@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_std::bootstrap::{Bootstrap, BootstrapError, SharedDir};
-use btl_std::contacts::LookupError;
-use btl_std::module::{Module, Transport};
-use btl_std::progress_thread::ProgressThread;
+use btl_std::bootstrap::{Bootstrap, BootstrapError, LookupError, SharedDir};
+use btl_std::driver::module::{Module, Transport};
+use btl_std::driver::progress_thread::ProgressThread;
 
 mod common;
 use common::{DEADLINE, job, pair, tcp, udp};
@@ -97,7 +96,8 @@ fn a_dropped_module_is_lost_by_its_peers_at_once() {
     first_message(&mut a, &mut b, b_at_a);
     // B returns early (or panics): dropped without finalize.
     drop(b);
-    let (error, took) = until_error::<_, btl_std::tcp::Tcp<btl_std::net::Os>>(&mut a, None);
+    let (error, took) =
+        until_error::<_, btl_std::transports::tcp::Tcp<btl_std::driver::net::Os>>(&mut a, None);
     assert_eq!(error, BtlError::PeerLost(LostReason::Closed));
     assert!(
         took < Duration::from_secs(2),
@@ -113,7 +113,8 @@ fn a_killed_peer_is_lost_as_refused_within_the_refusal_timeout() {
     // port any more, so every reconnection is refused.
     b.abort_on_drop();
     drop(b);
-    let (error, took) = until_error::<_, btl_std::tcp::Tcp<btl_std::net::Os>>(&mut a, None);
+    let (error, took) =
+        until_error::<_, btl_std::transports::tcp::Tcp<btl_std::driver::net::Os>>(&mut a, None);
     assert_eq!(error, BtlError::PeerLost(LostReason::Refused));
     // 250 ms of refusals (the default), and a backoff.
     assert!(took >= Duration::from_millis(250), "{took:?}");
@@ -135,14 +136,17 @@ fn a_first_connection_to_a_closed_port_is_refused_by_name() {
     boot.publish(&card).expect("B's card, left behind");
     let ep = a.reach(nb, DEADLINE).expect("its card says where");
     let _ = a.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty());
-    let (error, took) = until_error::<_, btl_std::tcp::Tcp<btl_std::net::Os>>(&mut a, None);
+    let (error, took) =
+        until_error::<_, btl_std::transports::tcp::Tcp<btl_std::driver::net::Os>>(&mut a, None);
     assert_eq!(error, BtlError::PeerLost(LostReason::Refused));
     assert!(took < Duration::from_secs(1), "{took:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `sendi` success, then a graceful close: every message is delivered.
-fn flush_then_finalize_loses_nothing<T: Transport<Net = btl_std::net::Os> + Send + 'static>(
+fn flush_then_finalize_loses_nothing<
+    T: Transport<Net = btl_std::driver::net::Os> + Send + 'static,
+>(
     mut a: Module<T>,
     mut b: Module<T>,
     b_at_a: EndpointId,
@@ -231,7 +235,7 @@ fn a_lookup_says_why_and_is_bounded_by_the_caller() {
     assert!(
         matches!(
             err,
-            btl_std::module::ReachError::Lookup(LookupError::Bootstrap(
+            btl_std::driver::module::ReachError::Lookup(LookupError::Bootstrap(
                 BootstrapError::Timeout { .. }
             ))
         ),

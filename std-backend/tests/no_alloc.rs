@@ -16,9 +16,9 @@ use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_std::bootstrap::SharedDir;
-use btl_std::interfaces::Selection;
-use btl_std::tcp::{TcpConfig, TcpSetup};
-use btl_std::udp::{UdpConfig, UdpSetup};
+use btl_std::transports::interfaces::Selection;
+use btl_std::transports::tcp::{TcpConfig, TcpSetup};
+use btl_std::transports::udp::{UdpConfig, UdpSetup};
 
 struct Counting;
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 use btl_core::btl::{Access, Btl, Event, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
-use btl_std::module::{Module, Transport};
-use btl_std::net::Os;
-use btl_std::progress_thread::{ProgressThread, Served};
+use btl_std::driver::module::{Module, Transport};
+use btl_std::driver::net::Os;
+use btl_std::driver::progress_thread::{ProgressThread, Served};
 
 mod common;
 use common::{DEADLINE, job, local, pair, remote, tcp, udp};

@@ -7,7 +7,7 @@ use std::time::Instant;
 use btl_core::btl::{Access, Btl, Event, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
-use btl_std::tcp::TcpModule;
+use btl_std::transports::tcp::TcpModule;
 
 mod common;
 use common::{DEADLINE, local, pair, remote, tcp, udp};

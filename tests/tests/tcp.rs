@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use btl_std::tcp::TcpModule;
+use btl_std::transports::tcp::TcpModule;
 use btl_tests::harness::sockets::SocketWorld;
 use btl_tests::suite::handshake as refusals;
 use btl_tests::world::World;

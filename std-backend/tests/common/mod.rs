@@ -9,9 +9,9 @@ use std::time::Duration;
 use btl_core::btl::{Btl, MemHandle, MemSlice, RemoteSlice};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_std::bootstrap::SharedDir;
-use btl_std::interfaces::Selection;
-use btl_std::tcp::TcpSetup;
-use btl_std::udp::UdpSetup;
+use btl_std::transports::interfaces::Selection;
+use btl_std::transports::tcp::TcpSetup;
+use btl_std::transports::udp::UdpSetup;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -37,7 +37,7 @@ pub fn engine() -> btl_core::engine::config::EngineConfig {
 
 pub fn tcp(links: u8) -> TcpSetup {
     TcpSetup {
-        tcp: btl_std::tcp::TcpConfig {
+        tcp: btl_std::transports::tcp::TcpConfig {
             selection: Selection::new("lo", "").expect("lo"),
             links,
             lookup_timeout: Duration::from_secs(5),
@@ -50,7 +50,7 @@ pub fn tcp(links: u8) -> TcpSetup {
 
 pub fn udp() -> UdpSetup {
     UdpSetup {
-        udp: btl_std::udp::UdpConfig {
+        udp: btl_std::transports::udp::UdpConfig {
             selection: Selection::new("lo", "").expect("lo"),
             lookup_timeout: Duration::from_secs(5),
             ..Default::default()

@@ -32,9 +32,9 @@ use btl_core::engine::rtt::RttConfig;
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time;
 use btl_std::bootstrap::SharedDir;
-use btl_std::interfaces::Selection;
-use btl_std::tcp::{TcpConfig, TcpModule, TcpSetup};
-use btl_std::udp::{UdpConfig, UdpModule, UdpSetup};
+use btl_std::transports::interfaces::Selection;
+use btl_std::transports::tcp::{TcpConfig, TcpModule, TcpSetup};
+use btl_std::transports::udp::{UdpConfig, UdpModule, UdpSetup};
 
 use btl_core::wire::{Capabilities as WireCapabilities, NONCE_LEN};
 

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use btl_core::endpoint::ProcName;
 
 use crate::bootstrap::{Bootstrap, Contact};
-use crate::interfaces::{self, Selection};
+use crate::transports::interfaces::{self, Selection};
 
 /// The ports a component may listen on: `min` and the `range - 1` after
 /// it, or any free one when `min` is 0.

@@ -10,11 +10,11 @@ use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::loopback::{Loopback, SelfComponent};
 use btl_core::mca::{Component, Params, Source};
 
-use crate::ParamRegistry;
-use crate::bootstrap::Bootstrap;
-use crate::param_sources::{apply_environment, apply_file, default_param_file};
-use crate::tcp::{TcpComponent, TcpModule};
-use crate::udp::{UdpComponent, UdpModule};
+use btl_std::ParamRegistry;
+use btl_std::bootstrap::Bootstrap;
+use btl_std::config::sources::{apply_environment, apply_file, default_param_file};
+use btl_std::transports::tcp::{TcpComponent, TcpModule};
+use btl_std::transports::udp::{UdpComponent, UdpModule};
 
 /// Environment variable holding the job key both sides prove.
 pub const JOB_KEY_VAR: &str = "BTL_JOB_KEY";

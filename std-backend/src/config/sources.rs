@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use btl_core::mca::{Params, SetError, Source};
 
-use crate::param_file::{self, SyntaxError};
+use super::param_file::{self, SyntaxError};
 
 /// Environment variable naming the parameter file to read.
 pub const PARAM_FILE_VAR: &str = "BTL_PARAM_FILE";

@@ -25,17 +25,17 @@ use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 use btl_core::time::Instant;
 
 use crate::bootstrap::{Bootstrap, Card, Contact};
-use crate::contacts::{LookupError, PeerContacts};
-use crate::engine_cell::StdEngine;
-use crate::interfaces::{self, Selection};
-use crate::listen::{Ports, listen_all};
-use crate::module::{EventOf, Module, Transport, source_of};
-use crate::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Watch};
-use crate::params::{
+use crate::bootstrap::{LookupError, PeerContacts};
+use crate::config::socket_params::{
     ENGINE_PARAMS, SOCKET_PARAMS, SocketParams, engine_param_specs, register_specs,
     socket_param_specs,
 };
-use crate::refusals::{Refusals, Refused};
+use crate::driver::engine_cell::StdEngine;
+use crate::driver::module::{EventOf, Module, Transport, source_of};
+use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Watch};
+use crate::driver::refusals::{Refusals, Refused};
+use crate::transports::interfaces::{self, Selection};
+use crate::transports::listen::{Ports, listen_all};
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "udp";
@@ -93,7 +93,7 @@ impl Default for UdpConfig {
             selection: Selection::default(),
             ports: Ports { min: 0, range: 100 },
             mtu: 1472,
-            lookup_timeout: crate::tcp::LOOKUP_TIMEOUT,
+            lookup_timeout: crate::transports::tcp::LOOKUP_TIMEOUT,
             spin: Duration::from_micros(50),
         }
     }
@@ -449,7 +449,7 @@ impl UdpSetup {
     ) -> io::Result<Module<Udp<N>>> {
         let mut config = self.engine.clone();
         config.me = me;
-        config.job_key = crate::params::job_key(job_key)?;
+        config.job_key = crate::config::socket_params::job_key(job_key)?;
         config.framing = Framing::Datagram { mtu: self.udp.mtu };
         Module::open(
             NAME,

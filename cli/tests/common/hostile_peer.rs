@@ -14,7 +14,7 @@ use btl_core::wire::{
     Limits, NONCE_LEN, PROOF_LEN, PacketRepr, PacketType, SendRepr, VERSION_MINOR,
 };
 
-/// The benchmark's ping tag (`PING` in `std-backend/src/bench.rs`): the
+/// The benchmark's ping tag (`PING` in `cli/src/bench/mod.rs`): the
 /// server answers a complete ping with a pong of the same length.
 pub const PING_TAG: u8 = 0xF0;
 /// The benchmark's header at the start of every send's payload: the

@@ -16,13 +16,15 @@ use ipnet::IpNet;
 use super::TcpConfig;
 use super::conn::{Conn, ConnState, ReadOutcome};
 use crate::bootstrap::{Bootstrap, Card, Contact};
-use crate::contacts::{LookupError, PeerContacts};
-use crate::engine_cell::StdEngine;
-use crate::interfaces;
-use crate::listen::listen_all;
-use crate::module::{EventOf, Transport, source_of};
-use crate::net::{ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch};
-use crate::refusals::{Refusals, Refused};
+use crate::bootstrap::{LookupError, PeerContacts};
+use crate::driver::engine_cell::StdEngine;
+use crate::driver::module::{EventOf, Transport, source_of};
+use crate::driver::net::{
+    ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch,
+};
+use crate::driver::refusals::{Refusals, Refused};
+use crate::transports::interfaces;
+use crate::transports::listen::listen_all;
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "tcp";

@@ -9,8 +9,13 @@
 //! filesystem). A launcher plugs in by implementing [`Bootstrap`] over its
 //! own key-value store (PMIx `put`/`get`, a coordinator's RPC): publish
 //! writes the card's text under the process's name, lookup reads it back.
+//!
+//! A socket transport keeps what it looked up of its peers in
+//! [`PeerContacts`], and says with a [`LookupError`] why a peer cannot be
+//! reached.
 
 mod card;
+mod contacts;
 mod shared_dir;
 mod static_peers;
 
@@ -19,6 +24,7 @@ use std::time::Duration;
 use btl_core::endpoint::ProcName;
 
 pub use card::{Card, CardError, Contact};
+pub use contacts::{LookupError, PeerContacts};
 pub use shared_dir::SharedDir;
 pub use static_peers::{PEERS_FILE_VAR, PEERS_VAR, StaticPeers};
 

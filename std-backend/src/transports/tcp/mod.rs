@@ -18,14 +18,14 @@ use btl_core::pool::{PoolDefaults, pool_param_specs};
 pub use transport::{LOOKUP_TIMEOUT, NAME, Tcp};
 
 use crate::bootstrap::Bootstrap;
-use crate::interfaces::Selection;
-use crate::listen::Ports;
-use crate::module::Module;
-use crate::net::{Net, Os};
-use crate::params::{
+use crate::config::socket_params::{
     ENGINE_PARAMS, SOCKET_PARAMS, SocketParams, engine_param_specs, register_specs,
     socket_param_specs,
 };
+use crate::driver::module::Module;
+use crate::driver::net::{Net, Os};
+use crate::transports::interfaces::Selection;
+use crate::transports::listen::Ports;
 
 /// A module of the TCP component over the operating system's sockets.
 pub type TcpModule = Module<Tcp<Os>>;
@@ -150,7 +150,7 @@ impl TcpSetup {
     ) -> std::io::Result<Module<Tcp<N>>> {
         let mut config = self.engine.clone();
         config.me = me;
-        config.job_key = crate::params::job_key(job_key)?;
+        config.job_key = crate::config::socket_params::job_key(job_key)?;
         config.links = self.tcp.links;
         Module::open(
             NAME,

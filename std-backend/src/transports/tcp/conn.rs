@@ -7,8 +7,8 @@ use std::io::{self, IoSlice};
 use btl_core::engine::{ConnectRequest, LinkId};
 use btl_core::time::Instant;
 
-use crate::engine_cell::StdEngine;
-use crate::net::StreamSocket;
+use crate::driver::engine_cell::StdEngine;
+use crate::driver::net::StreamSocket;
 
 /// Bytes read ahead of the engine per connection, at most: one large
 /// frame's worth of slack, so a busy socket is drained in few reads.

@@ -11,8 +11,8 @@ use btl_core::mca::{
 use btl_core::pool::{FragmentPoolsConfig, PoolParams};
 use btl_core::time::Duration;
 
-use crate::interfaces::Selection;
-use crate::listen::Ports;
+use crate::transports::interfaces::Selection;
+use crate::transports::listen::Ports;
 
 /// Headroom each fragment of a socket module keeps for the engine's
 /// packet header (the largest, a SEND's: 32 + 8 bytes).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 
-use crate::bootstrap::{Bootstrap, BootstrapError, Contact};
+use super::{Bootstrap, BootstrapError, Contact};
 
 /// Why a socket transport cannot reach a process.
 #[derive(Debug, thiserror::Error)]

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use btl_cli::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
+use btl_cli::info::{Filter, Report};
+use btl_cli::launch::{ParamSources, RunDir, reach, self_module, tcp_module, udp_module};
 use btl_core::btl::{Btl, BtlError, LostReason};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
-use btl_std::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
 use btl_std::bootstrap::{Bootstrap, Card, Contact, SharedDir, StaticPeers};
-use btl_std::info::{Filter, Report};
-use btl_std::launch::{ParamSources, RunDir, reach, self_module, tcp_module, udp_module};
-use btl_std::module::{Module, Transport};
-use btl_std::param_sources::{apply_environment, apply_file, default_param_file};
+use btl_std::config::sources::{apply_environment, apply_file, default_param_file};
+use btl_std::driver::module::{Module, Transport};
 use btl_std::{ParamRegistry, register_all};
 use clap::{Parser, Subcommand};
 
@@ -638,7 +638,7 @@ fn baseline(
     if !args.json {
         say("# the same over a plain TCP socket, one write per message".into());
     }
-    let raw_rows = btl_std::raw::lead(stream, plan, args.wait.into(), |r| {
+    let raw_rows = btl_cli::raw::lead(stream, plan, args.wait.into(), |r| {
         if !args.json {
             say(format!(
                 "  {:>9} {:>7} {:>12.2} {:>12.2} {:>12.1} {:>12.0}",
@@ -666,7 +666,7 @@ fn baseline(
         }
     }
     if let Some(path) = &args.svg {
-        btl_std::plot::compare(path, title, plan.test, btl_rows, &raw_rows)
+        btl_cli::plot::compare(path, title, plan.test, btl_rows, &raw_rows)
             .map_err(|e| format!("drawing {}: {e}", path.display()))?;
     }
     Ok(())
@@ -737,7 +737,7 @@ fn peer(args: PeerArgs) -> Result<(), String> {
     }
     if let Some(listener) = raw {
         let (stream, _) = listener.accept().map_err(|e| e.to_string())?;
-        btl_std::raw::answer(stream, wait).map_err(|e| format!("raw socket: {e}"))?;
+        btl_cli::raw::answer(stream, wait).map_err(|e| format!("raw socket: {e}"))?;
     }
     Ok(())
 }

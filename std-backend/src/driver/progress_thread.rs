@@ -3,7 +3,7 @@
 //! phases). The thread waits in the poller (spinning first while that
 //! pays, as [`Module::wait`] does) until a socket, a timer of the engine or
 //! a caller needs it, moves the protocol forward, and calls a handler with
-//! each event. When a caller wakes it is [`crate::wake`]'s to say.
+//! each event. When a caller wakes it is [`crate::driver::wake`]'s to say.
 //!
 //! The module lives behind one lock, shared by the thread and callers
 //! ([`Served::with`]). The handler is called with the lock released, so it
@@ -24,9 +24,9 @@ use btl_core::btl::{Btl, Completion, Event, Incoming, Tag};
 use btl_core::endpoint::EndpointId;
 use mio::Waker;
 
-use crate::module::{Module, Transport, WaitCosts};
-use crate::net::{Os, OsPoller, Poller};
-use crate::wake::Wakeup;
+use crate::driver::module::{Module, Transport, WaitCosts};
+use crate::driver::net::{Os, OsPoller, Poller};
+use crate::driver::wake::Wakeup;
 
 /// A module served by a progress thread, shared by the thread and the
 /// callers that post to it.

@@ -10,7 +10,7 @@
 //!   socket or a timer needs it. Spinning keeps latency close to
 //!   busy-polling when a core is free; blocking keeps two processes that
 //!   share a core from starving each other;
-//! - or a [`ProgressThread`](crate::progress_thread::ProgressThread) takes
+//! - or a [`ProgressThread`](super::progress_thread::ProgressThread) takes
 //!   the poller and serves the sockets itself, calling a handler back with
 //!   each event.
 //!
@@ -35,10 +35,10 @@ use btl_core::pool::FragmentPools;
 use btl_core::time;
 
 use crate::bootstrap::Card;
-use crate::contacts::LookupError;
-use crate::engine_cell::{EngineCell, StdEngine};
-use crate::net::{Net, Poller, Readiness, RegistryOf, WAKE};
-use crate::refusals::Refusals;
+use crate::bootstrap::LookupError;
+use crate::driver::engine_cell::{EngineCell, StdEngine};
+use crate::driver::net::{Net, Poller, Readiness, RegistryOf, WAKE};
+use crate::driver::refusals::Refusals;
 /// How often a busy-polling module asks the engine for its next timer:
 /// finding it scans every peer and link, and the finest timer (the
 /// acknowledgement delay) is coarser than this.

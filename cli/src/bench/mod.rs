@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use btl_core::btl::{Access, Btl, BtlError, Event, MemHandle, MemSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
+use btl_std::driver::module::{Module, Transport};
 
 pub use message::{Assembly, HEADER, Header, MessageError, Whole};
 
@@ -120,7 +121,7 @@ impl<'r, const REGS: usize, const QUEUE: usize> Driven
     }
 }
 
-impl<T: crate::module::Transport> Driven for crate::module::Module<T> {
+impl<T: Transport> Driven for Module<T> {
     fn step(&mut self, waiting: Waiting) {
         match waiting {
             Waiting::Poll => {

@@ -5,8 +5,9 @@
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
-use btl_core::mca::{Component, Param, Params, Source, Version};
-use serde::Serialize;
+use btl_core::mca::{Param, Params, Source, Version};
+use btl_std::ComponentInfo;
+use serde::{Serialize, Serializer};
 
 /// Level names of ompi_info: who a parameter is for, and how deep it goes.
 const LEVEL_NAMES: [&str; 9] = [
@@ -47,31 +48,6 @@ impl Filter {
     }
 }
 
-/// A component as `btl info` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ComponentInfo {
-    /// Framework it belongs to.
-    pub framework: String,
-    /// Component name, e.g. `tcp`.
-    pub name: String,
-    /// The component's own version.
-    pub version: String,
-    /// The framework interface version it implements.
-    pub framework_version: String,
-}
-
-impl ComponentInfo {
-    /// The listing of `component`.
-    pub fn of<C: Component + ?Sized>(component: &C) -> Self {
-        ComponentInfo {
-            framework: component.framework().to_owned(),
-            name: component.name().to_owned(),
-            version: component.version().to_string(),
-            framework_version: component.framework_version().to_string(),
-        }
-    }
-}
-
 /// One parameter as reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ParamInfo {
@@ -107,6 +83,7 @@ pub struct Report {
     /// Parameter file that was read, if any.
     pub param_file: Option<PathBuf>,
     /// Components in this build.
+    #[serde(serialize_with = "components_json")]
     pub components: Vec<ComponentInfo>,
     /// Parameters that pass the filter.
     pub params: Vec<ParamInfo>,
@@ -206,6 +183,24 @@ impl fmt::Display for Report {
     }
 }
 
+/// The components as JSON objects, one field each. `ComponentInfo` is
+/// the library's plain listing, with no serialisation of its own.
+fn components_json<S: Serializer>(components: &[ComponentInfo], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Json<'a> {
+        framework: &'a str,
+        name: &'a str,
+        version: &'a str,
+        framework_version: &'a str,
+    }
+    s.collect_seq(components.iter().map(|c| Json {
+        framework: &c.framework,
+        name: &c.name,
+        version: &c.version,
+        framework_version: &c.framework_version,
+    }))
+}
+
 fn kind_text(p: &Param<'_>) -> String {
     use btl_core::mca::{DisplaySize, ParamKind};
     match p.spec.kind {
@@ -228,8 +223,8 @@ fn source_text(source: Source, file: Option<&str>, p: &Param<'_>) -> String {
 mod tests {
     use super::*;
     use btl_core::mca::{
-        BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Modules, NotAvailable, ParamKind, ParamSpec,
-        RegisterError, Registry, register_framework_params,
+        BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind,
+        ParamSpec, RegisterError, Registry, register_framework_params,
     };
 
     static EAGER: ParamSpec = ParamSpec::new("btl", "demo", "eager_limit", ParamKind::SIZE, "4k")

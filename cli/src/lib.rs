@@ -1,0 +1,19 @@
+//! `btl-cli`: what the `btl` command is made of, apart from the library a
+//! service links (`btl-std`).
+//!
+//! - [`info`]: the report of `btl info`, components and parameters as text
+//!   or JSON;
+//! - [`launch`]: how the command opens a module of the chosen BTL from the
+//!   parameters and meets its peer;
+//! - [`bench`](mod@bench): the measurements between two processes
+//!   (ping-pong latency, bandwidth, message rate) and the messages they
+//!   exchange;
+//! - [`raw`]: the same measurements over a plain TCP socket, the baseline;
+//! - [`plot`]: the chart comparing the two, as SVG.
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod info;
+pub mod launch;
+pub mod plot;
+pub mod raw;

@@ -4,11 +4,13 @@
 //! `btl serve` and `btl connect HOST:PORT`.
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::loopback::{Loopback, SelfComponent};
 use btl_core::mca::{Component, Params, Source};
+use btl_core::pool::PoolCell;
 
 use btl_std::ParamRegistry;
 use btl_std::bootstrap::Bootstrap;
@@ -20,7 +22,7 @@ use btl_std::transports::udp::{UdpComponent, UdpModule};
 pub const JOB_KEY_VAR: &str = "BTL_JOB_KEY";
 
 /// The loopback module of the command (`--btl self`).
-pub type SelfModule = Loopback<'static, 'static, 16, 256>;
+pub type SelfModule = Loopback<Pin<Box<[PoolCell]>>, &'static mut [u8], 16, 256>;
 
 /// Where a run's parameters come from, besides the defaults: a config
 /// file (`--param-file`, else `$BTL_PARAM_FILE` or the user's default
@@ -116,13 +118,16 @@ pub fn udp_module(
 /// The loopback module of process `me`.
 pub fn self_module(sources: &ParamSources, me: ProcName) -> Result<SelfModule, String> {
     let setup = sources.setup(&mut SelfComponent::default())?;
-    // One module per process, alive until it exits.
-    let region: &'static mut [u8] = Box::leak(vec![0u8; setup.required_bytes()].into_boxed_slice());
-    setup.build(region, me).map_err(|e| format!("self: {e:?}"))
+    let region: Box<[PoolCell]> = std::iter::repeat_with(PoolCell::new)
+        .take(setup.required_bytes())
+        .collect();
+    setup
+        .build(Box::into_pin(region), me)
+        .map_err(|e| format!("self: {e:?}"))
 }
 
 /// Makes `proc` known to `btl`; its endpoint, or why not.
-pub fn reach<B: btl_core::btl::Btl<'static>>(
+pub fn reach<B: btl_core::btl::Btl + ?Sized>(
     btl: &mut B,
     proc: ProcName,
 ) -> Result<EndpointId, String> {

@@ -27,7 +27,7 @@ fn bench(c: &mut Criterion) {
     let mut region = vec![0u8; FragmentPools::required_bytes(&cfg)];
     let pools = FragmentPools::new(&mut region, cfg).expect("pools");
     let me = ProcName::new(1, 0);
-    let mut btl = Loopback::<'_, '_, 4, WINDOW>::new(me, pools);
+    let mut btl = Loopback::<_, &mut [u8], 4, WINDOW>::new(me, pools);
     let mut eps = [None];
     let mut words = [0u64];
     btl.add_procs(&[me], &mut eps, &mut Reachability::new(&mut words))

@@ -18,7 +18,7 @@ use bitflags::bitflags;
 use core::fmt;
 
 use crate::btl::{MemSlice, Tag};
-use crate::pool::{ForeignFragment, Fragment, FragmentPools, PoolError};
+use crate::pool::{ForeignFragment, Fragment, PoolError, PoolsRef};
 
 bitflags! {
     /// How the BTL treats a descriptor after it has been sent.
@@ -90,7 +90,7 @@ impl Descriptor {
     /// from the smallest fragment class that holds them all (Open MPI's
     /// `btl_alloc`).
     pub fn alloc(
-        pools: &FragmentPools<'_>,
+        pools: PoolsRef<'_>,
         headroom: u16,
         reserve: usize,
         len: usize,
@@ -119,7 +119,7 @@ impl Descriptor {
     /// `reserve`-byte header (Open MPI's `prepare_src` for data that is not
     /// registered); `data` is free again at once.
     pub fn prepare_src(
-        pools: &FragmentPools<'_>,
+        pools: PoolsRef<'_>,
         headroom: u16,
         reserve: usize,
         data: &[u8],
@@ -142,7 +142,7 @@ impl Descriptor {
     /// A descriptor that sends a `reserve`-byte header from a fragment, then
     /// the registered memory `data` in place, without copying it.
     pub fn prepare_src_inplace(
-        pools: &FragmentPools<'_>,
+        pools: PoolsRef<'_>,
         headroom: u16,
         reserve: usize,
         data: MemSlice,
@@ -156,19 +156,13 @@ impl Descriptor {
     }
 
     /// The headroom, for the BTL to write its packet header into.
-    pub fn headroom_mut<'a>(
-        &'a mut self,
-        pools: &'a FragmentPools<'_>,
-    ) -> Result<&'a mut [u8], PoolError> {
+    pub fn headroom_mut<'a>(&'a mut self, pools: PoolsRef<'a>) -> Result<&'a mut [u8], PoolError> {
         let headroom = usize::from(self.headroom);
         Ok(&mut pools.bytes_mut(&mut self.fragment)?[..headroom])
     }
 
     /// The header reserve, for the upper layer to write its header into.
-    pub fn header_mut<'a>(
-        &'a mut self,
-        pools: &'a FragmentPools<'_>,
-    ) -> Result<&'a mut [u8], PoolError> {
+    pub fn header_mut<'a>(&'a mut self, pools: PoolsRef<'a>) -> Result<&'a mut [u8], PoolError> {
         let start = usize::from(self.headroom);
         let end = start + self.reserve as usize;
         Ok(&mut pools.bytes_mut(&mut self.fragment)?[start..end])
@@ -176,19 +170,13 @@ impl Descriptor {
 
     /// The inline payload after the reserve (what [`Descriptor::alloc`] asked
     /// for, or the copy `prepare_src` made).
-    pub fn payload_mut<'a>(
-        &'a mut self,
-        pools: &'a FragmentPools<'_>,
-    ) -> Result<&'a mut [u8], PoolError> {
+    pub fn payload_mut<'a>(&'a mut self, pools: PoolsRef<'a>) -> Result<&'a mut [u8], PoolError> {
         let (start, end) = self.inline_range();
         Ok(&mut pools.bytes_mut(&mut self.fragment)?[start..end])
     }
 
     /// The first segment: headroom, header reserve and inline payload.
-    pub fn fragment_bytes<'a>(
-        &'a self,
-        pools: &'a FragmentPools<'_>,
-    ) -> Result<&'a [u8], PoolError> {
+    pub fn fragment_bytes<'a>(&'a self, pools: PoolsRef<'a>) -> Result<&'a [u8], PoolError> {
         let (_, end) = self.inline_range();
         Ok(&pools.bytes(&self.fragment)?[..end])
     }
@@ -253,7 +241,7 @@ impl Descriptor {
     }
 
     /// Returns the descriptor's fragment to `pools`.
-    pub fn free(self, pools: &FragmentPools<'_>) -> Result<(), ForeignFragment> {
+    pub fn free(self, pools: PoolsRef<'_>) -> Result<(), ForeignFragment> {
         pools.free(self.fragment)
     }
 
@@ -274,8 +262,8 @@ fn lengths(reserve: usize, inline: usize) -> Result<(u32, u32), DescError> {
 mod tests {
     extern crate std;
     use super::*;
-    use crate::btl::{Access, Registrations};
-    use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
+    use crate::btl::{Access, RegSlot, Registrations};
+    use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
     use std::vec;
 
     fn config() -> FragmentPoolsConfig {
@@ -292,11 +280,11 @@ mod tests {
         }
     }
 
-    fn with_pools(test: impl FnOnce(&FragmentPools<'_>)) {
+    fn with_pools(test: impl FnOnce(PoolsRef<'_>)) {
         let cfg = config();
         let mut region = vec![0u8; FragmentPools::required_bytes(&cfg)];
         let pools = FragmentPools::new(&mut region, cfg).expect("pools");
-        test(&pools);
+        test(pools.view());
     }
 
     #[test]
@@ -320,10 +308,10 @@ mod tests {
     fn registered_data_is_referenced_and_the_fragment_holds_only_the_reserve() {
         with_pools(|pools| {
             let mut region = vec![3u8; 4096];
-            let mut regs = Registrations::<1>::new();
-            let handle = regs
-                .register(&mut region, Access::empty())
-                .expect("register");
+            let mut regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 1]>::inline();
+            let Ok(handle) = regs.register(&mut region, Access::empty()) else {
+                panic!("a free slot");
+            };
             let slice = MemSlice {
                 handle,
                 offset: 0,

@@ -13,7 +13,7 @@ use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{ProcName, Reachability};
 use btl_core::loopback::Loopback;
-use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig, PoolCell};
 
 struct Counting;
 
@@ -43,7 +43,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-type Self16<'r, 'm> = Loopback<'r, 'm, 2, 16>;
+type Self16<'r, 'm> = Loopback<&'r [PoolCell], &'m mut [u8], 2, 16>;
 
 #[test]
 fn the_loopback_data_path_does_not_allocate() {

@@ -16,7 +16,11 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32 as PlainU32, AtomicUsize};
 
-use btl_core::pool::{Fragment, FragmentClass, FragmentPool, FragmentPoolConfig, PoolError};
+use std::pin::Pin;
+
+use btl_core::pool::{
+    Fragment, FragmentClass, FragmentPool, FragmentPoolConfig, PoolCell, PoolError,
+};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::thread;
@@ -25,7 +29,7 @@ use loom::thread;
 /// recorded in loom atomics so that a double hand-out is seen whatever the
 /// interleaving: swapping the owner in must find 0.
 struct Shared {
-    pool: FragmentPool<'static>,
+    pool: FragmentPool<Pin<Box<[PoolCell]>>>,
     owners: Vec<AtomicU32>,
     /// Whether an alloc may fail while another thread publishes a batch
     /// (growth with `inc > 1`); otherwise every alloc must succeed, as the
@@ -40,10 +44,13 @@ struct Shared {
 
 impl Shared {
     fn new(cfg: FragmentPoolConfig) -> Arc<Self> {
-        // Threads need `'static`; the region is small and leaked per run.
-        let region = Box::leak(vec![0u8; FragmentPool::required_bytes(&cfg)].into_boxed_slice());
+        // Threads need `'static`: the pool owns its region.
+        let region: Box<[PoolCell]> = std::iter::repeat_with(PoolCell::new)
+            .take(FragmentPool::required_bytes(&cfg))
+            .collect();
         Arc::new(Shared {
-            pool: FragmentPool::new(region, FragmentClass::Eager, cfg).expect("pool"),
+            pool: FragmentPool::owning(Box::into_pin(region), FragmentClass::Eager, cfg)
+                .expect("pool"),
             owners: (0..cfg.max).map(|_| AtomicU32::new(0)).collect(),
             may_fail: cfg.inc > 1 && cfg.num < cfg.max,
             held: PlainU32::new(0),

@@ -171,7 +171,7 @@ impl SimModule {
         }
     }
 
-    fn btl(&mut self) -> &mut dyn Btl<'static> {
+    fn btl(&mut self) -> &mut dyn Btl<Memory = &'static mut [u8]> {
         match self {
             SimModule::Tcp(m) => m,
             SimModule::Udp(m) => m,
@@ -191,7 +191,7 @@ impl Drop for SimModule {
 }
 
 /// Fragments in use in every pool of `btl`.
-fn in_use(btl: &dyn Btl<'static>) -> u32 {
+fn in_use(btl: &dyn Btl<Memory = &'static mut [u8]>) -> u32 {
     FragmentClass::ALL
         .iter()
         .map(|&c| btl.pools().stats(c).in_use)
@@ -601,7 +601,7 @@ fn plan_message(seed: u64, from: u32, to: u32, i: u32, max: usize) -> (u8, usize
 /// allow, take what comes, and settle once every peer is done with or
 /// lost; then, when every host has settled, finalize.
 async fn run_host(
-    btl: &mut dyn Btl<'static>,
+    btl: &mut dyn Btl<Memory = &'static mut [u8]>,
     rank: u32,
     start: u32,
     plan: &Plan,
@@ -698,7 +698,7 @@ async fn run_host(
 /// after the put its get of the same bytes back.
 #[allow(clippy::too_many_arguments)]
 fn post_bulk(
-    btl: &mut dyn Btl<'static>,
+    btl: &mut dyn Btl<Memory = &'static mut [u8]>,
     rank: u32,
     others: &[u32],
     eps: &[EndpointId],
@@ -755,7 +755,7 @@ fn post_bulk(
 /// Posts to each live peer what the credits allow, in order.
 #[allow(clippy::too_many_arguments)]
 fn post_all(
-    btl: &mut dyn Btl<'static>,
+    btl: &mut dyn Btl<Memory = &'static mut [u8]>,
     rank: u32,
     others: &[u32],
     eps: &[EndpointId],

@@ -13,7 +13,11 @@ mod common;
 use common::{DEADLINE, local, pair, remote, tcp, udp};
 
 /// Progresses both until `done` says so, within the deadline.
-fn run<M: Btl<'static>>(a: &mut M, b: &mut M, mut done: impl FnMut(&mut M, &mut M) -> bool) {
+fn run<M: Btl<Memory = &'static mut [u8]>>(
+    a: &mut M,
+    b: &mut M,
+    mut done: impl FnMut(&mut M, &mut M) -> bool,
+) {
     let start = Instant::now();
     while !done(a, b) {
         assert!(
@@ -26,7 +30,7 @@ fn run<M: Btl<'static>>(a: &mut M, b: &mut M, mut done: impl FnMut(&mut M, &mut 
 }
 
 /// Messages from A to B, then a put of 3 MiB and a get of it back.
-fn exchange<M: Btl<'static>>(mut a: M, mut b: M, b_at_a: EndpointId) -> (M, M) {
+fn exchange<M: Btl<Memory = &'static mut [u8]>>(mut a: M, mut b: M, b_at_a: EndpointId) -> (M, M) {
     let max = a.attributes().max_send_size as u32;
     for i in 0..50u32 {
         let data: Vec<u8> = (0..(i * 997) % max).map(|x| (x ^ i) as u8).collect();

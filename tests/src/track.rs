@@ -13,7 +13,7 @@ use btl_core::btl::{
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::EndpointId;
-use btl_core::pool::{FragmentClass, FragmentPools};
+use btl_core::pool::{FragmentClass, PoolsRef};
 
 use crate::world::{Capabilities, Side, World};
 
@@ -367,7 +367,7 @@ impl Tracker {
 /// The bytes a caller wrote in a descriptor: its first segment (header
 /// reserve and inline payload) without the headroom in front, which is the
 /// BTL's own (its packet header, for an engine).
-pub fn written_bytes(desc: &Descriptor, pools: &FragmentPools<'_>) -> Vec<u8> {
+pub fn written_bytes(desc: &Descriptor, pools: PoolsRef<'_>) -> Vec<u8> {
     let bytes = desc
         .fragment_bytes(pools)
         .expect("a returned descriptor's bytes");

@@ -11,6 +11,9 @@
 use btl_core::btl::{Btl, LostReason};
 use btl_core::endpoint::EndpointId;
 
+/// How the harnesses' BTLs hold registered memory.
+pub type Memory = &'static mut [u8];
+
 /// One of the two processes of a conformance test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
@@ -136,7 +139,7 @@ pub trait World {
 
     /// The BTL of `side` (the same object for both sides when
     /// [`Capabilities::same_btl`]).
-    fn btl(&mut self, side: Side) -> &mut dyn Btl<'static>;
+    fn btl(&mut self, side: Side) -> &mut dyn Btl<Memory = Memory>;
 
     /// The endpoint through which `side` reaches the other side.
     fn peer(&self, side: Side) -> EndpointId;

@@ -1,7 +1,8 @@
 //! Registered memory: the regions a BTL may read and write on behalf of a
 //! peer, for `put`, `get` and in-place sends.
 //!
-//! A region is lent to the BTL for its lifetime `'m` and named by a local
+//! A region is handed to the BTL (lent for a lifetime, or an owned buffer
+//! it gives back at deregistration) and named by a local
 //! [`MemHandle`]; peers name it by a [`RemoteKey`] (8 bytes on the wire), an
 //! offset and a length, never by an address. Every remote access is checked
 //! against the registration: the key must be current (a key of a
@@ -9,7 +10,9 @@
 //! must lie inside the region, and the region must allow that access.
 
 use bitflags::bitflags;
+use core::borrow::BorrowMut;
 use core::fmt;
+use core::marker::PhantomData;
 
 bitflags! {
     /// What peers may do with a registered region.
@@ -121,37 +124,93 @@ impl fmt::Display for MemError {
 
 impl core::error::Error for MemError {}
 
-#[derive(Debug, Default)]
-struct Slot<'m> {
-    region: Option<&'m mut [u8]>,
-    access: Option<Access>,
+/// One registration: the region while it is registered, what peers may do
+/// with it, and the generation its handles carry.
+#[derive(Debug)]
+pub struct RegSlot<M> {
+    region: Option<M>,
+    access: Access,
     generation: u32,
 }
 
-/// A fixed table of up to `N` registered regions.
-#[derive(Debug)]
-pub struct Registrations<'m, const N: usize> {
-    slots: [Slot<'m>; N],
+impl<M> RegSlot<M> {
+    /// A slot never used.
+    pub const EMPTY: Self = RegSlot {
+        region: None,
+        access: Access::empty(),
+        generation: 0,
+    };
 }
 
-impl<const N: usize> Default for Registrations<'_, N> {
+impl<M> Default for RegSlot<M> {
     fn default() -> Self {
-        Self::new()
+        Self::EMPTY
     }
 }
 
-impl<'m, const N: usize> Registrations<'m, N> {
-    /// An empty table; `N` must fit the 16-bit slot index.
-    pub fn new() -> Self {
-        assert!(N <= 1 << 16, "at most 65536 registrations");
+/// A registration refused: why, and the region back, still the caller's.
+#[derive(Debug)]
+pub struct Refused<M> {
+    /// Why the region was not registered.
+    pub error: MemError,
+    /// The region, handed back.
+    pub region: M,
+}
+
+/// A table of registered regions in slots the caller provides (`C`: an
+/// array, a lent slice, a box), each region held as `M` (`&mut [u8]`, or an
+/// owned buffer the table keeps until deregistration hands it back).
+#[derive(Debug)]
+pub struct Registrations<M, C> {
+    slots: C,
+    _memory: PhantomData<M>,
+}
+
+impl<M, const N: usize> Registrations<M, [RegSlot<M>; N]> {
+    /// An empty table of `N` slots held inline.
+    pub const fn inline() -> Self {
         Registrations {
-            slots: core::array::from_fn(|_| Slot::default()),
+            slots: [const { RegSlot::EMPTY }; N],
+            _memory: PhantomData,
         }
+    }
+}
+
+impl<M, const N: usize> Default for Registrations<M, [RegSlot<M>; N]> {
+    fn default() -> Self {
+        Self::inline()
+    }
+}
+
+impl<M: AsRef<[u8]> + AsMut<[u8]>, C: BorrowMut<[RegSlot<M>]>> Registrations<M, C> {
+    /// A table over `slots`, which must be empty; at most 65536 of them are
+    /// used (the handle's slot index is 16 bits).
+    pub fn new(slots: C) -> Self {
+        Registrations {
+            slots,
+            _memory: PhantomData,
+        }
+    }
+
+    fn slots(&self) -> &[RegSlot<M>] {
+        let slots = self.slots.borrow();
+        &slots[..slots.len().min(1 << 16)]
+    }
+
+    fn slots_mut(&mut self) -> &mut [RegSlot<M>] {
+        let slots = self.slots.borrow_mut();
+        let n = slots.len().min(1 << 16);
+        &mut slots[..n]
+    }
+
+    /// Slots in all, registered or free.
+    pub fn capacity(&self) -> usize {
+        self.slots().len()
     }
 
     /// Regions registered now.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.region.is_some()).count()
+        self.slots().iter().filter(|s| s.region.is_some()).count()
     }
 
     /// Whether no region is registered.
@@ -159,23 +218,25 @@ impl<'m, const N: usize> Registrations<'m, N> {
         self.len() == 0
     }
 
-    /// Lends `region` to the table with the given peer access.
-    pub fn register(
-        &mut self,
-        region: &'m mut [u8],
-        access: Access,
-    ) -> Result<MemHandle, MemError> {
-        let (index, slot) = self
-            .slots
+    /// Lends `region` to the table with the given peer access; when every
+    /// slot is taken, the region comes back with [`MemError::Full`].
+    pub fn register(&mut self, region: M, access: Access) -> Result<MemHandle, Refused<M>> {
+        let Some((index, slot)) = self
+            .slots_mut()
             .iter_mut()
             .enumerate()
             .find(|(_, s)| s.region.is_none())
-            .ok_or(MemError::Full)?;
+        else {
+            return Err(Refused {
+                error: MemError::Full,
+                region,
+            });
+        };
         // Generations start at 1, so no key is ever 0, and never repeat for
         // a slot until 2^32 registrations of it: a stale key stays refused.
         slot.generation = slot.generation.wrapping_add(1).max(1);
         slot.region = Some(region);
-        slot.access = Some(access);
+        slot.access = access;
         Ok(MemHandle {
             index: index as u16,
             generation: slot.generation,
@@ -196,9 +257,9 @@ impl<'m, const N: usize> Registrations<'m, N> {
     }
 
     /// Ends a registration and gives the region back.
-    pub fn deregister(&mut self, handle: MemHandle) -> Result<&'m mut [u8], MemError> {
+    pub fn deregister(&mut self, handle: MemHandle) -> Result<M, MemError> {
         let slot = self.slot_mut(handle)?;
-        slot.access = None;
+        slot.access = Access::empty();
         slot.region.take().ok_or(MemError::UnknownRegion)
     }
 
@@ -206,7 +267,8 @@ impl<'m, const N: usize> Registrations<'m, N> {
     pub fn region(&self, handle: MemHandle) -> Result<&[u8], MemError> {
         self.slot(handle)?
             .region
-            .as_deref()
+            .as_ref()
+            .map(AsRef::as_ref)
             .ok_or(MemError::UnknownRegion)
     }
 
@@ -214,7 +276,8 @@ impl<'m, const N: usize> Registrations<'m, N> {
     pub fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], MemError> {
         self.slot_mut(handle)?
             .region
-            .as_deref_mut()
+            .as_mut()
+            .map(AsMut::as_mut)
             .ok_or(MemError::UnknownRegion)
     }
 
@@ -234,7 +297,10 @@ impl<'m, const N: usize> Registrations<'m, N> {
         let slot = self.slot(handle)?;
         check_access(slot, Access::REMOTE_READ)?;
         within(
-            slot.region.as_deref().ok_or(MemError::UnknownRegion)?,
+            slot.region
+                .as_ref()
+                .map(AsRef::as_ref)
+                .ok_or(MemError::UnknownRegion)?,
             s.offset,
             s.len,
         )
@@ -246,7 +312,10 @@ impl<'m, const N: usize> Registrations<'m, N> {
         let slot = self.slot_mut(handle)?;
         check_access(slot, Access::REMOTE_WRITE)?;
         within_mut(
-            slot.region.as_deref_mut().ok_or(MemError::UnknownRegion)?,
+            slot.region
+                .as_mut()
+                .map(AsMut::as_mut)
+                .ok_or(MemError::UnknownRegion)?,
             s.offset,
             s.len,
         )
@@ -267,21 +336,28 @@ impl<'m, const N: usize> Registrations<'m, N> {
                 size: dst_range.len() as u64,
             });
         }
+        let slots = self.slots_mut();
         if si == di {
-            let region = self.slots[si]
+            let region = slots[si]
                 .region
-                .as_deref_mut()
+                .as_mut()
+                .map(AsMut::as_mut)
                 .ok_or(MemError::UnknownRegion)?;
             region.copy_within(src_range, dst_range.start);
             return Ok(());
         }
-        let (low, high) = self.slots.split_at_mut(si.max(di));
+        let (low, high) = slots.split_at_mut(si.max(di));
         let (a, b) = (&mut low[si.min(di)], &mut high[0]);
         let (src_slot, dst_slot) = if si < di { (a, b) } else { (b, a) };
-        let from = src_slot.region.as_deref().ok_or(MemError::UnknownRegion)?;
+        let from = src_slot
+            .region
+            .as_ref()
+            .map(AsRef::as_ref)
+            .ok_or(MemError::UnknownRegion)?;
         let to = dst_slot
             .region
-            .as_deref_mut()
+            .as_mut()
+            .map(AsMut::as_mut)
             .ok_or(MemError::UnknownRegion)?;
         to[dst_range].copy_from_slice(&from[src_range]);
         Ok(())
@@ -304,29 +380,30 @@ impl<'m, const N: usize> Registrations<'m, N> {
         };
         let slot = self.slot(handle)?;
         check_access(slot, need)?;
-        let size = slot.region.as_deref().map_or(0, <[u8]>::len);
+        let size = slot.region.as_ref().map_or(0, |r| r.as_ref().len());
         Ok((usize::from(handle.index), range(size, offset, len)?))
     }
 
-    fn slot(&self, h: MemHandle) -> Result<&Slot<'m>, MemError> {
-        self.slots
+    fn slot(&self, h: MemHandle) -> Result<&RegSlot<M>, MemError> {
+        self.slots()
             .get(usize::from(h.index))
             .filter(|s| s.region.is_some() && s.generation == h.generation)
             .ok_or(MemError::UnknownRegion)
     }
 
-    fn slot_mut(&mut self, h: MemHandle) -> Result<&mut Slot<'m>, MemError> {
-        self.slots
+    fn slot_mut(&mut self, h: MemHandle) -> Result<&mut RegSlot<M>, MemError> {
+        self.slots_mut()
             .get_mut(usize::from(h.index))
             .filter(|s| s.region.is_some() && s.generation == h.generation)
             .ok_or(MemError::UnknownRegion)
     }
 }
 
-fn check_access(slot: &Slot<'_>, need: Access) -> Result<(), MemError> {
-    match slot.access {
-        Some(a) if a.contains(need) => Ok(()),
-        _ => Err(MemError::AccessDenied),
+fn check_access<M>(slot: &RegSlot<M>, need: Access) -> Result<(), MemError> {
+    if slot.access.contains(need) {
+        Ok(())
+    } else {
+        Err(MemError::AccessDenied)
     }
 }
 
@@ -369,7 +446,7 @@ mod tests {
     fn remote_access_is_checked_against_the_registration() {
         let mut a = [1u8; 16];
         let mut b = [0u8; 16];
-        let mut regs = Registrations::<4>::new();
+        let mut regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 4]>::inline();
         let ra = regs.register(&mut a, Access::REMOTE_READ).expect("a");
         let rb = regs.register(&mut b, Access::REMOTE_WRITE).expect("b");
 
@@ -405,7 +482,7 @@ mod tests {
     fn copy_between_regions_and_within_one() {
         let mut a = *b"abcdefgh";
         let mut b = [0u8; 8];
-        let mut regs = Registrations::<2>::new();
+        let mut regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 2]>::inline();
         let ra = regs.register(&mut a, Access::all()).expect("a");
         let rb = regs.register(&mut b, Access::REMOTE_WRITE).expect("b");
         let r = |h, o, l| Side::Remote(rs(h, o, l));
@@ -437,13 +514,13 @@ mod tests {
     fn stale_keys_are_refused_after_the_slot_is_reused() {
         let mut a = [0u8; 4];
         let mut b = [0u8; 4];
-        let mut regs = Registrations::<1>::new();
+        let mut regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 1]>::inline();
         let ha = regs.register(&mut a, Access::all()).expect("a");
         let mut spare = [0u8; 1];
-        assert_eq!(
-            regs.register(&mut spare, Access::all()),
-            Err(MemError::Full)
-        );
+        let refused = regs
+            .register(&mut spare, Access::all())
+            .expect_err("no free slot");
+        assert_eq!((refused.error, refused.region.len()), (MemError::Full, 1));
         let back = regs.deregister(ha).expect("dereg");
         assert_eq!(back.len(), 4);
         let hb = regs.register(&mut b, Access::all()).expect("b");
@@ -456,7 +533,7 @@ mod tests {
     #[test]
     fn local_slices_are_bounds_checked() {
         let mut a = [5u8; 8];
-        let mut regs = Registrations::<1>::new();
+        let mut regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 1]>::inline();
         let h = regs.register(&mut a, Access::empty()).expect("a");
         let s = MemSlice {
             handle: h,
@@ -479,7 +556,7 @@ mod tests {
         #[test]
         fn any_remote_slice_is_refused_or_in_bounds(key in proptest::num::u64::ANY, offset in proptest::num::u64::ANY, len in 0u64..64) {
             let mut a = [0u8; 32];
-            let mut regs = Registrations::<2>::new();
+            let mut regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 2]>::inline();
             let h = regs.register(&mut a, Access::all()).expect("a");
             for key in [RemoteKey(key), h.remote_key()] {
                 let s = RemoteSlice { key, offset, len };

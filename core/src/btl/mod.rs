@@ -14,11 +14,13 @@
 //!   borrowing the BTL: a received message is seen in place and is valid
 //!   only until the next call, exactly Open MPI's "valid only during the
 //!   callback". [`TagTable`] turns received messages into handler calls.
-//! - **Memory is lent.** [`Btl::register_mem`] takes a region for the BTL's
-//!   lifetime `'m`; peers name it by [`RemoteKey`], offset and length, and
-//!   every remote access is checked against the registration. In-place sends
-//!   reference registered memory, so a queued descriptor never borrows user
-//!   memory the compiler cannot see.
+//! - **Memory is handed over.** [`Btl::register_mem`] takes a region as the
+//!   module holds memory ([`Btl::Memory`]: a `&'m mut [u8]` lent for the
+//!   module's lifetime, or an owned buffer), and
+//!   [`Btl::deregister_mem`] hands it back; peers name it by [`RemoteKey`],
+//!   offset and length, and every remote access is checked against the
+//!   registration. In-place sends reference registered memory, so a queued
+//!   descriptor never borrows user memory the compiler cannot see.
 //!
 //! Every operation ends exactly once: with its immediate result, or with one
 //! completion event carrying success or a typed [`BtlError`].
@@ -31,13 +33,13 @@ mod tag;
 pub use attributes::{Attributes, BtlFlags};
 pub use error::{BtlError, LostReason, RejectCode};
 pub use memory::{
-    Access, MemError, MemHandle, MemSlice, Registrations, RemoteKey, RemoteSlice, Side,
+    Access, MemError, MemHandle, MemSlice, RegSlot, Registrations, RemoteKey, RemoteSlice, Side,
 };
 pub use tag::{Handler, Incoming, Tag, TagError, TagRange, TagTable};
 
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
-use crate::pool::FragmentPools;
+use crate::pool::PoolsRef;
 
 /// What a `send` came to when it did not fail.
 #[derive(Debug)]
@@ -58,6 +60,32 @@ pub struct SendError {
     pub error: BtlError,
     /// The descriptor, still the caller's.
     pub desc: Descriptor,
+}
+
+/// A refused `register_mem`: why, and the region back.
+#[derive(Debug)]
+pub struct RegisterError<M> {
+    /// Why the region was not registered.
+    pub error: BtlError,
+    /// The region, still the caller's.
+    pub region: M,
+}
+
+impl<M> core::fmt::Display for RegisterError<M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "registering memory: {}", self.error)
+    }
+}
+
+impl<M: core::fmt::Debug> core::error::Error for RegisterError<M> {}
+
+impl<M> From<memory::Refused<M>> for RegisterError<M> {
+    fn from(r: memory::Refused<M>) -> Self {
+        RegisterError {
+            error: r.error.into(),
+            region: r.region,
+        }
+    }
 }
 
 /// Identifies a put or get until its completion event.
@@ -171,15 +199,19 @@ impl From<Completion> for Event<'_> {
     }
 }
 
-/// The interface of one BTL module. `'m` is how long registered memory is
-/// lent to it.
-pub trait Btl<'m> {
+/// The interface of one BTL module.
+pub trait Btl {
+    /// How the module holds registered memory: `&'m mut [u8]` lent for a
+    /// lifetime, or an owned buffer (`Vec<u8>`, `Box<[u8]>`) that it keeps
+    /// until [`deregister_mem`](Self::deregister_mem) hands it back.
+    type Memory: AsRef<[u8]> + AsMut<[u8]>;
+
     /// The module's published attributes.
     fn attributes(&self) -> &Attributes;
 
     /// The fragment pools descriptors come from, to fill their headers and
     /// payloads (`Descriptor::header_mut(btl.pools())`).
-    fn pools(&self) -> &FragmentPools<'_>;
+    fn pools(&self) -> PoolsRef<'_>;
 
     /// Makes the processes known: `endpoints[i]` and bit `i` of `reachable`
     /// are set for every `procs[i]` this module reaches. Connections are made
@@ -261,12 +293,17 @@ pub trait Btl<'m> {
         flags: DescFlags,
     ) -> Result<(), BtlError>;
 
-    /// Lends `region` to the module for put, get and in-place sends.
-    fn register_mem(&mut self, region: &'m mut [u8], access: Access)
-    -> Result<MemHandle, BtlError>;
+    /// Hands `region` to the module for put, get and in-place sends, until
+    /// [`deregister_mem`](Self::deregister_mem); a refused region comes back
+    /// in the error.
+    fn register_mem(
+        &mut self,
+        region: Self::Memory,
+        access: Access,
+    ) -> Result<MemHandle, RegisterError<Self::Memory>>;
 
     /// Ends a registration and gives the region back.
-    fn deregister_mem(&mut self, handle: MemHandle) -> Result<&'m mut [u8], BtlError>;
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<Self::Memory, BtlError>;
 
     /// A registered region, to read what puts and gets left there.
     fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError>;

@@ -9,7 +9,8 @@ use crate::mca::{
     RegisterError, Version,
 };
 use crate::pool::{
-    FragmentPools, FragmentPoolsConfig, PoolDefaults, PoolError, PoolParams, pool_param_specs,
+    FragmentPools, FragmentPoolsConfig, PoolDefaults, PoolError, PoolParams, Region,
+    pool_param_specs,
 };
 
 /// The loopback's pool parameters (`btl_self_eager_limit`, ...): a process
@@ -46,13 +47,18 @@ impl LoopbackSetup {
         FragmentPools::required_bytes(&self.pools)
     }
 
-    /// The loopback of process `me`, its pools carved from `region`.
-    pub fn build<'r, 'm, const REGS: usize, const QUEUE: usize>(
+    /// The loopback of process `me`, its pools carved from `region` (lent
+    /// cells, [`PoolCell::from_mut`](crate::pool::PoolCell::from_mut), or
+    /// one the module keeps).
+    pub fn build<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: usize>(
         &self,
-        region: &'r mut [u8],
+        region: R,
         me: ProcName,
-    ) -> Result<Loopback<'r, 'm, REGS, QUEUE>, PoolError> {
-        Ok(Loopback::new(me, FragmentPools::new(region, self.pools)?))
+    ) -> Result<Loopback<R, M, REGS, QUEUE>, PoolError> {
+        Ok(Loopback::new(
+            me,
+            FragmentPools::owning(region, self.pools)?,
+        ))
     }
 }
 

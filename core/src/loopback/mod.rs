@@ -16,12 +16,13 @@ use heapless::Deque;
 
 use crate::btl::{
     Access, Attributes, Btl, BtlError, BtlFlags, Completion, Event, Incoming, LostReason,
-    MemHandle, MemSlice, OpId, Registrations, RemoteSlice, SendError, SendStatus, Side, Tag,
+    MemHandle, MemSlice, OpId, RegSlot, RegisterError, Registrations, RemoteSlice, SendError,
+    SendStatus, Side, Tag,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 use crate::mca::Exclusivity;
-use crate::pool::FragmentPools;
+use crate::pool::{FragmentPools, PoolsRef, Region};
 
 /// Largest header + payload of one `sendi`.
 pub const SENDI_MAX: usize = 256;
@@ -44,13 +45,13 @@ enum Pending {
     Done(Completion),
 }
 
-/// The `self` BTL module. `'r` is the fragment pools' region, `'m` the
-/// lifetime of registered memory.
-pub struct Loopback<'r, 'm, const REGS: usize, const QUEUE: usize> {
+/// The `self` BTL module. `R` holds the fragment pools' region (see
+/// [`FragmentPools`]), `M` registered memory (see [`Btl::Memory`]).
+pub struct Loopback<R, M, const REGS: usize, const QUEUE: usize> {
     me: ProcName,
     attributes: Attributes,
-    pools: FragmentPools<'r>,
-    regs: Registrations<'m, REGS>,
+    pools: FragmentPools<R>,
+    regs: Registrations<M, [RegSlot<M>; REGS]>,
     queue: Deque<Pending, QUEUE>,
     /// The message handed out by the last `poll_event`, released by the next.
     delivered: Option<(Tag, Payload)>,
@@ -61,12 +62,14 @@ pub struct Loopback<'r, 'm, const REGS: usize, const QUEUE: usize> {
     finalized: bool,
 }
 
-impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE> {
+impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: usize>
+    Loopback<R, M, REGS, QUEUE>
+{
     /// The loopback of process `me`, with descriptors from `pools`.
-    pub fn new(me: ProcName, pools: FragmentPools<'r>) -> Self {
+    pub fn new(me: ProcName, pools: FragmentPools<R>) -> Self {
         assert!(QUEUE <= u16::MAX as usize, "at most 65535 queued events");
-        let eager = pools.class_size(crate::pool::FragmentClass::Eager);
-        let max = pools.class_size(crate::pool::FragmentClass::Max);
+        let eager = pools.view().class_size(crate::pool::FragmentClass::Eager);
+        let max = pools.view().class_size(crate::pool::FragmentClass::Max);
         Loopback {
             me,
             attributes: Attributes {
@@ -86,7 +89,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE
                 registration_handle_size: 8,
             },
             pools,
-            regs: Registrations::new(),
+            regs: Registrations::inline(),
             queue: Deque::new(),
             delivered: None,
             slots: [[0; SENDI_MAX]; QUEUE],
@@ -138,7 +141,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE
         let flags = desc.flags();
         let owned = flags.contains(DescFlags::BTL_OWNERSHIP);
         let desc = if owned {
-            let _ = desc.free(&self.pools);
+            let _ = desc.free(self.pools.view());
             None
         } else {
             Some(desc)
@@ -188,13 +191,17 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Loopback<'r, 'm, REGS, QUEUE
     }
 }
 
-impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm, REGS, QUEUE> {
+impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: usize> Btl
+    for Loopback<R, M, REGS, QUEUE>
+{
+    type Memory = M;
+
     fn attributes(&self) -> &Attributes {
         &self.attributes
     }
 
-    fn pools(&self) -> &FragmentPools<'_> {
-        &self.pools
+    fn pools(&self) -> PoolsRef<'_> {
+        self.pools.view()
     }
 
     fn add_procs(
@@ -239,11 +246,11 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check(endpoint)?;
-        Descriptor::alloc(&self.pools, 0, 0, size, order, flags).map_err(desc_error)
+        Descriptor::alloc(self.pools.view(), 0, 0, size, order, flags).map_err(desc_error)
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
-        desc.free(&self.pools)
+        desc.free(self.pools.view())
             .map_err(|_| BtlError::Memory(crate::btl::MemError::UnknownRegion))
     }
 
@@ -256,7 +263,8 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check(endpoint)?;
-        Descriptor::prepare_src(&self.pools, 0, reserve, data, order, flags).map_err(desc_error)
+        Descriptor::prepare_src(self.pools.view(), 0, reserve, data, order, flags)
+            .map_err(desc_error)
     }
 
     fn prepare_src_registered(
@@ -271,7 +279,8 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         // No SEND_INPLACE: a received message is one contiguous slice, so
         // registered data is copied like any other.
         let bytes = self.regs.slice(data)?;
-        Descriptor::prepare_src(&self.pools, 0, reserve, bytes, order, flags).map_err(desc_error)
+        Descriptor::prepare_src(self.pools.view(), 0, reserve, bytes, order, flags)
+            .map_err(desc_error)
     }
 
     fn send(
@@ -344,18 +353,17 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
         Ok(())
     }
 
-    fn register_mem(
-        &mut self,
-        region: &'m mut [u8],
-        access: Access,
-    ) -> Result<MemHandle, BtlError> {
+    fn register_mem(&mut self, region: M, access: Access) -> Result<MemHandle, RegisterError<M>> {
         if self.finalized {
-            return Err(BtlError::Finalized);
+            return Err(RegisterError {
+                error: BtlError::Finalized,
+                region,
+            });
         }
         Ok(self.regs.register(region, access)?)
     }
 
-    fn deregister_mem(&mut self, handle: MemHandle) -> Result<&'m mut [u8], BtlError> {
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<M, BtlError> {
         Ok(self.regs.deregister(handle)?)
     }
 
@@ -415,7 +423,7 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
                 let (_, payload) = self.delivered.as_ref()?;
                 let data = match payload {
                     Payload::Slot { slot, len } => &self.slots[*slot][..*len],
-                    Payload::Descriptor(desc) => desc.fragment_bytes(&self.pools).ok()?,
+                    Payload::Descriptor(desc) => desc.fragment_bytes(self.pools.view()).ok()?,
                 };
                 Some(Event::Received(Incoming {
                     from: ME,
@@ -436,7 +444,9 @@ impl<'r, 'm, const REGS: usize, const QUEUE: usize> Btl<'m> for Loopback<'r, 'm,
     }
 }
 
-impl<const REGS: usize, const QUEUE: usize> Loopback<'_, '_, REGS, QUEUE> {
+impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: usize>
+    Loopback<R, M, REGS, QUEUE>
+{
     /// Fails every undelivered message's send with `error`; every other
     /// event stays to be polled.
     fn fail_undelivered(&mut self, error: BtlError) {

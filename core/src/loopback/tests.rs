@@ -5,7 +5,7 @@ use std::vec::Vec;
 
 use super::*;
 use crate::btl::{LostReason, MemError, RejectCode, RemoteKey, TagRange, TagTable};
-use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
+use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig, PoolCell};
 
 const ME_PROC: ProcName = ProcName::new(9, 3);
 
@@ -23,7 +23,7 @@ fn pools_config() -> FragmentPoolsConfig {
     }
 }
 
-type Small<'r, 'm> = Loopback<'r, 'm, 4, 4>;
+type Small<'r, 'm> = Loopback<&'r [PoolCell], &'m mut [u8], 4, 4>;
 
 fn with_loopback<'m>(test: impl FnOnce(&mut Small<'_, 'm>, EndpointId)) {
     let cfg = pools_config();

@@ -82,22 +82,33 @@ impl Deref for Head {
 }
 
 /// A Treiber stack of slot indices `0..max`, of which `ready` have been made
-/// available so far. `L` stores one link per slot.
-pub(super) struct FreeList<L> {
+/// available so far. The links, one per slot, are kept by the pool (in its
+/// region) and handed to each call as [`Links`].
+pub(super) struct FreeList {
     head: Head,
     ready: AtomicU32,
     max: u32,
     inc: u32,
-    links: L,
 }
 
-impl<L: Deref<Target = [AtomicU32]>> FreeList<L> {
+/// A free list's head and counters together with its links: what every
+/// operation needs, assembled by the pool for the length of one call.
+pub(super) struct Listed<'a> {
+    list: &'a FreeList,
+    links: &'a [AtomicU32],
+}
+
+impl FreeList {
     /// A list holding slots `0..num` in order (0 on top), growing by `inc`
-    /// up to `max`; `links` holds at least `max` atomics. The config has
-    /// been validated: `num <= max <= 65535`, `inc >= 1`.
-    pub(super) fn new(links: L, num: u32, max: u32, inc: u32) -> Self {
+    /// up to `max`; `links` holds at least `max` atomics, which are set
+    /// here. The config has been validated: `num <= max <= 65535`,
+    /// `inc >= 1`.
+    pub(super) fn new(links: &[AtomicU32], num: u32, max: u32, inc: u32) -> Self {
         debug_assert!(num <= max && max <= NIL && inc >= 1);
         debug_assert!(links.len() >= max as usize);
+        for link in &links[..max as usize] {
+            link.store(NIL, Ordering::Relaxed);
+        }
         for i in 0..num {
             let next = if i + 1 < num { i + 1 } else { NIL };
             links[i as usize].store(link_word(num - i, next), Ordering::Relaxed);
@@ -108,10 +119,31 @@ impl<L: Deref<Target = [AtomicU32]>> FreeList<L> {
             ready: AtomicU32::new(num),
             max,
             inc,
-            links,
         }
     }
 
+    /// The list with its links, for one operation. `links` must be the
+    /// atomics the list was made with.
+    pub(super) fn with<'a>(&'a self, links: &'a [AtomicU32]) -> Listed<'a> {
+        debug_assert!(links.len() >= self.max as usize);
+        Listed { list: self, links }
+    }
+
+    /// Slots made ready so far.
+    pub(super) fn ready(&self) -> u32 {
+        self.ready.load(Ordering::Relaxed)
+    }
+}
+
+impl Deref for Listed<'_> {
+    type Target = FreeList;
+
+    fn deref(&self) -> &FreeList {
+        self.list
+    }
+}
+
+impl Listed<'_> {
     fn link(&self, index: u32) -> &AtomicU32 {
         &self.links[index as usize]
     }
@@ -126,11 +158,6 @@ impl<L: Deref<Target = [AtomicU32]>> FreeList<L> {
         } else {
             self.link(index).load(Ordering::Relaxed) >> DEPTH_SHIFT
         }
-    }
-
-    /// Slots made ready so far.
-    pub(super) fn ready(&self) -> u32 {
-        self.ready.load(Ordering::Relaxed)
     }
 
     /// Free slots on the list: the top's depth. Exact when no push or pop

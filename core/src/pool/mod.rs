@@ -11,7 +11,13 @@
 //! [`FragmentPools`] holds the three classes a BTL needs, carved from one
 //! region: [`FragmentClass::Small`] (descriptor-sized, Open MPI's "rdma"
 //! list), [`FragmentClass::Eager`] (`eager_limit` bytes) and
-//! [`FragmentClass::Max`] (`max_send_size` bytes).
+//! [`FragmentClass::Max`] (`max_send_size` bytes). Descriptors and the
+//! `Btl` interface reach them through a [`PoolsRef`].
+//!
+//! The region is lent (a `&mut [u8]`, a [`PoolRegion`] in a `static` on a
+//! board) or owned by the pools (any [`Region`], such as a pinned box of
+//! [`PoolCell`]s on a host), so that a module can keep its pools and their
+//! memory in one value.
 //!
 //! Each pool makes `num` fragments ready at start and `inc` more at a time
 //! when the free list runs dry, up to the hard cap `max`. Fragments past the
@@ -36,14 +42,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 // The pool is the one module of btl-core that needs `unsafe`: it turns the
-// caller's bytes into atomics and into per-fragment slices. Every block says
-// why it holds.
+// region's cells into atomics and into per-fragment slices, and vouches
+// for the regions that never move. Every block says why it holds.
 #![allow(unsafe_code)]
 
 mod fragment_pool;
 mod free_list;
 mod params;
 mod pools;
+mod region;
 #[cfg(test)]
 mod tests;
 
@@ -51,7 +58,8 @@ pub use fragment_pool::FragmentPool;
 pub use params::{
     MAX_FRAGMENT_PAYLOAD, PoolDefaults, PoolParams, PoolParamsError, pool_param_specs,
 };
-pub use pools::{FragmentPools, FragmentPoolsConfig};
+pub use pools::{FragmentPools, FragmentPoolsConfig, PoolsRef};
+pub use region::{PoolCell, Region};
 
 use core::fmt;
 use core::sync::atomic::{AtomicU32 as IdCounter, Ordering};
@@ -80,7 +88,7 @@ pub enum FragmentClass {
 
 impl FragmentClass {
     /// The classes from the smallest to the largest, the order in which
-    /// [`FragmentPools::alloc`] tries them.
+    /// [`PoolsRef::alloc`] tries them.
     pub const ALL: [FragmentClass; 3] = [Self::Small, Self::Eager, Self::Max];
 
     /// Lower-case name as used in parameters and messages (`small`, `eager`, `max`).

@@ -271,7 +271,10 @@ mod tests {
         assert_eq!(cfg.eager.fragment_size, 4096);
         let mut region = vec![0u8; FragmentPools::required_bytes(&cfg)];
         let pools = FragmentPools::new(&mut region, cfg).expect("pools");
-        assert_eq!(pools.stats(crate::pool::FragmentClass::Max).capacity, 4);
+        assert_eq!(
+            pools.view().stats(crate::pool::FragmentClass::Max).capacity,
+            4
+        );
     }
 
     #[test]

@@ -357,6 +357,7 @@ fn pools_pick_smallest_class_without_fallback() {
     let c = pools_cfg();
     let mut region = vec![0; FragmentPools::required_bytes(&c)];
     let pools = FragmentPools::new(&mut region, c).expect("pools");
+    let pools = pools.view();
     assert_eq!(pools.class_size(FragmentClass::Eager), 1024);
     let classes: Vec<_> = [0, 64, 65, 1024, 1025, 4096]
         .iter()
@@ -390,6 +391,7 @@ fn pools_pick_smallest_class_without_fallback() {
     // A fragment from other pools is handed back.
     let mut other = vec![0; FragmentPools::required_bytes(&c)];
     let others = FragmentPools::new(&mut other, c).expect("pools");
+    let others = others.view();
     let f = others.alloc(1).expect("alloc");
     assert_eq!(pools.bytes(&f), Err(PoolError::Foreign));
     let ForeignFragment(f) = pools.free(f).expect_err("foreign");
@@ -649,6 +651,7 @@ proptest! {
         let c = pools_cfg();
         let mut region = vec![0; FragmentPools::required_bytes(&c)];
         let pools = FragmentPools::new(&mut region, c).expect("pools");
+        let pools = pools.view();
         let mut held = Vec::new();
         for len in lens {
             match pools.alloc(len) {

@@ -166,7 +166,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// (Motr's `m0_net_buffer_register`); `btl` checks that it exists.
     pub fn register_buffer(
         &mut self,
-        btl: &dyn Btl<'_>,
+        btl: &(impl Btl + ?Sized),
         mem: MemSlice,
     ) -> Result<BufferId, XferError> {
         let size = btl.region(mem.handle)?.len() as u64;

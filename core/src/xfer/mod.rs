@@ -40,13 +40,13 @@
 //! let mut outgoing = *b"hello";
 //! let mut incoming = [0u8; 64];
 //!
-//! let mut btl = Loopback::<4, 8>::new(me, FragmentPools::new(&mut region, cfg)?);
+//! let mut btl = Loopback::<_, _, 4, 8>::new(me, FragmentPools::new(&mut region, cfg)?);
 //! let mut endpoints = [None];
 //! let mut words = [0u64; 1];
 //! btl.add_procs(&[me], &mut endpoints, &mut Reachability::new(&mut words))?;
 //! let peer = endpoints[0].ok_or("unreachable")?;
-//! let out = btl.register_mem(&mut outgoing, Access::empty())?;
-//! let inc = btl.register_mem(&mut incoming, Access::empty())?;
+//! let out = btl.register_mem(&mut outgoing[..], Access::empty()).map_err(|e| e.error)?;
+//! let inc = btl.register_mem(&mut incoming[..], Access::empty()).map_err(|e| e.error)?;
 //!
 //! let mut tm = TransferMachine::<8, 8, 256>::new(me, Tag(0x60))?;
 //! let send = tm.register_buffer(&btl, MemSlice { handle: out, offset: 0, len: 5 })?;

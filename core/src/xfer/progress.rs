@@ -36,7 +36,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     ///
     /// While a received message waits for room in the event queue, no more
     /// BTL events are taken: poll the machine's events to make room.
-    pub fn progress(&mut self, btl: &mut dyn Btl<'_>, now: Instant) -> usize {
+    pub fn progress(&mut self, btl: &mut (impl Btl + ?Sized), now: Instant) -> usize {
         btl.progress();
         self.run(btl, now);
         while self.staged.is_none() {
@@ -78,7 +78,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// use btl_core::xfer::TransferMachine;
     ///
     /// /// Drives a machine next to the application's own tags.
-    /// fn drive(btl: &mut dyn Btl<'_>, tm: &mut TransferMachine<8, 8, 256>, now: Instant) {
+    /// fn drive(btl: &mut (impl Btl + ?Sized), tm: &mut TransferMachine<8, 8, 256>, now: Instant) {
     ///     btl.progress();
     ///     tm.run(btl, now);
     ///     while let Some(event) = btl.poll_event() {
@@ -150,7 +150,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// issues pending sends, puts, gets and notifications (retrying those the
     /// BTL refused with `OutOfResource`), and moves Stopping to Stopped once
     /// the BTL holds nothing of the machine.
-    pub fn run(&mut self, btl: &mut dyn Btl<'_>, now: Instant) {
+    pub fn run(&mut self, btl: &mut (impl Btl + ?Sized), now: Instant) {
         self.now = self.now.max(now);
         if self.state == TmState::Starting {
             self.set_state(TmState::Started);
@@ -297,7 +297,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// Frees the send descriptors the BTL gave back and completes their
     /// MSG_SEND buffers, found by the cookie in the descriptor's header
     /// (behind the headroom, where the BTL may have written its own).
-    fn take_back_descriptors(&mut self, btl: &mut dyn Btl<'_>) {
+    fn take_back_descriptors(&mut self, btl: &mut (impl Btl + ?Sized)) {
         while let Some((desc, result)) = self.returned.pop_front() {
             let cookie = desc
                 .fragment_bytes(btl.pools())
@@ -333,7 +333,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// Copies the staged message into the first-added MSG_RECV buffer with
     /// room, or drops it when there is none. Waits while the event queue is
     /// full, so that every delivered message has its event.
-    fn deliver(&mut self, btl: &mut dyn Btl<'_>) {
+    fn deliver(&mut self, btl: &mut (impl Btl + ?Sized)) {
         let Some(staged) = self.staged else {
             return;
         };
@@ -448,7 +448,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     }
 
     /// Issues what slot `index` waits to do with the BTL, if anything.
-    fn issue(&mut self, btl: &mut dyn Btl<'_>, index: usize) {
+    fn issue(&mut self, btl: &mut (impl Btl + ?Sized), index: usize) {
         let Some(buffer) = self.slots[index].buffer.as_ref() else {
             return;
         };
@@ -483,7 +483,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// descriptor referencing the registered memory.
     fn send_message(
         &mut self,
-        btl: &mut dyn Btl<'_>,
+        btl: &mut (impl Btl + ?Sized),
         index: usize,
         data: MemSlice,
         to: TmAddr,
@@ -545,7 +545,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// then uses a descriptor); otherwise the send's outcome.
     fn try_sendi(
         &mut self,
-        btl: &mut dyn Btl<'_>,
+        btl: &mut (impl Btl + ?Sized),
         data: MemSlice,
         to: TmAddr,
         header: &[u8],
@@ -575,7 +575,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// PASSIVE_BULK_SEND) of an active buffer.
     fn move_data(
         &mut self,
-        btl: &mut dyn Btl<'_>,
+        btl: &mut (impl Btl + ?Sized),
         index: usize,
         local: MemSlice,
         peer: EndpointId,
@@ -610,7 +610,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
     /// completes it: with the data phase's error, or the notification's.
     fn notify(
         &mut self,
-        btl: &mut dyn Btl<'_>,
+        btl: &mut (impl Btl + ?Sized),
         index: usize,
         peer: EndpointId,
         desc: &NetBufDesc,
@@ -630,7 +630,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
 /// Sends a few bytes with `sendi`, or a BTL-owned descriptor when `sendi`
 /// cannot; `None` when the BTL is out of resources (retry later).
 fn send_small(
-    btl: &mut dyn Btl<'_>,
+    btl: &mut (impl Btl + ?Sized),
     endpoint: EndpointId,
     tag: Tag,
     bytes: &[u8],
@@ -687,13 +687,18 @@ fn range(size: usize, offset: u64, len: u64) -> Result<core::ops::Range<usize>, 
 }
 
 /// Reads registered memory `data` into `out` (of the same length).
-fn read_into(btl: &dyn Btl<'_>, data: MemSlice, out: &mut [u8]) -> Result<(), BtlError> {
+fn read_into(btl: &(impl Btl + ?Sized), data: MemSlice, out: &mut [u8]) -> Result<(), BtlError> {
     let region = btl.region(data.handle)?;
     copy_exact(out, &region[range(region.len(), data.offset, data.len)?])
 }
 
 /// Writes `data` at byte `at` of the buffer `mem`.
-fn write_at(btl: &mut dyn Btl<'_>, mem: MemSlice, at: u64, data: &[u8]) -> Result<(), BtlError> {
+fn write_at(
+    btl: &mut (impl Btl + ?Sized),
+    mem: MemSlice,
+    at: u64,
+    data: &[u8],
+) -> Result<(), BtlError> {
     let len = data.len() as u64;
     if at.checked_add(len).is_none_or(|end| end > mem.len) {
         return Err(BtlError::Memory(MemError::OutOfBounds {

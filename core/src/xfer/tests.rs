@@ -15,13 +15,15 @@ use crate::btl::{
 use crate::desc::{DescFlags, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 use crate::loopback::Loopback;
-use crate::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::pool::{
+    FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig, PoolCell,
+};
 use crate::time::Instant;
 
 const ME: ProcName = ProcName::new(5, 1);
 const TAG: Tag = Tag(0x60);
 
-type Lb<'r, 'm> = Loopback<'r, 'm, 16, 8>;
+type Lb<'r, 'm> = Loopback<&'r [PoolCell], &'m mut [u8], 16, 8>;
 type Tm = TransferMachine<8, 8, 512>;
 
 /// The states `stop` is allowed in.

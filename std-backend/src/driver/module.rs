@@ -25,13 +25,13 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{
-    Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RemoteSlice, SendError,
-    SendStatus, Tag,
+    Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RegisterError, RemoteSlice,
+    SendError, SendStatus, Tag,
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::{ConnectRequest, LinkId, Source, Usage};
-use btl_core::pool::FragmentPools;
+use btl_core::pool::PoolsRef;
 use btl_core::time;
 
 use crate::bootstrap::Card;
@@ -580,12 +580,14 @@ impl<T: Transport> Module<T> {
     }
 }
 
-impl<T: Transport> Btl<'static> for Module<T> {
+impl<T: Transport> Btl for Module<T> {
+    type Memory = &'static mut [u8];
+
     fn attributes(&self) -> &Attributes {
         self.cell.engine(|e| e.attributes())
     }
 
-    fn pools(&self) -> &FragmentPools<'_> {
+    fn pools(&self) -> PoolsRef<'_> {
         self.cell.engine(|e| e.pools())
     }
 
@@ -694,7 +696,7 @@ impl<T: Transport> Btl<'static> for Module<T> {
         &mut self,
         region: &'static mut [u8],
         access: btl_core::btl::Access,
-    ) -> Result<MemHandle, BtlError> {
+    ) -> Result<MemHandle, RegisterError<&'static mut [u8]>> {
         self.cell.engine_mut(|e| e.register_mem(region, access))
     }
 

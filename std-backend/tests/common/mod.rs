@@ -73,7 +73,7 @@ pub fn job(job: u64) -> (Arc<SharedDir>, std::path::PathBuf, ProcName, ProcName)
 }
 
 /// Makes `p` known to `m`; returns its endpoint.
-pub fn add<M: Btl<'static>>(m: &mut M, p: ProcName) -> EndpointId {
+pub fn add<M: Btl>(m: &mut M, p: ProcName) -> EndpointId {
     let mut ep = [None];
     let mut w = [0u64];
     m.add_procs(&[p], &mut ep, &mut Reachability::new(&mut w))
@@ -84,7 +84,7 @@ pub fn add<M: Btl<'static>>(m: &mut M, p: ProcName) -> EndpointId {
 /// Modules A and B of a fresh job `n`, made by `build` (process, job key,
 /// bootstrap), each knowing the other: A, B, B's endpoint at A and A's
 /// at B.
-pub fn pair<M: Btl<'static>>(
+pub fn pair<M: Btl>(
     n: u64,
     build: impl Fn(ProcName, Option<&[u8]>, Arc<SharedDir>) -> std::io::Result<M>,
 ) -> (M, M, EndpointId, EndpointId) {

@@ -25,7 +25,7 @@ use btl_core::wire::{HEADER_LEN, SendRepr};
 
 use crate::data::leak;
 use crate::pair::datagram::{DatagramPair, Faults, NetStats};
-use crate::world::{Capabilities, Side, World};
+use crate::world::{Capabilities, Memory, Side, World};
 
 /// Peers an engine of the harness knows.
 pub const PEERS: usize = 4;
@@ -133,7 +133,7 @@ impl World for DatagramPairWorld {
         }
     }
 
-    fn btl(&mut self, s: Side) -> &mut dyn Btl<'static> {
+    fn btl(&mut self, s: Side) -> &mut dyn Btl<Memory = Memory> {
         self.pair.engine_mut(s)
     }
 

@@ -5,9 +5,10 @@ use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::loopback::{Loopback, SENDI_MAX, SelfComponent};
 use btl_core::mca::{Component, Registry};
+use btl_core::pool::PoolCell;
 
 use crate::data::leak;
-use crate::world::{Capabilities, Side, World};
+use crate::world::{Capabilities, Memory, Side, World};
 
 /// Registrations the harness's loopback holds: more than any suite keeps at once.
 pub const REGS: usize = 16;
@@ -17,7 +18,7 @@ pub const REGS: usize = 16;
 pub const QUEUE: usize = 32;
 
 /// The loopback module the harness runs.
-pub type SelfBtl = Loopback<'static, 'static, REGS, QUEUE>;
+pub type SelfBtl = Loopback<&'static [PoolCell], Memory, REGS, QUEUE>;
 
 /// A and B as the one loopback of one process.
 pub struct LoopbackWorld {
@@ -40,7 +41,7 @@ impl LoopbackWorld {
             .expect("one module");
         let me = ProcName::new(0x5e1f, 0);
         let mut btl: SelfBtl = setup
-            .build(leak(setup.required_bytes()), me)
+            .build(PoolCell::from_mut(leak(setup.required_bytes())), me)
             .expect("self pools");
         let mut endpoint = [None];
         let mut words = [0u64];
@@ -72,7 +73,7 @@ impl World for LoopbackWorld {
         }
     }
 
-    fn btl(&mut self, _side: Side) -> &mut dyn Btl<'static> {
+    fn btl(&mut self, _side: Side) -> &mut dyn Btl<Memory = Memory> {
         &mut self.btl
     }
 

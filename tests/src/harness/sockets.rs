@@ -39,7 +39,7 @@ use btl_std::transports::udp::{UdpConfig, UdpModule, UdpSetup};
 use btl_core::wire::{Capabilities as WireCapabilities, NONCE_LEN};
 
 use crate::rogue;
-use crate::world::{BadHandshake, Capabilities, HandshakeOutcome, Side, World};
+use crate::world::{BadHandshake, Capabilities, HandshakeOutcome, Memory, Side, World};
 
 /// How long a silent peer takes to count as lost: short, so that the
 /// peer-loss tests end quickly.
@@ -55,7 +55,7 @@ pub const MAX_ROUNDS: u32 = 20_000_000;
 static WORLDS: AtomicU64 = AtomicU64::new(0);
 
 /// A module of one of the socket components.
-pub trait SocketModule: Btl<'static> + Sized + 'static {
+pub trait SocketModule: Btl<Memory = Memory> + Sized + 'static {
     /// Builds the module of process `me` publishing to `boot`.
     fn build(me: ProcName, boot: Arc<SharedDir>) -> Self;
 
@@ -204,7 +204,7 @@ impl<M: SocketModule> World for SocketWorld<M> {
         }
     }
 
-    fn btl(&mut self, side: Side) -> &mut dyn Btl<'static> {
+    fn btl(&mut self, side: Side) -> &mut dyn Btl<Memory = Memory> {
         self.modules[side as usize]
             .as_mut()
             .expect("the suite does not touch a killed side")

@@ -37,7 +37,7 @@ use crate::data::leak;
 use crate::pair::pipe::{Pipe, write_link};
 use crate::pair::stream::{Closure, ConnId, Role, StreamPair};
 use crate::rogue;
-use crate::world::{BadHandshake, Capabilities, HandshakeOutcome, Side, World};
+use crate::world::{BadHandshake, Capabilities, HandshakeOutcome, Memory, Side, World};
 
 /// Peers an engine of the harness knows (A or B, and a rogue).
 pub const PEERS: usize = 4;
@@ -234,7 +234,7 @@ impl World for StreamPairWorld {
         }
     }
 
-    fn btl(&mut self, s: Side) -> &mut dyn Btl<'static> {
+    fn btl(&mut self, s: Side) -> &mut dyn Btl<Memory = Memory> {
         self.pair.engine_mut(s)
     }
 

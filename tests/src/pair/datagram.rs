@@ -3,7 +3,7 @@
 //!
 //! [`DatagramPair`] plays the part a UDP socket loop would for two engines,
 //! A and B: it gives each one link to the other (the association of two
-//! addresses), carries each [`Transmit`](super::Transmit) as one datagram,
+//! addresses), carries each [`Transmit`](btl_core::engine::Transmit) as one datagram,
 //! and tells the engines the time. Between them sits a bounded queue per
 //! direction and a seeded fault generator ([`Faults`]): a datagram may be
 //! dropped, delivered twice, or overtake those queued before it, and one

@@ -26,7 +26,7 @@ use btl_core::xfer::{
 
 use crate::data::{fill_pattern, leak, pattern};
 use crate::track::in_use;
-use crate::world::{Side, World};
+use crate::world::{Memory, Side, World};
 
 /// Buffers each machine can register.
 const BUFS: usize = 16;
@@ -326,7 +326,7 @@ impl Machines {
         }
     }
 
-    fn run_machines(&mut self, btl: &mut dyn Btl<'static>, side: Side) {
+    fn run_machines(&mut self, btl: &mut dyn Btl<Memory = Memory>, side: Side) {
         for &machine in self.machines_on(side) {
             self.tms[ix(machine)].run(btl, self.now);
             self.poll(machine);

@@ -7,8 +7,7 @@ use super::link::TxItem;
 use super::peer::Peer;
 use super::reliable::Outgoing;
 use super::{CONTROL_MAX, MAX_SEGMENTS};
-use crate::btl::Registrations;
-use crate::pool::FragmentPools;
+use crate::pool::PoolsRef;
 use crate::wire::{CHECKSUM_LEN, Flags, HEADER_LEN, HeaderRepr, PacketType};
 
 /// The bytes of a retained packet as the writer sends them, after dropping
@@ -16,8 +15,8 @@ use crate::wire::{CHECKSUM_LEN, Flags, HEADER_LEN, HeaderRepr, PacketType};
 fn frame_segments<'a, const REGS: usize>(
     out: &'a Outgoing,
     checksum: bool,
-    pools: &'a FragmentPools<'_>,
-    regs: &'a Registrations<'_, REGS>,
+    pools: PoolsRef<'a>,
+    regs: &'a super::Regs<'_, REGS>,
     segments: &mut Vec<&'a [u8], MAX_SEGMENTS>,
     skip: &mut usize,
 ) {
@@ -51,8 +50,8 @@ pub(super) fn item_segments<'a, const REGS: usize>(
     item: &'a TxItem,
     peer: Option<&'a Peer>,
     detached: Option<&'a Outgoing>,
-    pools: &'a FragmentPools<'_>,
-    regs: &'a Registrations<'_, REGS>,
+    pools: PoolsRef<'a>,
+    regs: &'a super::Regs<'_, REGS>,
     segments: &mut Vec<&'a [u8], MAX_SEGMENTS>,
     skip: &mut usize,
 ) {
@@ -80,8 +79,8 @@ pub(super) fn item_segments<'a, const REGS: usize>(
 pub(super) fn frame_len<const REGS: usize>(
     out: &Outgoing,
     checksum: bool,
-    pools: &FragmentPools<'_>,
-    regs: &Registrations<'_, REGS>,
+    pools: PoolsRef<'_>,
+    regs: &super::Regs<'_, REGS>,
 ) -> usize {
     let mut segments: Vec<&[u8], MAX_SEGMENTS> = Vec::new();
     let mut skip = 0;

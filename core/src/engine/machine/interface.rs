@@ -7,22 +7,24 @@ use super::reliable::{Outgoing, Queued};
 use super::{Engine, Pending, SEND_PREFIX};
 use crate::btl::{
     Access, Attributes, Btl, BtlError, Event, Incoming, LostReason, MemHandle, MemSlice, OpId,
-    RemoteSlice, SendError, SendStatus, Tag,
+    RegisterError, RemoteSlice, SendError, SendStatus, Tag,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
-use crate::pool::FragmentPools;
+use crate::pool::PoolsRef;
 use crate::wire::{GetRepr, SendRepr};
 
-impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
+impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl
     for Engine<'r, 'm, PEERS, LINKS, REGS>
 {
+    type Memory = &'m mut [u8];
+
     fn attributes(&self) -> &Attributes {
         &self.attributes
     }
 
-    fn pools(&self) -> &FragmentPools<'_> {
-        &self.pools
+    fn pools(&self) -> PoolsRef<'_> {
+        self.pools.view()
     }
 
     fn add_procs(
@@ -75,12 +77,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         self.check_endpoint(endpoint)?;
         self.check_send_size(size)?;
         self.check_send_room(size)?;
-        Descriptor::alloc(&self.pools, SEND_PREFIX as u16, 0, size, order, flags)
+        Descriptor::alloc(self.pools.view(), SEND_PREFIX as u16, 0, size, order, flags)
             .map_err(desc_error)
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
-        desc.free(&self.pools)
+        desc.free(self.pools.view())
             .map_err(|_| BtlError::Memory(crate::btl::MemError::UnknownRegion))
     }
 
@@ -95,8 +97,15 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         self.check_endpoint(endpoint)?;
         self.check_send_size(data.len().saturating_add(reserve))?;
         self.check_send_room(data.len().saturating_add(reserve))?;
-        Descriptor::prepare_src(&self.pools, SEND_PREFIX as u16, reserve, data, order, flags)
-            .map_err(desc_error)
+        Descriptor::prepare_src(
+            self.pools.view(),
+            SEND_PREFIX as u16,
+            reserve,
+            data,
+            order,
+            flags,
+        )
+        .map_err(desc_error)
     }
 
     fn prepare_src_registered(
@@ -113,7 +122,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             self.check_send_room(data.len as usize + reserve)?;
             let bytes = self.regs.slice(data)?;
             return Descriptor::prepare_src(
-                &self.pools,
+                self.pools.view(),
                 SEND_PREFIX as u16,
                 reserve,
                 bytes,
@@ -129,7 +138,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             });
         }
         Descriptor::prepare_src_inplace(
-            &self.pools,
+            self.pools.view(),
             SEND_PREFIX as u16,
             reserve,
             data,
@@ -228,7 +237,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         self.check_peer_accepts(p, len)?;
         self.check_send_room(len)?;
         let mut desc = Descriptor::alloc(
-            &self.pools,
+            self.pools.view(),
             SEND_PREFIX as u16,
             0,
             len,
@@ -236,7 +245,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             flags | DescFlags::BTL_OWNERSHIP,
         )
         .map_err(desc_error)?;
-        if let Ok(bytes) = desc.payload_mut(&self.pools) {
+        if let Ok(bytes) = desc.payload_mut(self.pools.view()) {
             bytes[..header.len()].copy_from_slice(header);
             bytes[header.len()..].copy_from_slice(payload);
         }
@@ -251,9 +260,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
         &mut self,
         region: &'m mut [u8],
         access: Access,
-    ) -> Result<MemHandle, BtlError> {
+    ) -> Result<MemHandle, RegisterError<&'m mut [u8]>> {
         if self.finalized {
-            return Err(BtlError::Finalized);
+            return Err(RegisterError {
+                error: BtlError::Finalized,
+                region,
+            });
         }
         Ok(self.regs.register(region, access)?)
     }
@@ -348,7 +360,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> Btl<'m>
             } => {
                 self.delivered = Some((from, frag));
                 let (_, frag) = self.delivered.as_ref()?;
-                let data = self.pools.bytes(frag).ok()?.get(..len)?;
+                let data = self.pools.view().bytes(frag).ok()?.get(..len)?;
                 Some(Event::Received(Incoming { from, tag, data }))
             }
             Pending::Done(c) => Some(c.into()),
@@ -378,11 +390,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// `OutOfResource` and is tried again after progress.
     fn check_send_room(&self, len: usize) -> Result<(), BtlError> {
         let total = len.saturating_add(SEND_PREFIX);
-        let Ok(class) = self.pools.class_for(total) else {
+        let Ok(class) = self.pools.view().class_for(total) else {
             // Too large for any class: the allocation says so itself.
             return Ok(());
         };
-        let stats = self.pools.stats(class);
+        let stats = self.pools.view().stats(class);
         let free = stats.capacity.saturating_sub(stats.in_use);
         let reserve = (stats.capacity / 4).max(1);
         if free <= reserve {
@@ -421,7 +433,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
 
     fn release_delivered(&mut self) {
         if let Some((from, frag)) = self.delivered.take() {
-            let _ = self.pools.free(frag);
+            let _ = self.pools.view().free(frag);
             if let Some(p) = self.peer_slot(from)
                 && let Some(peer) = self.peers[p].as_mut()
             {

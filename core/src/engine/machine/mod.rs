@@ -19,10 +19,10 @@ use heapless::{Deque, Vec};
 
 use super::config::{EngineConfig, Framing};
 use super::mover::StreamReader;
-use crate::btl::{Attributes, BtlFlags, Completion, LostReason, Registrations, Tag};
+use crate::btl::{Attributes, BtlFlags, Completion, LostReason, RegSlot, Registrations, Tag};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::mca::Exclusivity;
-use crate::pool::{Fragment, FragmentClass, FragmentPools};
+use crate::pool::{Fragment, FragmentClass, FragmentPools, PoolCell};
 use crate::time::Instant;
 use crate::wire::{
     CHECKSUM_LEN, CloseReason, HEADER_LEN, HelloRepr, Limits, MAX_MAX_BODY, MIN_MAX_BODY,
@@ -59,6 +59,9 @@ const PUT_PREFIX: usize = HEADER_LEN + PutRepr::LEN;
 const CONTROL_MAX: usize = HEADER_LEN + HelloRepr::LEN + CHECKSUM_LEN;
 /// Most connections per peer ([`EngineConfig::links`]).
 pub const MAX_PEER_LINKS: usize = 4;
+/// The registrations of an engine: `REGS` regions lent for `'m`.
+type Regs<'m, const REGS: usize> = Registrations<&'m mut [u8], [RegSlot<&'m mut [u8]>; REGS]>;
+
 /// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
 const GET_REPLY: u64 = 1 << 63;
 
@@ -191,8 +194,8 @@ enum Pending {
 pub struct Engine<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize> {
     config: EngineConfig,
     attributes: Attributes,
-    pools: FragmentPools<'r>,
-    regs: Registrations<'m, REGS>,
+    pools: FragmentPools<&'r [PoolCell]>,
+    regs: Regs<'m, REGS>,
     peers: [Option<Peer>; PEERS],
     /// Bumped each time a peer slot is freed: the high half of the slot's
     /// [`EndpointId`]s, so that a handle of a forgotten peer is refused.
@@ -243,9 +246,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// The body limit it announces and enforces (`max_body`) is at most
     /// what its largest receive fragment holds as a SEND: a peer that
     /// keeps to it is never refused for size.
-    pub fn new(mut config: EngineConfig, pools: FragmentPools<'r>, now: Instant) -> Self {
+    pub fn new(
+        mut config: EngineConfig,
+        pools: FragmentPools<&'r [PoolCell]>,
+        now: Instant,
+    ) -> Self {
         const { assert!(PEERS <= 1 << 16, "an engine has at most 65536 peers") };
-        let largest_send = pools.class_size(FragmentClass::Max) as u64 + SendRepr::LEN as u64;
+        let largest_send =
+            pools.view().class_size(FragmentClass::Max) as u64 + SendRepr::LEN as u64;
         config.max_body = config
             .max_body
             .min(largest_send)
@@ -257,9 +265,11 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             .handshake_budget_per_source
             .clamp(1, config.handshake_budget);
         let mut eager = pools
+            .view()
             .class_size(FragmentClass::Eager)
             .saturating_sub(SEND_PREFIX);
         let mut max = pools
+            .view()
             .class_size(FragmentClass::Max)
             .saturating_sub(SEND_PREFIX);
         config.links = config.links.clamp(1, MAX_PEER_LINKS as u8);
@@ -292,7 +302,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             },
             config,
             pools,
-            regs: Registrations::new(),
+            regs: Registrations::inline(),
             peers: core::array::from_fn(|_| None),
             generations: [0; PEERS],
             forgotten: Deque::new(),
@@ -615,7 +625,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 item,
                 peer,
                 l.detached.as_ref(),
-                &self.pools,
+                self.pools.view(),
                 &self.regs,
                 &mut segments,
                 &mut skip,
@@ -652,13 +662,12 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         while let Some(front) = l.tx.front() {
             let len = match front {
                 TxItem::Control { len, .. } => usize::from(*len),
-                TxItem::Reliable { seq } => peer
-                    .and_then(|p| p.send.get(*seq))
-                    .map_or(0, |out| frame_len(out, checksum, &self.pools, &self.regs)),
-                TxItem::Detached => l
-                    .detached
-                    .as_ref()
-                    .map_or(0, |out| frame_len(out, checksum, &self.pools, &self.regs)),
+                TxItem::Reliable { seq } => peer.and_then(|p| p.send.get(*seq)).map_or(0, |out| {
+                    frame_len(out, checksum, self.pools.view(), &self.regs)
+                }),
+                TxItem::Detached => l.detached.as_ref().map_or(0, |out| {
+                    frame_len(out, checksum, self.pools.view(), &self.regs)
+                }),
             };
             let rest = len.saturating_sub(l.written);
             if left < rest {
@@ -935,7 +944,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
             item,
             peer,
             None,
-            &self.pools,
+            self.pools.view(),
             &self.regs,
             &mut segments,
             &mut 0,

@@ -280,7 +280,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         };
         match &mut l.receiving {
             Receiving::Send { frag, have, .. } => {
-                if let Ok(buf) = self.pools.bytes_mut(frag)
+                if let Ok(buf) = self.pools.view().bytes_mut(frag)
                     && let Some(dst) = buf.get_mut(*have..*have + bytes.len())
                 {
                     dst.copy_from_slice(bytes);
@@ -510,7 +510,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                         len,
                     })
                 {
-                    let _ = self.pools.free(frag);
+                    let _ = self.pools.view().free(frag);
                 }
             }
             Held::Put { xfer_id, len } if xfer_id & GET_REPLY != 0 => {
@@ -582,7 +582,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                 class: crate::pool::FragmentClass::Max,
             });
         }
-        let frag = self.pools.alloc(len)?;
+        let frag = self.pools.view().alloc(len)?;
         self.owed += 1;
         Ok(frag)
     }
@@ -591,7 +591,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
     /// place.
     pub(super) fn drop_received(&mut self, frag: Fragment) {
         self.owed = self.owed.saturating_sub(1);
-        let _ = self.pools.free(frag);
+        let _ = self.pools.view().free(frag);
     }
 }
 

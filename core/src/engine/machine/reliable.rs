@@ -339,14 +339,14 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     body_len: body,
                 };
                 let tag = desc.tag();
-                if let Ok(room) = desc.headroom_mut(&self.pools) {
+                if let Ok(room) = desc.headroom_mut(self.pools.view()) {
                     let (head, fixed) = room.split_at_mut(HEADER_LEN);
                     header.emit(chunk_mut(head));
                     SendRepr { tag: tag.0 }.emit(chunk_mut(fixed));
                 }
                 if checksum {
                     let mut crc = Crc32c::new();
-                    if let Ok(bytes) = desc.fragment_bytes(&self.pools) {
+                    if let Ok(bytes) = desc.fragment_bytes(self.pools.view()) {
                         crc.update(bytes);
                     }
                     if let Some(r) = desc.referenced()
@@ -517,7 +517,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
         let tag = desc.tag();
         let flags = desc.flags();
         let desc = if flags.contains(DescFlags::BTL_OWNERSHIP) {
-            let _ = desc.free(&self.pools);
+            let _ = desc.free(self.pools.view());
             None
         } else {
             Some(desc)
@@ -533,7 +533,7 @@ impl<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize>
                     result,
                 }))
             {
-                let _ = d.free(&self.pools);
+                let _ = d.free(self.pools.view());
             }
         }
     }

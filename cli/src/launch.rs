@@ -22,7 +22,7 @@ use btl_std::transports::udp::{UdpComponent, UdpModule};
 pub const JOB_KEY_VAR: &str = "BTL_JOB_KEY";
 
 /// The loopback module of the command (`--btl self`).
-pub type SelfModule = Loopback<Pin<Box<[PoolCell]>>, &'static mut [u8], 16, 256>;
+pub type SelfModule = Loopback<Pin<Box<[PoolCell]>>, Vec<u8>, 16, 256>;
 
 /// Where a run's parameters come from, besides the defaults: a config
 /// file (`--param-file`, else `$BTL_PARAM_FILE` or the user's default
@@ -118,11 +118,8 @@ pub fn udp_module(
 /// The loopback module of process `me`.
 pub fn self_module(sources: &ParamSources, me: ProcName) -> Result<SelfModule, String> {
     let setup = sources.setup(&mut SelfComponent::default())?;
-    let region: Box<[PoolCell]> = std::iter::repeat_with(PoolCell::new)
-        .take(setup.required_bytes())
-        .collect();
     setup
-        .build(Box::into_pin(region), me)
+        .build(PoolCell::boxed(setup.required_bytes()), me)
         .map_err(|e| format!("self: {e:?}"))
 }
 

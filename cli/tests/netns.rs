@@ -322,8 +322,12 @@ fn traffic_goes_on_when_one_of_two_links_goes_down() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("connect");
-    // Both links carry the put packets; then link 1 goes down.
-    std::thread::sleep(Duration::from_millis(800));
+    // Link 1 carries the first packets; then it goes down. (Waited for,
+    // not slept on: a loaded machine starts the client late.)
+    let busy = Instant::now();
+    while hosts.tx_bytes(&hosts.a, "a1") <= 1 << 20 && busy.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let carried1 = hosts.tx_bytes(&hosts.a, "a1");
     sh(&["ip", "-n", &hosts.a, "link", "set", "a1", "down"]);
     let after_down2 = hosts.tx_bytes(&hosts.a, "a2");

@@ -1,13 +1,16 @@
 //! Processes and endpoints: who a BTL talks to.
 //!
 //! A process is named by its job and rank ([`ProcName`]). A BTL that can
-//! reach a process gives it an [`EndpointId`], a small index into the BTL's
-//! fixed [`EndpointTable`]; an endpoint is reference-counted, as in Motr,
-//! because several upper layers may add the same process and only the last
-//! `del_procs` may forget it. [`Reachability`] is the bitmap `add_procs`
+//! reach a process gives it an [`EndpointId`], a slot of the BTL's
+//! [`EndpointTable`] and that slot's generation; an endpoint is
+//! reference-counted, as in Motr, because several upper layers may add the
+//! same process and only the last `del_procs` may forget it. [`Reachability`] is the bitmap `add_procs`
 //! fills in: bit `i` set means `procs[i]` is reachable through this BTL.
 
+use core::borrow::BorrowMut;
 use core::fmt;
+
+use crate::table::{Entry, Key, Table};
 
 /// A process: the job it belongs to and its rank in that job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,102 +69,187 @@ impl fmt::Display for EndpointError {
 
 impl core::error::Error for EndpointError {}
 
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    proc: ProcName,
-    refs: u32,
-}
-
-/// A fixed table of up to `N` endpoints with reference counts.
+/// A process a BTL knows, and what it keeps about it.
 #[derive(Debug)]
-pub struct EndpointTable<const N: usize> {
-    entries: [Option<Entry>; N],
+pub struct Known<T> {
+    proc: ProcName,
+    /// How many times the upper layers added the process; 0 for one that
+    /// came to this process on its own (a client of a server).
+    refs: u32,
+    value: T,
 }
 
-impl<const N: usize> Default for EndpointTable<N> {
-    fn default() -> Self {
-        Self::new()
+/// One slot of an [`EndpointTable`].
+pub type EndpointSlot<T> = Entry<Known<T>>;
+
+/// The processes a BTL knows, each with a reference count and a `T` (what
+/// the BTL keeps about it), in slots the caller provides (`E`: one
+/// [`EndpointSlot`] each; `O`: one `u16` each, see [`Table`]).
+///
+/// An [`EndpointId`] carries its slot's generation: once a process is
+/// removed, its id names nothing, even after another process takes the
+/// slot.
+#[derive(Debug)]
+pub struct EndpointTable<T, E, O> {
+    table: Table<Known<T>, E, O>,
+}
+
+/// An endpoint table held in arrays: `N` processes inline.
+pub type InlineEndpointTable<T, const N: usize> = EndpointTable<T, [EndpointSlot<T>; N], [u16; N]>;
+
+impl<T, const N: usize> InlineEndpointTable<T, N> {
+    /// An empty table of `N` slots.
+    pub fn inline() -> Self {
+        EndpointTable::new([const { Entry::EMPTY }; N], [0; N])
     }
 }
 
-impl<const N: usize> EndpointTable<N> {
-    /// An empty table. `N` must fit the 16-bit [`EndpointId`].
-    pub const fn new() -> Self {
-        assert!(
-            N <= u16::MAX as usize,
-            "an endpoint table holds at most 65535 entries"
-        );
-        EndpointTable { entries: [None; N] }
+fn id_of(key: Key) -> EndpointId {
+    EndpointId(u32::from(key.generation) << 16 | u32::from(key.index))
+}
+
+fn key_of(id: EndpointId) -> Key {
+    Key {
+        index: (id.0 & 0xffff) as u16,
+        generation: (id.0 >> 16) as u16,
+    }
+}
+
+impl<T, E: BorrowMut<[EndpointSlot<T>]>, O: BorrowMut<[u16]>> EndpointTable<T, E, O> {
+    /// An empty table over `slots` and `order` (see [`Table::new`]).
+    pub fn new(slots: E, order: O) -> Self {
+        EndpointTable {
+            table: Table::new(slots, order),
+        }
     }
 
-    /// The endpoint of `proc`, created with one reference or with one more
-    /// reference if it exists.
-    pub fn add(&mut self, proc: ProcName) -> Result<EndpointId, EndpointError> {
-        if let Some(id) = self.find(proc) {
-            if let Some(e) = self.entries[id.0 as usize].as_mut() {
-                e.refs = e.refs.saturating_add(1);
-            }
-            return Ok(id);
-        }
-        let slot = self
-            .entries
-            .iter()
-            .position(Option::is_none)
-            .ok_or(EndpointError::Full)?;
-        self.entries[slot] = Some(Entry { proc, refs: 1 });
-        // `N <= u16::MAX` is asserted at construction.
-        Ok(EndpointId(slot as u32))
+    /// Processes the table can hold.
+    pub fn capacity(&self) -> usize {
+        self.table.capacity()
     }
 
-    /// Drops one reference; returns true when it was the last and the
-    /// endpoint is gone.
-    pub fn release(&mut self, id: EndpointId) -> Result<bool, EndpointError> {
-        let slot = self
-            .entries
-            .get_mut(id.0 as usize)
-            .ok_or(EndpointError::Unknown(id))?;
-        let entry = slot.as_mut().ok_or(EndpointError::Unknown(id))?;
-        entry.refs -= 1;
-        if entry.refs == 0 {
-            *slot = None;
-            return Ok(true);
-        }
-        Ok(false)
+    /// Processes known now.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether no process is known.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Whether every slot is taken.
+    pub fn is_full(&self) -> bool {
+        self.table.is_full()
     }
 
     /// The endpoint of `proc`, if it has one.
     pub fn find(&self, proc: ProcName) -> Option<EndpointId> {
-        self.entries
+        self.table
             .iter()
-            .position(|e| e.is_some_and(|e| e.proc == proc))
-            .map(|i| EndpointId(i as u32))
+            .find(|(_, k)| k.proc == proc)
+            .map(|(key, _)| id_of(key))
+    }
+
+    /// Makes `proc` known with `value` and no reference yet; the value
+    /// comes back when every slot is taken.
+    pub fn insert(&mut self, proc: ProcName, value: T) -> Result<EndpointId, T> {
+        self.table
+            .insert(Known {
+                proc,
+                refs: 0,
+                value,
+            })
+            .map(id_of)
+            .map_err(|k| k.value)
+    }
+
+    /// Makes `proc` known with the value `make` makes of its endpoint and
+    /// no reference yet; `None` when every slot is taken.
+    pub fn insert_with(
+        &mut self,
+        proc: ProcName,
+        make: impl FnOnce(EndpointId) -> T,
+    ) -> Option<EndpointId> {
+        self.table
+            .insert_with(|key| Known {
+                proc,
+                refs: 0,
+                value: make(id_of(key)),
+            })
+            .map(id_of)
+    }
+
+    /// Adds one reference to `id`; the count now.
+    pub fn add_ref(&mut self, id: EndpointId) -> Result<u32, EndpointError> {
+        let known = self
+            .table
+            .get_mut(key_of(id))
+            .ok_or(EndpointError::Unknown(id))?;
+        known.refs = known.refs.saturating_add(1);
+        Ok(known.refs)
+    }
+
+    /// Drops one reference to `id`; the references left (the process stays
+    /// known at 0: [`remove`](Self::remove) forgets it).
+    pub fn release(&mut self, id: EndpointId) -> Result<u32, EndpointError> {
+        let known = self
+            .table
+            .get_mut(key_of(id))
+            .ok_or(EndpointError::Unknown(id))?;
+        known.refs = known.refs.saturating_sub(1);
+        Ok(known.refs)
+    }
+
+    /// Forgets `id`: its process and value come back, and `id` names
+    /// nothing from now on.
+    pub fn remove(&mut self, id: EndpointId) -> Option<(ProcName, T)> {
+        self.table.remove(key_of(id)).map(|k| (k.proc, k.value))
     }
 
     /// The process behind an endpoint.
     pub fn proc(&self, id: EndpointId) -> Result<ProcName, EndpointError> {
-        self.entries
-            .get(id.0 as usize)
-            .copied()
-            .flatten()
-            .map(|e| e.proc)
+        self.table
+            .get(key_of(id))
+            .map(|k| k.proc)
             .ok_or(EndpointError::Unknown(id))
     }
 
     /// How many references an endpoint has (0 if it does not exist).
     pub fn refs(&self, id: EndpointId) -> u32 {
-        self.entries
-            .get(id.0 as usize)
-            .copied()
-            .flatten()
-            .map_or(0, |e| e.refs)
+        self.table.get(key_of(id)).map_or(0, |k| k.refs)
     }
 
-    /// The live endpoints and their processes.
-    pub fn iter(&self) -> impl Iterator<Item = (EndpointId, ProcName)> + '_ {
-        self.entries
+    /// What the BTL keeps about `id`.
+    pub fn get(&self, id: EndpointId) -> Option<&T> {
+        self.table.get(key_of(id)).map(|k| &k.value)
+    }
+
+    /// What the BTL keeps about `id`, writable.
+    pub fn get_mut(&mut self, id: EndpointId) -> Option<&mut T> {
+        self.table.get_mut(key_of(id)).map(|k| &mut k.value)
+    }
+
+    /// The `i`th endpoint in the order the processes became known.
+    pub fn id_at(&self, i: usize) -> Option<EndpointId> {
+        self.table.key_at(i).map(id_of)
+    }
+
+    /// The known processes' endpoints, in the order they became known.
+    pub fn ids(&self) -> impl Iterator<Item = EndpointId> + '_ {
+        self.table.keys().map(id_of)
+    }
+
+    /// The known processes, with their endpoints and values.
+    pub fn iter(&self) -> impl Iterator<Item = (EndpointId, ProcName, &T)> + '_ {
+        self.table
             .iter()
-            .enumerate()
-            .filter_map(|(i, e)| e.map(|e| (EndpointId(i as u32), e.proc)))
+            .map(|(key, k)| (id_of(key), k.proc, &k.value))
+    }
+
+    /// Every value, writable, in no particular order.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
+        self.table.values_mut().map(|k| &mut k.value)
     }
 }
 
@@ -213,28 +301,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn add_counts_references_and_release_forgets_at_zero() {
-        let mut t = EndpointTable::<2>::new();
+    fn references_are_counted_and_removal_forgets() {
+        let mut t = InlineEndpointTable::<char, 2>::inline();
         let a = ProcName::new(7, 0);
-        let id = t.add(a).expect("room");
-        assert_eq!(t.add(a), Ok(id));
+        let id = t.insert(a, 'a').expect("room");
+        assert_eq!(t.find(a), Some(id));
+        assert_eq!(t.add_ref(id), Ok(1));
+        assert_eq!(t.add_ref(id), Ok(2));
         assert_eq!(t.refs(id), 2);
-        assert_eq!(t.release(id), Ok(false));
+        assert_eq!(t.release(id), Ok(1));
         assert_eq!(t.proc(id), Ok(a));
-        assert_eq!(t.release(id), Ok(true));
+        assert_eq!(t.release(id), Ok(0));
+        assert_eq!(t.get(id), Some(&'a'), "known at no reference");
+        assert_eq!(t.remove(id), Some((a, 'a')));
         assert_eq!(t.proc(id), Err(EndpointError::Unknown(id)));
         assert_eq!(t.release(id), Err(EndpointError::Unknown(id)));
         assert_eq!(t.find(a), None);
     }
 
     #[test]
-    fn full_table_is_an_error_and_slots_are_reused() {
-        let mut t = EndpointTable::<2>::new();
-        let a = t.add(ProcName::new(1, 0)).expect("a");
-        t.add(ProcName::new(1, 1)).expect("b");
-        assert_eq!(t.add(ProcName::new(1, 2)), Err(EndpointError::Full));
-        t.release(a).expect("release");
-        assert_eq!(t.add(ProcName::new(1, 2)), Ok(a));
+    fn a_full_table_refuses_and_a_freed_slot_gets_a_new_id() {
+        let mut t = InlineEndpointTable::<(), 2>::inline();
+        let a = t.insert(ProcName::new(1, 0), ()).expect("a");
+        t.insert(ProcName::new(1, 1), ()).expect("b");
+        assert_eq!(t.insert(ProcName::new(1, 2), ()), Err(()));
+        t.remove(a).expect("known");
+        let c = t.insert(ProcName::new(1, 2), ()).expect("the freed slot");
+        assert_eq!(c.0 & 0xffff, a.0 & 0xffff, "the same slot");
+        assert_ne!(c, a, "a stale id names nothing");
+        assert_eq!(t.get(a), None);
         assert_eq!(t.iter().count(), 2);
         assert_eq!(
             t.release(EndpointId(9)),

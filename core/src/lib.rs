@@ -3,7 +3,9 @@
 //! It makes every protocol decision and never touches a socket, a clock, a
 //! thread or the allocator: `#![no_std]` without `alloc`, every capacity fixed
 //! at construction, exhaustion reported as an error value. Drivers in other
-//! crates feed it bytes and time and carry out the I/O it asks for.
+//! crates feed it bytes and time and carry out the I/O it asks for. (On a
+//! host, the feature `alloc` adds one convenience: a pool region taken from
+//! the heap, [`pool::PoolCell::boxed`].)
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -11,6 +13,9 @@
 // property tests on a host, never for a `no_std` target.
 #[cfg(any(test, feature = "arbitrary"))]
 extern crate std;
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
 
 pub mod addr;
 pub mod btl;
@@ -21,6 +26,7 @@ pub mod loopback;
 pub mod mca;
 pub mod pool;
 mod sync;
+pub mod table;
 pub mod time;
 pub mod wire;
 pub mod xfer;

@@ -9,8 +9,8 @@
 
 use btl_core::btl::Btl;
 use btl_core::endpoint::ProcName;
-use btl_core::engine::config::{EngineConfig, Framing};
-use btl_core::engine::{Engine, LinkId, Source};
+use btl_core::engine::config::EngineConfig;
+use btl_core::engine::{Datagram, Engine, Framing, Inline, Lent, LinkId, Source, Stream};
 use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
 use btl_fuzz::engine_input::{Carried, carried, pieces};
@@ -19,7 +19,16 @@ use libfuzzer_sys::fuzz_target;
 const ME: ProcName = ProcName::new(1, 0);
 const MS: Duration = Duration::from_millis(1);
 
-fn engine(region: &mut [u8], framing: Framing) -> Engine<'_, 'static, 2, 2, 2> {
+/// Two peers, two links, a window of 8, 8 operations, 32 events, two
+/// registrations.
+type Tables<'a> = Inline<2, 2, 8, 8, 32, 2, &'a mut [u8]>;
+type E<'a, F> = Engine<Lent<'a>, F, 8>;
+
+fn engine<'a, F: Framing>(
+    region: &'a mut [u8],
+    tables: &'a mut Tables<'a>,
+    framing: F,
+) -> E<'a, F> {
     let pool = |fragment_size| FragmentPoolConfig {
         fragment_size,
         num: 4,
@@ -33,16 +42,15 @@ fn engine(region: &mut [u8], framing: Framing) -> Engine<'_, 'static, 2, 2, 2> {
     };
     let pools = FragmentPools::new(region, cfg).expect("pools fit the region");
     let config = EngineConfig {
-        framing,
         initial_credits: 4,
         ..EngineConfig::new(ME)
     };
-    Engine::new(config, pools, Instant::ZERO)
+    Engine::new(config, framing, tables.lend(), pools, Instant::ZERO)
 }
 
 /// Writes whatever the engine has for `link` and carries out its closes;
 /// whether `link` is still open.
-fn serve(e: &mut Engine<'_, 'static, 2, 2, 2>, link: LinkId, now: Instant) -> bool {
+fn serve<F: Framing>(e: &mut E<'_, F>, link: LinkId, now: Instant) -> bool {
     while let Some(n) = e
         .poll_transmit(link)
         .map(|t| t.segments.iter().map(|s| s.len()).sum())
@@ -63,17 +71,17 @@ fn serve(e: &mut Engine<'_, 'static, 2, 2, 2>, link: LinkId, now: Instant) -> bo
     open
 }
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&settings, rest)) = data.split_first() else {
-        return;
-    };
-    let how = carried(settings);
-    let framing = match how {
-        Carried::Stream { .. } => Framing::Stream,
-        Carried::Datagram => Framing::Datagram { mtu: 1500 },
-    };
+/// Feeds one input's pieces to an engine framed as `framing`, reading each
+/// with `read`.
+fn run<F: Framing>(
+    framing: F,
+    rest: &[u8],
+    how: Carried,
+    read: impl Fn(&mut E<'_, F>, LinkId, &[u8], Instant),
+) {
     let mut region = vec![0u8; 64 * 1024];
-    let mut e = engine(&mut region, framing);
+    let mut tables = Tables::new();
+    let mut e = engine(&mut region, &mut tables, framing);
     let Ok(link) = e.handle_accepted(Source(1), [7; 16], Instant::ZERO) else {
         return;
     };
@@ -82,10 +90,7 @@ fuzz_target!(|data: &[u8]| {
     for piece in pieces(how, rest) {
         now += MS;
         if open {
-            let _ = match how {
-                Carried::Stream { .. } => e.handle_stream(link, piece, now).map(|_| ()),
-                Carried::Datagram => e.handle_datagram(link, piece, now),
-            };
+            read(&mut e, link, piece, now);
         }
         if e.poll_timeout().is_some_and(|t| t <= now) {
             e.handle_timeout(now);
@@ -107,4 +112,19 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(e.usage().events, 0, "events left");
     assert_eq!(e.usage().events_owed, 0, "events owed after finalize");
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&settings, rest)) = data.split_first() else {
+        return;
+    };
+    let how = carried(settings);
+    match how {
+        Carried::Stream { .. } => run(Stream, rest, how, |e, link, piece, now| {
+            let _ = e.handle_stream(link, piece, now);
+        }),
+        Carried::Datagram => run(Datagram { mtu: 1500 }, rest, how, |e, link, piece, now| {
+            let _ = e.handle_datagram(link, piece, now);
+        }),
+    }
 });

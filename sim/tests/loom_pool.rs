@@ -45,12 +45,9 @@ struct Shared {
 impl Shared {
     fn new(cfg: FragmentPoolConfig) -> Arc<Self> {
         // Threads need `'static`: the pool owns its region.
-        let region: Box<[PoolCell]> = std::iter::repeat_with(PoolCell::new)
-            .take(FragmentPool::required_bytes(&cfg))
-            .collect();
+        let region = PoolCell::boxed(FragmentPool::required_bytes(&cfg));
         Arc::new(Shared {
-            pool: FragmentPool::owning(Box::into_pin(region), FragmentClass::Eager, cfg)
-                .expect("pool"),
+            pool: FragmentPool::owning(region, FragmentClass::Eager, cfg).expect("pool"),
             owners: (0..cfg.max).map(|_| AtomicU32::new(0)).collect(),
             may_fail: cfg.inc > 1 && cfg.num < cfg.max,
             held: PlainU32::new(0),

@@ -171,7 +171,7 @@ impl SimModule {
         }
     }
 
-    fn btl(&mut self) -> &mut dyn Btl<Memory = &'static mut [u8]> {
+    fn btl(&mut self) -> &mut dyn Btl<Memory = Vec<u8>> {
         match self {
             SimModule::Tcp(m) => m,
             SimModule::Udp(m) => m,
@@ -191,7 +191,7 @@ impl Drop for SimModule {
 }
 
 /// Fragments in use in every pool of `btl`.
-fn in_use(btl: &dyn Btl<Memory = &'static mut [u8]>) -> u32 {
+fn in_use(btl: &dyn Btl<Memory = Vec<u8>>) -> u32 {
     FragmentClass::ALL
         .iter()
         .map(|&c| btl.pools().stats(c).in_use)
@@ -555,29 +555,6 @@ enum Action {
     Stall(u32, Duration),
 }
 
-thread_local! {
-    /// Buffers lent to modules as registered memory, back from runs that
-    /// deregistered them: registered memory lives for `'static`, and the
-    /// runs of a test take turns on one thread.
-    static BUFFERS: RefCell<Vec<&'static mut [u8]>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A zeroed buffer of `len` bytes, recycled if one is free.
-fn buffer(len: usize) -> &'static mut [u8] {
-    let reused = BUFFERS.with(|b| {
-        let mut b = b.borrow_mut();
-        let i = b.iter().position(|x| x.len() == len)?;
-        Some(b.swap_remove(i))
-    });
-    match reused {
-        Some(buf) => {
-            buf.fill(0);
-            buf
-        }
-        None => Box::leak(vec![0u8; len].into_boxed_slice()),
-    }
-}
-
 /// The length of the put from `from` to `to`.
 fn put_len(seed: u64, from: u32, to: u32, max: usize) -> usize {
     let mut r = Random(seed ^ 0xB0_u64 ^ (u64::from(from) << 40) ^ (u64::from(to) << 24));
@@ -601,7 +578,7 @@ fn plan_message(seed: u64, from: u32, to: u32, i: u32, max: usize) -> (u8, usize
 /// allow, take what comes, and settle once every peer is done with or
 /// lost; then, when every host has settled, finalize.
 async fn run_host(
-    btl: &mut dyn Btl<Memory = &'static mut [u8]>,
+    btl: &mut dyn Btl<Memory = Vec<u8>>,
     rank: u32,
     start: u32,
     plan: &Plan,
@@ -624,8 +601,7 @@ async fn run_host(
     // puts (the same for every peer, each taking its own length), and a
     // region per peer for the get back.
     let max_put = plan.max_put();
-    let src = buffer(max_put);
-    src.copy_from_slice(&payload(rank, u32::MAX, 0, max_put));
+    let src = payload(rank, u32::MAX, 0, max_put);
     let src = btl
         .register_mem(src, btl_core::btl::Access::empty())
         .expect("register the source");
@@ -634,7 +610,7 @@ async fn run_host(
     for &to in &others {
         let region = btl
             .register_mem(
-                buffer(max_put),
+                vec![0u8; max_put],
                 btl_core::btl::Access::REMOTE_WRITE | btl_core::btl::Access::REMOTE_READ,
             )
             .expect("register a region to lend");
@@ -644,7 +620,7 @@ async fn run_host(
             .insert((rank, to), region.remote_key());
         lent.push(region);
         back.push(
-            btl.register_mem(buffer(max_put), btl_core::btl::Access::empty())
+            btl.register_mem(vec![0u8; max_put], btl_core::btl::Access::empty())
                 .expect("register a region for the get"),
         );
     }
@@ -688,9 +664,8 @@ async fn run_host(
     while btl.poll_event().is_some() {}
     shared.borrow_mut().seen[rank as usize].left_in_use = Some(in_use(btl));
     for handle in lent.into_iter().chain(back).chain([src]) {
-        if let Ok(buf) = btl.deregister_mem(handle) {
-            BUFFERS.with(|b| b.borrow_mut().push(buf));
-        }
+        // Handed back, and freed with the module's other memory.
+        let _ = btl.deregister_mem(handle);
     }
 }
 
@@ -698,7 +673,7 @@ async fn run_host(
 /// after the put its get of the same bytes back.
 #[allow(clippy::too_many_arguments)]
 fn post_bulk(
-    btl: &mut dyn Btl<Memory = &'static mut [u8]>,
+    btl: &mut dyn Btl<Memory = Vec<u8>>,
     rank: u32,
     others: &[u32],
     eps: &[EndpointId],
@@ -755,7 +730,7 @@ fn post_bulk(
 /// Posts to each live peer what the credits allow, in order.
 #[allow(clippy::too_many_arguments)]
 fn post_all(
-    btl: &mut dyn Btl<Memory = &'static mut [u8]>,
+    btl: &mut dyn Btl<Memory = Vec<u8>>,
     rank: u32,
     others: &[u32],
     eps: &[EndpointId],

@@ -69,7 +69,7 @@ fn boot(tag: &str) -> (Arc<SharedDir>, std::path::PathBuf, u64) {
     (Arc::new(SharedDir::new(&dir)), dir, job)
 }
 
-fn reach<B: Btl<Memory = &'static mut [u8]>>(m: &mut B, p: ProcName) -> EndpointId {
+fn reach<B: Btl<Memory = Vec<u8>>>(m: &mut B, p: ProcName) -> EndpointId {
     let mut ep = [None];
     let mut w = [0u64];
     m.add_procs(&[p], &mut ep, &mut Reachability::new(&mut w))
@@ -79,7 +79,7 @@ fn reach<B: Btl<Memory = &'static mut [u8]>>(m: &mut B, p: ProcName) -> Endpoint
 
 /// One round of traffic: a sendi and a send each way, a put, every event
 /// taken, progress until all of it is done.
-fn round<B: Btl<Memory = &'static mut [u8]>>(
+fn round<B: Btl<Memory = Vec<u8>>>(
     a: &mut B,
     b: &mut B,
     b_at_a: EndpointId,
@@ -132,25 +132,14 @@ fn round<B: Btl<Memory = &'static mut [u8]>>(
 }
 
 /// Warms `a` and `b` up, then counts the allocations of many rounds.
-fn count<B: Btl<Memory = &'static mut [u8]>>(
-    mut a: B,
-    mut b: B,
-    na: ProcName,
-    nb: ProcName,
-) -> usize {
+fn count<B: Btl<Memory = Vec<u8>>>(mut a: B, mut b: B, na: ProcName, nb: ProcName) -> usize {
     let b_at_a = reach(&mut a, nb);
     let a_at_b = reach(&mut b, na);
     let src = a
-        .register_mem(
-            Box::leak(vec![5u8; 32 << 10].into_boxed_slice()),
-            Access::empty(),
-        )
+        .register_mem(vec![5u8; 32 << 10], Access::empty())
         .expect("src");
     let dst = b
-        .register_mem(
-            Box::leak(vec![0u8; 32 << 10].into_boxed_slice()),
-            Access::REMOTE_WRITE,
-        )
+        .register_mem(vec![0u8; 32 << 10], Access::REMOTE_WRITE)
         .expect("dst");
     let put = (
         MemSlice {

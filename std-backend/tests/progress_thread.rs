@@ -130,8 +130,8 @@ fn echo<T: Transport<Net = Os> + Send + 'static>(
 
     // A put of 1 MiB completes once, through A's handler.
     const LEN: usize = 1 << 20;
-    let src: &'static mut [u8] = Box::leak((0..LEN).map(|x| (x % 253) as u8).collect());
-    let dst: &'static mut [u8] = Box::leak(vec![0u8; LEN].into_boxed_slice());
+    let src: Vec<u8> = (0..LEN).map(|x| (x % 253) as u8).collect();
+    let dst: Vec<u8> = vec![0u8; LEN];
     let hs = a.with(|m| m.register_mem(src, Access::empty()).expect("src"));
     let hd = b.with(|m| m.register_mem(dst, Access::REMOTE_WRITE).expect("dst"));
     a.with(|m| {

@@ -13,7 +13,7 @@ mod common;
 use common::{DEADLINE, local, pair, remote, tcp, udp};
 
 /// Progresses both until `done` says so, within the deadline.
-fn run<M: Btl<Memory = &'static mut [u8]>>(
+fn run<M: Btl<Memory = Vec<u8>>>(
     a: &mut M,
     b: &mut M,
     mut done: impl FnMut(&mut M, &mut M) -> bool,
@@ -30,7 +30,7 @@ fn run<M: Btl<Memory = &'static mut [u8]>>(
 }
 
 /// Messages from A to B, then a put of 3 MiB and a get of it back.
-fn exchange<M: Btl<Memory = &'static mut [u8]>>(mut a: M, mut b: M, b_at_a: EndpointId) -> (M, M) {
+fn exchange<M: Btl<Memory = Vec<u8>>>(mut a: M, mut b: M, b_at_a: EndpointId) -> (M, M) {
     let max = a.attributes().max_send_size as u32;
     for i in 0..50u32 {
         let data: Vec<u8> = (0..(i * 997) % max).map(|x| (x ^ i) as u8).collect();
@@ -60,9 +60,9 @@ fn exchange<M: Btl<Memory = &'static mut [u8]>>(mut a: M, mut b: M, b_at_a: Endp
 
     // A put of 3 MiB into B, then a get of it back.
     const LEN: usize = 3 << 20;
-    let src: &'static mut [u8] = Box::leak((0..LEN).map(|x| (x % 251) as u8).collect());
-    let back: &'static mut [u8] = Box::leak(vec![0u8; LEN].into_boxed_slice());
-    let dst: &'static mut [u8] = Box::leak(vec![0u8; LEN].into_boxed_slice());
+    let src: Vec<u8> = (0..LEN).map(|x| (x % 251) as u8).collect();
+    let back: Vec<u8> = vec![0u8; LEN];
+    let dst: Vec<u8> = vec![0u8; LEN];
     let hs = a.register_mem(src, Access::empty()).expect("src");
     let hb = a.register_mem(back, Access::empty()).expect("back");
     let hd = b

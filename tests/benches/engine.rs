@@ -20,11 +20,11 @@
 use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::Engine;
 use btl_core::engine::config::EngineConfig;
-use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::engine::{Capacities, HEADER_RESERVE, Stream};
+use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::Instant;
-use btl_core::wire::{HEADER_LEN, SendRepr};
+use btl_std::driver::heap::{Heap, HeapEngine};
 use btl_tests::pair::stream::StreamPair;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -36,14 +36,13 @@ const BATCH: usize = 32;
 const PUT_LEN: usize = 1 << 20;
 /// Rounds a batch may take before the benchmark counts as broken.
 const MAX_ROUNDS: usize = 100_000;
-const PREFIX: usize = HEADER_LEN + SendRepr::LEN;
 
-type E<'r, 'm> = Engine<'r, 'm, 2, 2, 2>;
-type Pair<'r, 'm> = StreamPair<E<'r, 'm>, { 256 << 10 }, 2, Box<E<'r, 'm>>>;
+type E = HeapEngine<Stream>;
+type Pair = StreamPair<E, { 256 << 10 }, 2, Box<E>>;
 
 fn config() -> FragmentPoolsConfig {
     let pool = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + PREFIX,
+        fragment_size: payload + HEADER_RESERVE,
         num: 128,
         max: 128,
         inc: 128,
@@ -55,18 +54,21 @@ fn config() -> FragmentPoolsConfig {
     }
 }
 
-fn engine<'r, 'm>(me: ProcName, region: &'r mut [u8]) -> Box<E<'r, 'm>> {
+fn engine(me: ProcName) -> Box<E> {
     let mut config = EngineConfig::new(me);
     config.initial_credits = 64;
-    Box::new(E::new(
-        config,
-        FragmentPools::new(region, self::config()).expect("pools"),
-        Instant::ZERO,
-    ))
+    let capacities = Capacities {
+        peers: 2,
+        links: 2,
+        ..Capacities::SOCKET_MODULE
+    };
+    Box::new(
+        Heap::engine(config, Stream, capacities, self::config(), Instant::ZERO).expect("pools"),
+    )
 }
 
 /// One round, then B polls everything; returns the messages received.
-fn round_and_poll(pair: &mut Pair<'_, '_>) -> usize {
+fn round_and_poll(pair: &mut Pair) -> usize {
     pair.round();
     let mut got = 0;
     while let Some(ev) = pair.b().poll_event() {
@@ -79,7 +81,7 @@ fn round_and_poll(pair: &mut Pair<'_, '_>) -> usize {
 }
 
 /// Runs rounds, B polling, until `want` more messages have arrived.
-fn receive(pair: &mut Pair<'_, '_>, want: usize) {
+fn receive(pair: &mut Pair, want: usize) {
     let mut got = 0;
     for _ in 0..MAX_ROUNDS {
         if got >= want {
@@ -92,24 +94,14 @@ fn receive(pair: &mut Pair<'_, '_>, want: usize) {
 
 fn bench(c: &mut Criterion) {
     let names = [ProcName::new(9, 0), ProcName::new(9, 1)];
-    let mut region_a = vec![0u8; FragmentPools::required_bytes(&config())];
-    let mut region_b = vec![0u8; FragmentPools::required_bytes(&config())];
-    let mut src = vec![0x5Au8; PUT_LEN];
-    let mut dst = vec![0u8; PUT_LEN];
-    let mut pair = Box::new(Pair::new(
-        engine(names[0], &mut region_a),
-        engine(names[1], &mut region_b),
-        names,
-        1,
-    ));
+    let src = vec![0x5Au8; PUT_LEN];
+    let dst = vec![0u8; PUT_LEN];
+    let mut pair = Box::new(Pair::new(engine(names[0]), engine(names[1]), names, 1));
     let [ep_b, _]: [EndpointId; 2] = pair.introduce().expect("each reaches the other");
-    let hs = pair
-        .a()
-        .register_mem(&mut src, Access::empty())
-        .expect("source");
+    let hs = pair.a().register_mem(src, Access::empty()).expect("source");
     let hd = pair
         .b()
-        .register_mem(&mut dst, Access::REMOTE_WRITE)
+        .register_mem(dst, Access::REMOTE_WRITE)
         .expect("target");
     // Connect before measuring.
     let d = pair

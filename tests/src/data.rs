@@ -40,13 +40,6 @@ pub fn checksum(bytes: &[u8]) -> u64 {
     })
 }
 
-/// A zeroed region that lives for the rest of the test process, as
-/// `Btl<'static>::register_mem` needs. Zeroed pages cost nothing until
-/// touched, so only what a test writes is real memory.
-pub fn leak(len: usize) -> &'static mut [u8] {
-    Box::leak(vec![0u8; len].into_boxed_slice())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,9 @@
 use btl_core::btl::{Btl, LostReason};
 use btl_core::endpoint::EndpointId;
 
-/// How the harnesses' BTLs hold registered memory.
-pub type Memory = &'static mut [u8];
+/// How the harnesses' BTLs hold registered memory: owned buffers, handed
+/// back at deregistration.
+pub type Memory = Vec<u8>;
 
 /// One of the two processes of a conformance test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

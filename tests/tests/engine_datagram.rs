@@ -5,15 +5,16 @@
 use btl_core::btl::{Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::config::{EngineConfig, Framing};
-use btl_core::engine::{Engine, Source};
-use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::engine::config::EngineConfig;
+use btl_core::engine::{Capacities, Datagram, Source};
+use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::{self, GetRepr, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR};
+use btl_std::driver::heap::{Heap, HeapEngine};
 use btl_tests::pair::Side;
 use btl_tests::pair::datagram::{DatagramPair, Faults};
 
-type E = Engine<'static, 'static, 4, 4, 4>;
+type E = HeapEngine<Datagram>;
 const MTU: usize = 1200;
 type Pair = DatagramPair<E, 96, MTU, Box<E>>;
 
@@ -38,18 +39,28 @@ fn engine_of_start(me: ProcName, credits: u32, keepalive: Duration, epoch: u64) 
         eager: pool(1024),
         max: pool(MTU),
     };
-    let region: &'static mut [u8] =
-        Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
-    let pools = FragmentPools::new(region, cfg).expect("pools");
     let mut config = EngineConfig::new(me);
     config.job_key = Some(heapless::Vec::from_slice(b"datagram key").expect("short key"));
     config.checksum = true;
     config.initial_credits = credits;
-    config.framing = Framing::Datagram { mtu: MTU };
     config.keepalive = keepalive;
     config.peer_timeout = 10_000 * MS;
     config.epoch = epoch;
-    Engine::new(config, pools, Instant::ZERO)
+    let capacities = Capacities {
+        peers: 4,
+        links: 4,
+        ops: 64,
+        events: 256,
+        registrations: 4,
+    };
+    Heap::engine(
+        config,
+        Datagram { mtu: MTU },
+        capacities,
+        cfg,
+        Instant::ZERO,
+    )
+    .expect("pools")
 }
 
 fn pair(
@@ -100,13 +111,13 @@ fn heavy_faults_deliver_everything_once_in_order() {
     };
     for seed in 0..12u64 {
         let (mut pair, b_at_a, a_at_b) = pair(seed, faults, 8, Duration::ZERO);
-        let src: &'static mut [u8] = Box::leak(vec![0u8; 40_000].into_boxed_slice());
+        let mut src = vec![0u8; 40_000];
         for (i, b) in src.iter_mut().enumerate() {
             *b = (i * 7 + seed as usize) as u8;
         }
         let expect = src.to_vec();
-        let dst: &'static mut [u8] = Box::leak(vec![0u8; 40_000].into_boxed_slice());
-        let back: &'static mut [u8] = Box::leak(vec![0u8; 40_000].into_boxed_slice());
+        let dst = vec![0u8; 40_000];
+        let back = vec![0u8; 40_000];
         let hs = pair
             .a()
             .register_mem(src, Access::REMOTE_READ)

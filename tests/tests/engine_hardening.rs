@@ -8,13 +8,22 @@ use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{ConnectFailure, Engine, LinkError, LinkId, Source};
-use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::engine::{Capacities, ConnectFailure, LinkError, LinkId, Source, Stream};
+use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::{self, CloseReason, HeaderRepr, Limits, PacketRepr};
+use btl_std::driver::heap::{Heap, HeapEngine};
+
+type E = HeapEngine<Stream>;
 
 /// Four peers, sixteen links, four registrations.
-type E = Engine<'static, 'static, 4, 16, 4>;
+const CAPACITIES: Capacities = Capacities {
+    peers: 4,
+    links: 16,
+    ops: 64,
+    events: 256,
+    registrations: 4,
+};
 
 const SERVER: ProcName = ProcName::new(9, 0);
 const MS: u64 = 1_000_000;
@@ -47,13 +56,7 @@ fn engine_pooled(config: EngineConfig, max: usize, count: u32) -> Box<E> {
         eager: pool(4096 + 40),
         max: pool(max),
     };
-    let region: &'static mut [u8] =
-        Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
-    Box::new(Engine::new(
-        config,
-        FragmentPools::new(region, cfg).expect("pools"),
-        Instant::ZERO,
-    ))
+    Box::new(Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("pools"))
 }
 
 fn engine(me: ProcName) -> Box<E> {

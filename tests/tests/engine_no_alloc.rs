@@ -1,6 +1,7 @@
 //! The engine's data path allocates nothing: after a warm-up round, sendi,
 //! send, put, get and event polling over the in-memory stream pair never
-//! touch the global allocator.
+//! touch the global allocator. The engines run as a board's would, on
+//! storage lent from an inline struct and memory lent from the stack.
 
 // Counting allocations needs a `GlobalAlloc`, which is an unsafe trait.
 #![allow(unsafe_code)]
@@ -11,8 +12,8 @@ use std::cell::Cell;
 use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::ProcName;
-use btl_core::engine::Engine;
 use btl_core::engine::config::EngineConfig;
+use btl_core::engine::{Engine, Inline, Lent, Stream};
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 use btl_core::time::Instant;
 use btl_tests::pair::stream::StreamPair;
@@ -45,9 +46,12 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-type E<'r, 'm> = Engine<'r, 'm, 2, 2, 2>;
+/// Two peers, two links, a window of 16, eight operations, 64 events, two
+/// registrations of lent memory.
+type Tables<'m> = Inline<2, 2, 16, 8, 64, 2, &'m mut [u8]>;
+type E<'a> = Engine<Lent<'a>, Stream, 16>;
 /// Engines held by value, 16 KiB pipes, two connection slots.
-type Pair<'r, 'm> = StreamPair<E<'r, 'm>, { 16 << 10 }, 2>;
+type Pair<'a> = StreamPair<E<'a>, { 16 << 10 }, 2>;
 
 #[test]
 fn the_engine_data_path_does_not_allocate() {
@@ -67,33 +71,42 @@ fn the_engine_data_path_does_not_allocate() {
     let mut region_b = vec![0u8; FragmentPools::required_bytes(&cfg)];
     let mut memory_a = vec![0u8; 1 << 16];
     let mut memory_b = vec![0u8; 1 << 16];
-    let engine = |me, region| {
+    let (mut tables_a, mut tables_b) = (Tables::new(), Tables::new());
+    let config = |me| {
         let mut config = EngineConfig::new(me);
         config.checksum = true;
-        E::new(
-            config,
-            FragmentPools::new(region, cfg).expect("pools"),
-            Instant::ZERO,
-        )
+        config
     };
     let mut pair = Pair::new(
-        engine(names[0], &mut region_a),
-        engine(names[1], &mut region_b),
+        E::new(
+            config(names[0]),
+            Stream,
+            tables_a.lend(),
+            FragmentPools::new(&mut region_a, cfg).expect("pools"),
+            Instant::ZERO,
+        ),
+        E::new(
+            config(names[1]),
+            Stream,
+            tables_b.lend(),
+            FragmentPools::new(&mut region_b, cfg).expect("pools"),
+            Instant::ZERO,
+        ),
         names,
         7,
     );
     let [ep_b, _] = pair.introduce().expect("each reaches the other");
     let ha = pair
         .a()
-        .register_mem(&mut memory_a, Access::all())
+        .register_mem(&mut memory_a[..], Access::all())
         .expect("register at A");
     let hb = pair
         .b()
-        .register_mem(&mut memory_b, Access::all())
+        .register_mem(&mut memory_b[..], Access::all())
         .expect("register at B");
     let payload = [9u8; 1000];
 
-    let round = |pair: &mut Pair<'_, '_>| {
+    let round = |pair: &mut Pair<'_>| {
         let a = pair.a();
         a.sendi(
             ep_b,

@@ -118,14 +118,9 @@ fn credits_hold_a_sender_back_until_the_receiver_polls() {
 #[test]
 fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
     let (mut pair, ep_b, _) = new_pair(engine(A, None, 16), engine(B, None, 16));
-    let src: &'static mut [u8] = Box::leak(
-        (0..300_000u32)
-            .map(|x| (x % 251) as u8)
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
-    let dst: &'static mut [u8] = Box::leak(vec![0u8; 300_000].into_boxed_slice());
-    let ro: &'static mut [u8] = Box::leak(vec![9u8; 1000].into_boxed_slice());
+    let src = (0..300_000u32).map(|x| (x % 251) as u8).collect::<Vec<_>>();
+    let dst = vec![0u8; 300_000];
+    let ro = vec![9u8; 1000];
     let hs = pair.a().register_mem(src, Access::empty()).expect("src");
     let hd = pair
         .b()
@@ -210,7 +205,7 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
     assert_eq!(pair.b().region(hr).expect("ro"), &[9u8; 1000][..]);
 
     // Get back from the peer into a fresh local region.
-    let back: &'static mut [u8] = Box::leak(vec![0u8; 1000].into_boxed_slice());
+    let back = vec![0u8; 1000];
     let hb = pair.a().register_mem(back, Access::empty()).expect("back");
     let _ = pair
         .a()
@@ -464,13 +459,8 @@ fn pipes_smaller_than_a_header_carry_everything_intact() {
         61,
     );
     let [ep_b, _] = pair.introduce().expect("each reaches the other");
-    let dst: &'static mut [u8] = Box::leak(vec![0u8; 70_000].into_boxed_slice());
-    let src: &'static mut [u8] = Box::leak(
-        (0..70_000u32)
-            .map(|x| (x % 253) as u8)
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
+    let dst = vec![0u8; 70_000];
+    let src = (0..70_000u32).map(|x| (x % 253) as u8).collect::<Vec<_>>();
     let hs = pair.a().register_mem(src, Access::empty()).expect("src");
     let hd = pair
         .b()
@@ -566,11 +556,11 @@ fn exchange_through_breaks(links: u8) -> Pair {
     pair.set_tick(Duration::from_millis(1));
     // One pass per round: frames are still in the pipes when it breaks.
     pair.set_passes(1);
-    let src: &'static mut [u8] = Box::leak(vec![0u8; 200_000].into_boxed_slice());
+    let mut src = vec![0u8; 200_000];
     for (i, b) in src.iter_mut().enumerate() {
         *b = (i % 251) as u8;
     }
-    let dst: &'static mut [u8] = Box::leak(vec![0u8; 200_000].into_boxed_slice());
+    let dst = vec![0u8; 200_000];
     let hs = pair.a().register_mem(src, Access::empty()).expect("reg");
     let hd = pair
         .b()
@@ -686,11 +676,11 @@ fn exchange_through_breaks(links: u8) -> Pair {
 fn a_refused_puts_late_acks_do_not_complete_the_next_put() {
     let (mut pair, ep_b, _) = new_pair(engine(A, None, 16), engine(B, None, 16));
     pair.set_passes(1);
-    let src = Box::leak(vec![5u8; 300_000].into_boxed_slice());
+    let src = vec![5u8; 300_000];
     let hs = pair.a().register_mem(src, Access::empty()).expect("src");
-    let ro = Box::leak(vec![0u8; 300_000].into_boxed_slice());
+    let ro = vec![0u8; 300_000];
     let hr = pair.b().register_mem(ro, Access::REMOTE_READ).expect("ro");
-    let dst = Box::leak(vec![0u8; 300_000].into_boxed_slice());
+    let dst = vec![0u8; 300_000];
     let hd = pair
         .b()
         .register_mem(dst, Access::REMOTE_WRITE)
@@ -781,8 +771,8 @@ fn a_restarted_peer_fails_the_old_starts_operations_once_and_talks_under_the_sam
     pump(&mut pair);
     assert_eq!(drain(pair.b()), ["recv 128 5"]);
     // A put to B, then B dies before it could answer, and starts again.
-    let src: &'static mut [u8] = Box::leak(vec![7u8; 10_000].into_boxed_slice());
-    let dst: &'static mut [u8] = Box::leak(vec![0u8; 10_000].into_boxed_slice());
+    let src = vec![7u8; 10_000];
+    let dst = vec![0u8; 10_000];
     let hs = pair.a().register_mem(src, Access::empty()).expect("src");
     let hd = pair
         .b()

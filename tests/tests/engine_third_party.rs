@@ -29,7 +29,7 @@ struct Conn {
 /// Engines joined by connections on demand, driven round by round; an
 /// engine that is `down` is not driven and cannot be reached.
 struct Mesh {
-    engines: Vec<Box<E>>,
+    engines: Vec<E>,
     names: Vec<ProcName>,
     down: Vec<bool>,
     conns: Vec<Conn>,
@@ -51,7 +51,7 @@ impl Mesh {
                         min_rto: MS,
                         max_rto: 20 * MS,
                     };
-                    Box::new(engine_with(config))
+                    engine_with(config)
                 })
                 .collect(),
             names: names.to_vec(),
@@ -165,10 +165,6 @@ impl Mesh {
     }
 }
 
-fn leak(bytes: Vec<u8>) -> &'static mut [u8] {
-    Box::leak(bytes.into_boxed_slice())
-}
-
 fn whole(h: MemHandle, len: u64) -> RemoteSlice {
     RemoteSlice {
         key: h.remote_key(),
@@ -185,12 +181,12 @@ fn three() -> (Mesh, EndpointId, MemHandle, MemHandle) {
     let b_at_a = mesh.know(0, &[B])[0];
     mesh.know(1, &[A, C]);
     mesh.know(2, &[B]);
-    let src = leak((0..LEN).map(|x| (x % 253) as u8).collect());
+    let src = (0..LEN).map(|x| (x % 253) as u8).collect();
     let hs = mesh.engines[1]
         .register_mem(src, Access::REMOTE_READ)
         .expect("src");
     let hd = mesh.engines[2]
-        .register_mem(leak(vec![0; LEN as usize]), Access::REMOTE_WRITE)
+        .register_mem(vec![0; LEN as usize], Access::REMOTE_WRITE)
         .expect("dst");
     (mesh, b_at_a, hs, hd)
 }
@@ -232,7 +228,7 @@ fn a_get_for_a_third_process_lands_there_and_completes_once_it_has() {
 fn a_refused_or_unreachable_target_fails_the_get_with_its_reason() {
     let (mut mesh, b_at_a, hs, hd) = three();
     let ro = mesh.engines[2]
-        .register_mem(leak(vec![7; 100]), Access::REMOTE_READ)
+        .register_mem(vec![7; 100], Access::REMOTE_READ)
         .expect("read-only");
     let a = &mut mesh.engines[0];
     // Into C's read-only region: C refuses B's put, B tells A.
@@ -282,11 +278,11 @@ fn the_source_or_the_initiator_may_be_the_target() {
     let (mut mesh, b_at_a, hs, _) = three();
     // Into another of B's own registrations: a copy at B.
     let copy = mesh.engines[1]
-        .register_mem(leak(vec![0; 1000]), Access::REMOTE_WRITE)
+        .register_mem(vec![0; 1000], Access::REMOTE_WRITE)
         .expect("copy");
     // Into A's registration, named by key as any target's is.
     let mine = mesh.engines[0]
-        .register_mem(leak(vec![0; 1000]), Access::REMOTE_WRITE)
+        .register_mem(vec![0; 1000], Access::REMOTE_WRITE)
         .expect("mine");
     let a = &mut mesh.engines[0];
     let _ = a.get_third_party(b_at_a, whole(hs, 1000), B, whole(copy, 1000), 1);
@@ -341,7 +337,7 @@ fn a_target_lost_mid_transfer_fails_the_get_once_and_spares_the_rest() {
         "{events:?}"
     );
     let back = mesh.engines[0]
-        .register_mem(leak(vec![0; 10]), Access::empty())
+        .register_mem(vec![0; 10], Access::empty())
         .expect("back");
     let local = btl_core::btl::MemSlice {
         handle: back,

@@ -108,13 +108,13 @@ pub struct Row {
 }
 
 /// A BTL the benchmark can drive: it moves itself forward as told.
-pub trait Driven: Btl<Memory = &'static mut [u8]> {
+pub trait Driven: Btl<Memory = Vec<u8>> {
     /// Moves the BTL forward once, waiting a little if `waiting` says so.
     fn step(&mut self, waiting: Waiting);
 }
 
 impl<R: btl_core::pool::Region, const REGS: usize, const QUEUE: usize> Driven
-    for btl_core::loopback::Loopback<R, &'static mut [u8], REGS, QUEUE>
+    for btl_core::loopback::Loopback<R, Vec<u8>, REGS, QUEUE>
 {
     fn step(&mut self, _waiting: Waiting) {
         self.progress();
@@ -177,12 +177,9 @@ struct Source {
 }
 
 impl Source {
-    fn register<B: Btl<Memory = &'static mut [u8]>>(
-        btl: &mut B,
-        len: usize,
-    ) -> Result<Self, BenchError> {
+    fn register<B: Btl<Memory = Vec<u8>>>(btl: &mut B, len: usize) -> Result<Self, BenchError> {
         let copy: Vec<u8> = (0..len.max(1)).map(|i| i as u8).collect();
-        let region: &'static mut [u8] = Box::leak(copy.clone().into_boxed_slice());
+        let region = copy.clone();
         let handle = btl
             .register_mem(region, Access::REMOTE_READ)
             .map_err(|e| btl_err("registering the send buffer")(e.error))?;
@@ -191,7 +188,7 @@ impl Source {
 
     /// Sends the next piece of a message of `len` bytes with `tag` to `to`,
     /// from byte `sent` on: the bytes of the message it carried.
-    fn send_piece<B: Btl<Memory = &'static mut [u8]>>(
+    fn send_piece<B: Btl<Memory = Vec<u8>>>(
         &self,
         btl: &mut B,
         to: EndpointId,
@@ -282,7 +279,7 @@ pub struct Side {
 impl Side {
     /// A side that sends messages of up to `max_message` bytes and takes
     /// as many, with `window` stream messages per acknowledgement.
-    pub fn new<B: Btl<Memory = &'static mut [u8]>>(
+    pub fn new<B: Btl<Memory = Vec<u8>>>(
         btl: &mut B,
         max_message: usize,
         window: u32,
@@ -373,7 +370,7 @@ impl Side {
     /// peers that are gone. With `lead`, a peer's loss or a protocol
     /// breach is the run's end (an error); otherwise only that peer's.
     /// Whether anything came.
-    fn take<B: Btl<Memory = &'static mut [u8]>>(
+    fn take<B: Btl<Memory = Vec<u8>>>(
         &mut self,
         btl: &mut B,
         lead: bool,
@@ -431,7 +428,7 @@ impl Side {
 
     /// Stops serving `peer`, which broke the protocol or outgrew its
     /// share; the BTL forgets it (and tells it so).
-    fn drop_peer<B: Btl<Memory = &'static mut [u8]>>(
+    fn drop_peer<B: Btl<Memory = Vec<u8>>>(
         &mut self,
         btl: &mut B,
         peer: EndpointId,
@@ -496,7 +493,7 @@ impl Side {
     /// Sends the replies owed, every peer in turn, as far as the BTL takes
     /// them without waiting: a peer that does not read holds up nobody.
     /// With `lead`, a failure is the run's end; otherwise the peer's.
-    fn reply<B: Btl<Memory = &'static mut [u8]>>(
+    fn reply<B: Btl<Memory = Vec<u8>>>(
         &mut self,
         btl: &mut B,
         lead: bool,

@@ -65,6 +65,21 @@ impl LostReason {
             CloseReason::Shutdown | CloseReason::Other(_) => Some(LostReason::Closed),
         }
     }
+
+    /// The loss this side's failing a link for `reason` means for the peer
+    /// on it: `None` for `Normal` (a redundant link dropped: the peer
+    /// stays), the reason itself where it names one (another version, a
+    /// key not proven, silence), and a protocol violation otherwise (the
+    /// peer sent what this side could not take).
+    pub const fn of_failure(reason: CloseReason) -> Option<LostReason> {
+        match reason {
+            CloseReason::Normal => None,
+            CloseReason::VersionMismatch => Some(LostReason::VersionMismatch),
+            CloseReason::AuthFailed => Some(LostReason::AuthFailed),
+            CloseReason::Timeout => Some(LostReason::Timeout),
+            _ => Some(LostReason::ProtocolViolation),
+        }
+    }
 }
 
 /// Why a BTL operation failed.
@@ -153,3 +168,17 @@ impl fmt::Display for BtlError {
 }
 
 impl core::error::Error for BtlError {}
+
+impl From<crate::desc::DescError> for BtlError {
+    /// A descriptor that could not be made: its fragment's pool error, or
+    /// lengths beyond what a descriptor holds (`u32::MAX`).
+    fn from(e: crate::desc::DescError) -> Self {
+        match e {
+            crate::desc::DescError::Pool(p) => p.into(),
+            crate::desc::DescError::LengthOverflow => BtlError::TooLarge {
+                len: u64::MAX,
+                max: u64::from(u32::MAX),
+            },
+        }
+    }
+}

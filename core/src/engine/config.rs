@@ -1,5 +1,5 @@
-//! What an engine is built with: who it is, what it accepts, how its links
-//! carry frames, and its timers.
+//! What an engine is built with: who it is, what it accepts, and its
+//! timers.
 
 use super::rtt::RttConfig;
 use crate::endpoint::ProcName;
@@ -7,23 +7,6 @@ use crate::time::Duration;
 
 /// Largest job key, in bytes.
 pub const MAX_KEY_LEN: usize = 64;
-
-/// How the engine's links carry frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// A reliable byte stream (TCP, a pipe): frames follow each other, the
-    /// transport keeps them in order and retransmits; the engine resends
-    /// only after a reconnect.
-    Stream,
-    /// Datagrams (UDP): one frame per datagram of at most `mtu` bytes,
-    /// which may be lost, duplicated or reordered; the engine retransmits,
-    /// acknowledges selectively and restores order itself.
-    Datagram {
-        /// Largest datagram, header and trailer included. Messages and
-        /// PUT packets are sized to fit it.
-        mtu: usize,
-    },
-}
 
 /// The configuration of one engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +18,6 @@ pub struct EngineConfig {
     pub job_key: Option<heapless::Vec<u8, MAX_KEY_LEN>>,
     /// Ask for CRC32C trailers; used only when the peer asks too.
     pub checksum: bool,
-    /// Stream or datagram links.
-    pub framing: Framing,
     /// Largest packet body accepted (at least the eager and max send sizes
     /// plus the fixed fields).
     pub max_body: u64,
@@ -94,7 +75,7 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// Defaults for process `me`: stream links, 1 MiB bodies, 16 credits,
+    /// Defaults for process `me`: 1 MiB bodies, 16 credits,
     /// 64 KiB PUT packets, 5 s handshake, 30 s peer timeout, 10 s
     /// keepalive, 250 ms of refused reconnections, 32 handshakes of
     /// strangers at once (8 from one source), data-centre retransmission
@@ -105,7 +86,6 @@ impl EngineConfig {
             me,
             job_key: None,
             checksum: false,
-            framing: Framing::Stream,
             max_body: 1 << 20,
             initial_credits: 16,
             put_chunk: 64 << 10,

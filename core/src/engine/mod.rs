@@ -1,22 +1,1218 @@
-//! The sans-I/O state machines that carry packets to a peer: connection,
-//! movers, bulk transfers, credits, and the reliability layer underneath.
+//! The engine of one process over stream or datagram links: handshakes,
+//! framing, reliable numbered packets, credits, sends, puts and gets, and
+//! the `Btl` interface on top. It does no I/O: the driver reports
+//! connections, bytes and time, and carries out the writes, connects and
+//! closes it asks for ([`driver`] has the loop every driver runs).
 //!
-//! [`window`] numbers every reliable packet, acknowledges, retransmits,
-//! suppresses duplicates and restores order; [`rtt`] turns acknowledgement
-//! round trips into a retransmission timeout. Both take the time from the
-//! driver and hold everything in fixed storage.
+//! The engine dispatches between small state machines that own their
+//! state, each testable alone:
+//!
+//! ```text
+//!                   Engine (tables lent by the caller: Storage)
+//!        ┌────────────────┬──────────────┴────────┬─────────────────┐
+//!   Peer (per process)  Link (per connection)   Ops (puts, gets)   Events
+//!   ├ SendWindow         ├ Handshake            └ transfers, mail   └ ring,
+//!   ├ RecvWindow         ├ StreamReader (mover)                       places
+//!   ├ Credits, AckOwed   └ Outbox (write queue)                       kept
+//!   ├ RttEstimator
+//!   └ queues, answers, timers
+//! ```
+//!
+//! A [`Peer`] owns its windows, credits, acknowledgement state, queues and
+//! timers; a [`Link`] its handshake, reader and write queue. The
+//! [`Framing`] — [`Stream`] or [`Datagram`] — is part of the engine's type. [`window`] numbers every
+//! reliable packet, acknowledges, retransmits, suppresses duplicates and
+//! restores order; [`rtt`] turns acknowledgement round trips into a
+//! retransmission timeout. Everything takes the time from the driver
+//! ([`Instant`]) and lives in storage the caller chose ([`storage`]).
 //!
 //! The in-memory drivers the engine's tests run on (two engines over byte
 //! pipes, or over a faulty datagram network) are in the `btl-tests` crate.
 
+mod acks;
 pub mod config;
+mod credits;
+pub mod driver;
+mod events;
+mod forgotten;
+pub mod framing;
 pub mod handshake;
-mod machine;
+mod inbound;
+mod interface;
+pub mod link;
 pub mod mover;
+mod ops;
+mod outbox;
+mod packet;
+pub mod peer;
 pub mod rtt;
+mod shared;
+pub mod storage;
+#[cfg(test)]
+mod testkit;
+mod timers;
 pub mod window;
 
-pub use machine::{
-    ConnectFailure, ConnectRequest, Engine, LinkEnd, LinkError, LinkId, MAX_OPS, MAX_PEER_LINKS,
-    MAX_SEGMENTS, Source, Transmit, Usage, WINDOW,
+pub use events::EventSlot;
+pub use forgotten::Start;
+pub use framing::{Datagram, Framing, Stream};
+pub use ops::OpSlot;
+pub use packet::{HEADER_RESERVE, MAX_SEGMENTS, Segments};
+pub use peer::MAX_PEER_LINKS;
+pub use storage::{Capacities, Inline, Lent, Storage, Tables};
+
+use heapless::Vec;
+
+use crate::btl::{
+    Access, Attributes, BtlError, BtlFlags, LostReason, Registrations, RejectCode, RemoteKey,
+    RemoteSlice,
 };
+use crate::endpoint::{EndpointId, EndpointSlot, EndpointTable, ProcName};
+use crate::mca::Exclusivity;
+use crate::pool::{Fragment, FragmentClass, FragmentPools};
+use crate::table::{Entry, Key, Table};
+use crate::time::Instant;
+use crate::wire::{
+    CloseReason, GetRepr, Limits, MAX_MAX_BODY, MIN_MAX_BODY, NONCE_LEN, RejectRepr, SendRepr,
+};
+
+use config::EngineConfig;
+use events::Events;
+use forgotten::Forgotten;
+use handshake::LocalHello;
+use link::{Dropped, Link};
+use ops::{Mail, Ops};
+use peer::{Hello, Opened, Peer};
+use shared::Shared;
+
+/// A connection to one peer, as the driver and the engine name it. Valid
+/// from the `handle_connected`/`handle_accepted` that made it until the
+/// driver's `handle_closed`; after that the engine refuses it
+/// ([`LinkError::UnknownLink`]) even once its slot serves a new link, so a
+/// driver's late call about an old connection never touches a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkId(Key);
+
+/// Why a link ends, for the driver to log as it closes the connection
+/// ([`Engine::link_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkEnd {
+    /// The reason in the CLOSE this side sent, or the peer's.
+    pub reason: CloseReason,
+    /// Whether the peer closed the link (its CLOSE came) rather than this
+    /// side.
+    pub by_peer: bool,
+    /// Whether the handshake had completed: `false` for a connection
+    /// refused (or given up) before it carried anything.
+    pub verified: bool,
+}
+
+/// Slices the driver writes, in order, on one link (one vectored write).
+#[derive(Debug)]
+pub struct Transmit<'a> {
+    /// The link to write on.
+    pub link: LinkId,
+    /// The bytes, in order.
+    pub segments: Segments<'a>,
+}
+
+/// Where a connection a peer opened (or a datagram source) comes from, as
+/// the driver names it: equal for every connection from one network
+/// address (its IP address folded to 64 bits, say), so that one host cannot
+/// take every slot of the handshake budget
+/// ([`EngineConfig::handshake_budget_per_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Source(pub u64);
+
+/// Why a connection the engine asked for could not be opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectFailure {
+    /// The peer's host answered that nothing listens there (a TCP reset,
+    /// `ECONNREFUSED`): its process is gone. Refusals that last
+    /// [`EngineConfig::refused_timeout`] lose the peer with
+    /// `PeerLost(Refused)`.
+    Refused,
+    /// No connection, for any other reason (no route, no address known,
+    /// the connect timed out): the network may come back, so a peer that
+    /// was open is tried again until its peer timeout.
+    Unreachable,
+}
+
+/// A connection the engine wants the driver to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectRequest {
+    /// The peer.
+    pub endpoint: EndpointId,
+    /// Its process name, for the driver's address lookup.
+    pub proc: ProcName,
+    /// Which of the peer's links this is, from 0 (below
+    /// [`EngineConfig::links`]): the driver pairs addresses by it.
+    pub link_index: u8,
+}
+
+/// Why the driver's report could not be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkError {
+    /// Every link slot is in use.
+    TooManyLinks,
+    /// No such link (closed, or never opened).
+    UnknownLink,
+    /// No such endpoint.
+    UnknownEndpoint,
+}
+
+impl core::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            LinkError::TooManyLinks => "every link slot is in use",
+            LinkError::UnknownLink => "no such link",
+            LinkError::UnknownEndpoint => "no such endpoint",
+        })
+    }
+}
+
+impl core::error::Error for LinkError {}
+
+/// What an engine holds now, against its capacities ([`Engine::usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Peers on record (open, connecting, or lost and still referenced).
+    pub peers: usize,
+    /// Links, in any state.
+    pub links: usize,
+    /// Links still in their handshake.
+    pub handshaking: usize,
+    /// Memory registrations.
+    pub registrations: usize,
+    /// Puts and gets not yet complete, this side's and peers' gets served.
+    pub operations: usize,
+    /// Events waiting to be polled.
+    pub events: usize,
+    /// Events owed and not queued yet: completions of operations under
+    /// way, messages received and not yet delivered. Their places in the
+    /// event queue are kept.
+    pub events_owed: usize,
+}
+
+/// The peer table of an engine.
+type Peers<S, const W: usize> = EndpointTable<
+    Peer<W>,
+    <S as Storage>::Table<EndpointSlot<Peer<W>>>,
+    <S as Storage>::Table<u16>,
+>;
+
+/// The link table of an engine.
+type Links<S, const W: usize> =
+    Table<Link<W>, <S as Storage>::Table<Entry<Link<W>>>, <S as Storage>::Table<u16>>;
+
+/// The engine of one process: its tables held as `S` says, its links
+/// framed as `F` says, with a window of `W` packets (1 to 64) each way per
+/// peer.
+pub struct Engine<S: Storage, F: Framing = Stream, const W: usize = 64> {
+    framing: F,
+    attributes: Attributes,
+    shared: Shared<S>,
+    peers: Peers<S, W>,
+    links: Links<S, W>,
+    forgotten: Forgotten<S::Table<Start>>,
+    /// The message [`Btl::poll_event`] handed out last: its fragment is
+    /// freed, and its credit given back to its sender, at the next call.
+    ///
+    /// [`Btl::poll_event`]: crate::btl::Btl::poll_event
+    delivered: Option<(EndpointId, Fragment)>,
+    /// A peer nobody holds (no reference) was lost: its record is to be
+    /// freed at the end of the call.
+    lost_unheld: bool,
+    /// Some peer may want a connection, some link may be closing: what
+    /// `poll_connect` and `poll_close` look for, so that they scan nothing
+    /// when nothing is asked.
+    connect_hint: bool,
+    close_hint: bool,
+    /// Links made so far: their order of age.
+    serial: u32,
+    finalized: bool,
+}
+
+impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
+    /// An engine with `config`, its links framed as `framing`, its state in
+    /// `tables`, its descriptors and receive fragments from `pools`,
+    /// started at `now` on the driver's clock (what a connection asked for
+    /// at once is timed from).
+    ///
+    /// The body limit it announces and enforces (`max_body`) is at most
+    /// what its largest receive fragment holds as a SEND: a peer that
+    /// keeps to it is never refused for size.
+    pub fn new(
+        mut config: EngineConfig,
+        framing: F,
+        tables: Tables<S, W>,
+        pools: FragmentPools<S::Region>,
+        now: Instant,
+    ) -> Self {
+        const { assert!(W >= 1 && W <= 64, "a window covers 1 to 64 packets") };
+        let view = pools.view();
+        let largest_send = view.class_size(FragmentClass::Max) as u64 + SendRepr::LEN as u64;
+        config.max_body = config
+            .max_body
+            .min(largest_send)
+            .clamp(MIN_MAX_BODY, MAX_MAX_BODY);
+        let links = Table::new(tables.links, tables.link_order);
+        config.handshake_budget = config
+            .handshake_budget
+            .clamp(1, links.capacity().clamp(1, u16::MAX as usize) as u16);
+        config.handshake_budget_per_source = config
+            .handshake_budget_per_source
+            .clamp(1, config.handshake_budget);
+        config.links = config.links.clamp(1, MAX_PEER_LINKS as u8);
+        let mut eager = view
+            .class_size(FragmentClass::Eager)
+            .saturating_sub(HEADER_RESERVE);
+        let mut max = view
+            .class_size(FragmentClass::Max)
+            .saturating_sub(HEADER_RESERVE);
+        framing.fit(&mut config, &mut eager, &mut max);
+        Engine {
+            framing,
+            attributes: Attributes {
+                name: "engine",
+                eager_limit: eager,
+                max_send_size: max,
+                rdma_pipeline_send_length: max,
+                rdma_pipeline_frag_size: config.put_chunk as usize,
+                put_limit: u64::MAX >> 1,
+                put_alignment: 1,
+                get_limit: u64::MAX >> 1,
+                get_alignment: 1,
+                exclusivity: Exclusivity::LOW.plus(100),
+                latency_us: 100,
+                bandwidth_mbps: 10_000,
+                flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET | BtlFlags::SEND_INPLACE,
+                registration_handle_size: 8,
+            },
+            shared: Shared {
+                config,
+                pools,
+                regs: Registrations::new(tables.registrations),
+                ops: Ops::new(tables.ops),
+                events: Events::new(tables.events),
+                now,
+            },
+            peers: EndpointTable::new(tables.peers, tables.peer_order),
+            links,
+            forgotten: Forgotten::new(tables.forgotten),
+            delivered: None,
+            lost_unheld: false,
+            connect_hint: false,
+            close_hint: false,
+            serial: 0,
+            finalized: false,
+        }
+    }
+
+    /// Sets the attributes' name (`tcp`, `udp`, ...), for the driver that
+    /// wraps the engine.
+    pub fn set_name(&mut self, name: &'static str) {
+        self.attributes.name = name;
+    }
+
+    /// The configuration in force (after the engine fitted it to its pools
+    /// and framing).
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    // ----- driver interface ---------------------------------------------
+
+    /// A connection the engine wants opened, if any.
+    pub fn poll_connect(&mut self) -> Option<ConnectRequest> {
+        if !self.connect_hint {
+            return None;
+        }
+        for i in 0..self.peers.len() {
+            let Some(id) = self.peers.id_at(i) else {
+                continue;
+            };
+            while let Some(peer) = self.peers.get_mut(id)
+                && let Some(index) = peer.poll_connect()
+            {
+                let proc = peer.proc();
+                // Nor one that a connection in its handshake will carry.
+                if !self.link_coming(proc, index) {
+                    return Some(ConnectRequest {
+                        endpoint: id,
+                        proc,
+                        link_index: index,
+                    });
+                }
+            }
+        }
+        self.connect_hint = false;
+        None
+    }
+
+    /// A link the driver should close now that its last bytes are written.
+    pub fn poll_close(&mut self) -> Option<LinkId> {
+        if !self.close_hint {
+            return None;
+        }
+        for i in 0..self.links.len() {
+            let Some(key) = self.links.key_at(i) else {
+                continue;
+            };
+            if self.links.get_mut(key).is_some_and(|l| l.poll_close()) {
+                return Some(LinkId(key));
+            }
+        }
+        self.close_hint = self.links.iter().any(|(_, l)| l.is_closing());
+        None
+    }
+
+    /// Why `link` is closing, until the driver reports it closed; `None`
+    /// for a link that is not closing (or not current).
+    pub fn link_end(&self, link: LinkId) -> Option<LinkEnd> {
+        self.links.get(link.0)?.link_end()
+    }
+
+    /// The driver opened the connection `req` asked for; `nonce` is 16
+    /// fresh random bytes for its handshake.
+    pub fn handle_connected(
+        &mut self,
+        req: ConnectRequest,
+        nonce: [u8; NONCE_LEN],
+        now: Instant,
+    ) -> Result<LinkId, LinkError> {
+        self.shared.now = now;
+        let proc = self
+            .peers
+            .proc(req.endpoint)
+            .map_err(|_| LinkError::UnknownEndpoint)?;
+        if usize::from(req.link_index) >= MAX_PEER_LINKS {
+            return Err(LinkError::UnknownEndpoint);
+        }
+        let id = self.new_link(Some(proc), Some(req.endpoint), None, nonce, req.link_index)?;
+        if let Some(peer) = self.peers.get_mut(req.endpoint) {
+            peer.link_connecting(req.link_index, id);
+        }
+        self.queue_handshake(id);
+        self.settle();
+        Ok(id)
+    }
+
+    /// The driver accepted a connection from an unknown peer at `source`;
+    /// the engine learns who it is from the HELLO.
+    ///
+    /// Accepted links still in their handshake are held to the handshake
+    /// budget ([`EngineConfig::handshake_budget`], and per source): beyond
+    /// it the oldest is dropped, a silent one first, with a CLOSE saying
+    /// `ResourceExhausted`. Links of verified peers are never dropped for
+    /// a stranger. [`LinkError::TooManyLinks`] means every slot is in use:
+    /// the driver refuses the connection (over a stream, with a CLOSE of
+    /// its own saying `ResourceExhausted`, so the peer knows why).
+    pub fn handle_accepted(
+        &mut self,
+        source: Source,
+        nonce: [u8; NONCE_LEN],
+        now: Instant,
+    ) -> Result<LinkId, LinkError> {
+        self.shared.now = now;
+        self.make_room_for_stranger(source);
+        let id = self.new_link(None, None, Some(source), nonce, 0)?;
+        self.queue_handshake(id);
+        self.settle();
+        Ok(id)
+    }
+
+    /// The connection `req` asked for could not be opened, for `why`.
+    ///
+    /// A peer never open is lost at once (`PeerLost(Refused)` or
+    /// `PeerLost(Unreachable)`); a reconnecting one is tried again after a
+    /// backoff, until its peer timeout, or, refused every time, until
+    /// [`EngineConfig::refused_timeout`] after the first refusal.
+    pub fn handle_connect_failed(
+        &mut self,
+        req: ConnectRequest,
+        why: ConnectFailure,
+        now: Instant,
+    ) {
+        self.shared.now = now;
+        if let Some(peer) = self.peers.get_mut(req.endpoint) {
+            peer.connect_failed(req.link_index, why, &mut self.shared);
+        }
+        self.settle();
+    }
+
+    /// The connection `link` broke or was closed by the peer.
+    pub fn handle_closed(&mut self, link: LinkId, now: Instant) {
+        self.shared.now = now;
+        let Some(l) = self.links.remove(link.0) else {
+            return;
+        };
+        let (peer, index) = (l.peer(), l.index());
+        self.release_dropped(peer, l.closed());
+        if let Some(p) = peer
+            && let Some(peer) = self.peers.get_mut(p)
+            && peer.forget_link(link).is_some()
+        {
+            peer.link_gone(index, &mut self.shared);
+        }
+        self.settle();
+    }
+
+    /// The next bytes to write on `link`, if any.
+    ///
+    /// Over datagrams each transmit is one datagram: send it whole, then
+    /// report it with [`handle_written`](Self::handle_written) (also if it
+    /// had to be dropped).
+    pub fn poll_transmit(&mut self, link: LinkId) -> Option<Transmit<'_>> {
+        let Engine {
+            framing,
+            shared,
+            peers,
+            links,
+            ..
+        } = self;
+        let l = links.get_mut(link.0)?;
+        // An acknowledgement owed goes now if nothing else would carry it
+        // soon.
+        if l.is_open()
+            && let Some(peer) = l.peer().and_then(|p| peers.get_mut(p))
+        {
+            let idle = l.outbox().is_empty();
+            if let Some(ack) = peer.poll_ack(framing, &shared.config, idle, shared.now) {
+                l.outbox().set_ack(ack);
+            }
+        }
+        let peer = l.peer().and_then(|p| peers.get(p));
+        let segments =
+            l.outbox()
+                .poll_transmit::<F, Peer<W>>(peer, shared.pools.view(), &shared.regs)?;
+        Some(Transmit { link, segments })
+    }
+
+    /// `n` bytes of what [`poll_transmit`](Self::poll_transmit) handed out
+    /// were written (over datagrams: the datagram was sent, whatever `n`).
+    pub fn handle_written(&mut self, link: LinkId, n: usize) {
+        let Engine {
+            shared,
+            peers,
+            links,
+            close_hint,
+            ..
+        } = self;
+        let Some(l) = links.get_mut(link.0) else {
+            return;
+        };
+        let p = l.peer();
+        let written = l.outbox().handle_written::<F, Peer<W>>(
+            n,
+            p.and_then(|p| peers.get(p)),
+            shared.pools.view(),
+            &shared.regs,
+        );
+        *close_hint |= l.is_closing();
+        if let Some(peer) = p.and_then(|p| peers.get_mut(p)) {
+            if let Some(seq) = written.pinned {
+                peer.pin(seq);
+            }
+            if let Some(seq) = written.unpinned {
+                peer.unpin(seq, shared);
+            }
+        }
+    }
+
+    /// Time passed: handshakes and silent peers time out, keepalives go
+    /// out, and over datagrams lost packets and handshakes go again.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.shared.now = now;
+        for i in 0..self.links.len() {
+            let Some(key) = self.links.key_at(i) else {
+                continue;
+            };
+            self.on_link_timeout(LinkId(key));
+        }
+        for i in 0..self.peers.len() {
+            let Some(id) = self.peers.id_at(i) else {
+                continue;
+            };
+            if let Some(peer) = self.peers.get_mut(id) {
+                peer.on_timeout(&self.framing, &mut self.shared);
+            }
+        }
+        self.settle();
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is due next: the
+    /// earliest deadline of its links and peers.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let config = &self.shared.config;
+        let links = self
+            .links
+            .iter()
+            .filter_map(|(_, l)| l.timers(&self.framing, config).earliest());
+        let peers = self
+            .peers
+            .iter()
+            .filter_map(|(_, _, p)| p.timers(&self.framing, config).earliest());
+        links.chain(peers).min()
+    }
+
+    /// Events ready for [`Btl::poll_event`], without moving
+    /// anything: what a driver checks before it waits.
+    ///
+    /// [`Btl::poll_event`]: crate::btl::Btl::poll_event
+    pub fn pending_events(&self) -> usize {
+        self.shared.events.len()
+    }
+
+    /// Whether `endpoint`'s link has finished its handshake.
+    pub fn is_connected(&self, endpoint: EndpointId) -> bool {
+        self.peers.get(endpoint).is_some_and(Peer::is_open)
+    }
+
+    /// The peers on record, whoever added them (the user, or a peer that
+    /// connected): what a server iterates to see its clients.
+    pub fn endpoints(&self) -> impl Iterator<Item = EndpointId> + '_ {
+        self.peers.ids()
+    }
+
+    /// What this side still owes its peers: packets sent and not yet
+    /// acknowledged, sends and gets queued, and puts and gets not yet
+    /// complete. Zero means every send so far reached its peer (or failed
+    /// and was reported): what a graceful close waits for before
+    /// [`finalize`](crate::btl::Btl::finalize).
+    pub fn outstanding(&self) -> usize {
+        let packets: usize = self.peers.iter().map(|(_, _, p)| p.outstanding()).sum();
+        packets + self.shared.ops.len()
+    }
+
+    /// How much of its storage the engine uses now: what an operator
+    /// compares with the capacities, and a test with a baseline.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            peers: self.peers.len(),
+            links: self.links.len(),
+            handshaking: self
+                .links
+                .iter()
+                .filter(|(_, l)| l.is_handshaking())
+                .count(),
+            registrations: self.shared.regs.len(),
+            operations: self.shared.ops.len(),
+            events: self.shared.events.len(),
+            events_owed: self.shared.events.owed(),
+        }
+    }
+
+    /// Whether [`finalize`](crate::btl::Btl::finalize) has been called.
+    pub fn is_finalized(&self) -> bool {
+        self.finalized
+    }
+
+    /// The largest packet body this engine accepts and announces.
+    pub fn max_body(&self) -> u64 {
+        self.shared.config.max_body
+    }
+
+    // ----- links --------------------------------------------------------
+
+    /// A new link, announcing this process as link `index`.
+    fn new_link(
+        &mut self,
+        expected: Option<ProcName>,
+        peer: Option<EndpointId>,
+        source: Option<Source>,
+        nonce: [u8; NONCE_LEN],
+        index: u8,
+    ) -> Result<LinkId, LinkError> {
+        let config = &self.shared.config;
+        let local = LocalHello {
+            me: config.me,
+            link_index: u16::from(index),
+            nonce,
+            checksum: config.checksum,
+            keyed: config.job_key.is_some(),
+            max_body: config.max_body,
+            initial_credits: config.initial_credits,
+            epoch: config.epoch,
+        };
+        self.serial = self.serial.wrapping_add(1);
+        let link = Link::new(
+            &local,
+            expected,
+            peer,
+            source,
+            Limits::new(config.max_body),
+            self.shared.now,
+            self.serial,
+        );
+        self.links
+            .insert(link)
+            .map(LinkId)
+            .map_err(|_| LinkError::TooManyLinks)
+    }
+
+    /// Whether a connection in its handshake will carry link `index` of
+    /// process `proc`: one this side opened, or one whose HELLO named it.
+    fn link_coming(&self, proc: ProcName, index: u8) -> bool {
+        self.links.iter().any(|(_, l)| {
+            l.is_handshaking()
+                && match l.peer() {
+                    Some(p) => l.index() == index && self.peers.proc(p) == Ok(proc),
+                    None => l.handshake().peer().is_some_and(|h| {
+                        ProcName::new(h.job, h.rank) == proc && h.link_index == u16::from(index)
+                    }),
+                }
+        })
+    }
+
+    /// Keeps the links strangers opened within the handshake budget before
+    /// one more from `source` comes: past the budget of its source, or the
+    /// whole budget, the oldest goes (of that source, or of all), one that
+    /// has sent nothing before one that has. It is closed with
+    /// `ResourceExhausted`; no verified peer's link is ever chosen.
+    fn make_room_for_stranger(&mut self, source: Source) {
+        let strangers = || {
+            self.links
+                .iter()
+                .filter(|(_, l)| l.is_handshaking() && l.source().is_some())
+        };
+        let from_source = strangers()
+            .filter(|(_, l)| l.source() == Some(source))
+            .count();
+        let all = strangers().count();
+        let config = &self.shared.config;
+        let only = if from_source >= usize::from(config.handshake_budget_per_source) {
+            Some(source)
+        } else if all >= usize::from(config.handshake_budget) {
+            None
+        } else {
+            return;
+        };
+        // Silent before heard, then oldest first.
+        let victim = strangers()
+            .filter(|(_, l)| only.is_none() || l.source() == only)
+            .min_by_key(|(_, l)| (l.heard(), l.age()))
+            .map(|(key, _)| LinkId(key));
+        if let Some(link) = victim {
+            self.fail_link(link, CloseReason::ResourceExhausted);
+        }
+    }
+
+    /// Queues the handshake packets due on `link`, and opens its peer once
+    /// its handshake completes.
+    fn queue_handshake(&mut self, link: LinkId) {
+        let key = self.shared.config.job_key.as_deref();
+        if let Some(l) = self.links.get_mut(link.0) {
+            l.queue_handshake(key);
+        }
+        self.maybe_open(link);
+    }
+
+    /// Opens the link's peer once its handshake completes: the peer is
+    /// found (or made), a new start of its process renews it, a lost one's
+    /// same start is refused, and when both sides connected the same link
+    /// at once the connection opened by the lower process name survives.
+    fn maybe_open(&mut self, link: LinkId) {
+        let Some(l) = self.links.get(link.0) else {
+            return;
+        };
+        if !l.is_handshaking() || !l.handshake().is_complete() {
+            return;
+        }
+        let Some(hello) = l.handshake().peer().copied() else {
+            return;
+        };
+        let checksum = l.handshake().checksum();
+        let (outbound, own_index, known) = (l.peer().is_some(), l.index(), l.peer());
+        let proc = ProcName::new(hello.job, hello.rank);
+        // A finalized engine opens nothing more.
+        if self.finalized {
+            self.fail_link(link, CloseReason::Shutdown);
+            return;
+        }
+        let p = match known {
+            Some(p) => p,
+            None => {
+                if self.peers.find(proc).is_none() && self.forgotten.contains(proc, hello.epoch) {
+                    // The same start of a process this side gave up and
+                    // forgot: it stays lost, and is told so.
+                    self.fail_link(link, CloseReason::Shutdown);
+                    return;
+                }
+                match self.find_or_add_peer(proc) {
+                    Some(p) => p,
+                    None => {
+                        self.fail_link(link, CloseReason::ResourceExhausted);
+                        return;
+                    }
+                }
+            }
+        };
+        // Another epoch is another start of the process: what the old one
+        // owed fails, and the new one is a fresh peer. The same start of a
+        // lost peer stays lost, and is told so.
+        let Some(peer) = self.peers.get(p) else {
+            return;
+        };
+        let lost = peer.lost().is_some();
+        let restarted = peer
+            .epoch()
+            .or(lost.then_some(hello.epoch))
+            .is_some_and(|e| e != hello.epoch);
+        if restarted {
+            self.renew_peer(p);
+        } else if lost {
+            self.fail_link(link, CloseReason::Shutdown);
+            return;
+        }
+        let index = if outbound {
+            own_index
+        } else {
+            match u8::try_from(hello.link_index) {
+                Ok(i) if usize::from(i) < MAX_PEER_LINKS => i,
+                _ => {
+                    self.fail_link(link, CloseReason::ResourceExhausted);
+                    return;
+                }
+            }
+        };
+        // Both sides connected link `index` at once: the connection opened
+        // by the lower process name survives, the other is closed.
+        let crossed = self
+            .peers
+            .get(p)
+            .and_then(|peer| peer.link_at(index))
+            .filter(|&old| old != link && self.links.get(old.0).is_some());
+        if let Some(old) = crossed {
+            let me = self.shared.config.me;
+            let (initiator, other) = if outbound { (me, proc) } else { (proc, me) };
+            if initiator > other {
+                self.fail_link(link, CloseReason::Normal);
+                return;
+            }
+            self.fail_link(old, CloseReason::Normal);
+        }
+        if let Some(peer) = self.peers.get_mut(p) {
+            let opened = Opened {
+                index,
+                link,
+                hello: Hello::of(&hello, checksum),
+                outbound,
+                replaced: crossed.is_some(),
+            };
+            peer.open_link(opened, &self.shared.config, self.shared.now);
+            self.connect_hint |= peer.wants_connection();
+        }
+        if let Some(l) = self.links.get_mut(link.0) {
+            l.open(p, index);
+        }
+    }
+
+    /// Ends `link` after a failure, a CLOSE with `reason` going out first;
+    /// its peer, for a reason that is the peer's fault, is lost.
+    fn fail_link(&mut self, link: LinkId, reason: CloseReason) {
+        let Some(l) = self.links.get_mut(link.0) else {
+            return;
+        };
+        let Some(dropped) = l.fail(reason) else {
+            return;
+        };
+        let peer = l.peer();
+        self.close_hint = true;
+        self.release_dropped(peer, dropped);
+        let Some(p) = peer else {
+            return;
+        };
+        let carried = self
+            .peers
+            .get_mut(p)
+            .is_some_and(|peer| peer.forget_link(link).is_some());
+        // This side's reasons: any but a redundant link's is the peer's
+        // fault.
+        if carried && let Some(lost) = LostReason::of_failure(reason) {
+            self.lose_peer(p, lost);
+        }
+    }
+
+    /// Ends `link` without a CLOSE, keeping its peer: the peer's other
+    /// links, or a new one, carry on, and what was not acknowledged goes
+    /// again. For a datagram link whose peer process started again from
+    /// the same address (nobody is left to read a CLOSE), and for a stream
+    /// that stopped carrying anything (a CLOSE would be lost in it too).
+    fn end_link_quietly(&mut self, link: LinkId, reason: CloseReason) {
+        let Some(l) = self.links.get_mut(link.0) else {
+            return;
+        };
+        let (peer, index) = (l.peer(), l.index());
+        let dropped = l.end(reason, false);
+        self.close_hint = true;
+        self.release_dropped(peer, dropped);
+        if let Some(p) = peer
+            && let Some(peer) = self.peers.get_mut(p)
+            && peer.forget_link(link).is_some()
+        {
+            peer.link_gone(index, &mut self.shared);
+        }
+    }
+
+    /// What an ended link leaves: the receive fragment it was filling goes
+    /// back, and its peer may let go of a packet it was writing.
+    fn release_dropped(&mut self, peer: Option<EndpointId>, dropped: Dropped) {
+        if let Some(frag) = dropped.fragment {
+            self.shared.drop_received(frag);
+        }
+        if let Some(seq) = dropped.unpinned
+            && let Some(peer) = peer.and_then(|p| self.peers.get_mut(p))
+        {
+            peer.unpin(seq, &mut self.shared);
+        }
+    }
+
+    /// A link's deadlines: a handshake that timed out fails its link (a
+    /// reconnection's quietly, to try again), one over datagrams repeats
+    /// its packets.
+    fn on_link_timeout(&mut self, link: LinkId) {
+        let now = self.shared.now;
+        let Some(l) = self.links.get(link.0) else {
+            return;
+        };
+        let timers = l.timers(&self.framing, &self.shared.config);
+        if timers.is_due(link::LinkTimer::Handshake, now) {
+            let (index, peer) = (l.index(), l.peer());
+            let reconnecting = peer.filter(|&p| {
+                self.peers
+                    .get(p)
+                    .is_some_and(|peer| peer.was_open() && peer.links().any(|l| l == link))
+            });
+            match reconnecting {
+                Some(p) => {
+                    // Not the peer's fault: try again after a backoff.
+                    if let Some(peer) = self.peers.get_mut(p) {
+                        peer.forget_link(link);
+                    }
+                    self.fail_link(link, CloseReason::Normal);
+                    if let Some(peer) = self.peers.get_mut(p) {
+                        peer.link_gone(index, &mut self.shared);
+                    }
+                }
+                None => self.fail_link(link, CloseReason::Timeout),
+            }
+        } else if timers.is_due(link::LinkTimer::HelloRepeat, now) {
+            let key = self.shared.config.job_key.as_deref();
+            if let Some(l) = self.links.get_mut(link.0) {
+                l.repeat_hello(now, key);
+            }
+            self.maybe_open(link);
+        }
+    }
+
+    // ----- peers --------------------------------------------------------
+
+    /// The peer that is process `proc`, made if it is not on record; `None`
+    /// when every slot is taken by peers that cannot give theirs up.
+    fn find_or_add_peer(&mut self, proc: ProcName) -> Option<EndpointId> {
+        if let Some(id) = self.peers.find(proc) {
+            return Some(id);
+        }
+        self.forget_lost_peers();
+        if self.peers.is_full() && !self.evict_disconnected_peer() {
+            return None;
+        }
+        let rtt = self.shared.config.rtt;
+        self.peers.insert_with(proc, |id| Peer::new(id, proc, rtt))
+    }
+
+    /// Makes room for one more peer when every slot is taken: the peer
+    /// nobody holds that has been disconnected longest (waiting for it to
+    /// connect again) is given up, `PeerLost(Closed)`, and forgotten.
+    /// Open peers are never chosen.
+    fn evict_disconnected_peer(&mut self) -> bool {
+        let victim = self
+            .peers
+            .iter()
+            .filter(|(id, _, _)| self.peers.refs(*id) == 0)
+            .filter_map(|(id, _, p)| Some((p.disconnected_since()?, id)))
+            .min()
+            .map(|(_, id)| id);
+        let Some(p) = victim else {
+            return false;
+        };
+        self.lose_peer(p, LostReason::Closed);
+        self.forget_lost_peers();
+        true
+    }
+
+    /// The peer `endpoint` names, asked to connect if it is idle: what
+    /// every call of the upper layer checks first.
+    fn check_endpoint(&mut self, endpoint: EndpointId) -> Result<EndpointId, BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        let peer = self.peers.get_mut(endpoint).ok_or(BtlError::Unreachable)?;
+        peer.reach(self.shared.now)?;
+        self.connect_hint |= peer.wants_connection();
+        Ok(endpoint)
+    }
+
+    /// Gives peer `p` up for `reason`, and fails its links with
+    /// `Shutdown` (not `Normal`: the peer is to lose this process too, not
+    /// to connect again as after a redundant link's close).
+    fn lose_peer(&mut self, p: EndpointId, reason: LostReason) {
+        if let Some(peer) = self.peers.get_mut(p) {
+            peer.lose(reason, &mut self.shared);
+        }
+        self.drop_links_of_lost(p);
+    }
+
+    /// Fails the links of lost peer `p`, and notes whether its record is
+    /// to be freed.
+    fn drop_links_of_lost(&mut self, p: EndpointId) {
+        let Some(peer) = self.peers.get_mut(p) else {
+            return;
+        };
+        if peer.lost().is_none() {
+            return;
+        }
+        let links: Vec<LinkId, MAX_PEER_LINKS> = peer.take_links().collect();
+        self.lost_unheld |= self.peers.refs(p) == 0;
+        for link in links {
+            if let Some(l) = self.links.get_mut(link.0) {
+                l.forget_peer();
+            }
+            self.fail_link(link, CloseReason::Shutdown);
+        }
+    }
+
+    /// A new start of peer `p`'s process: the old start's operations fail
+    /// and its open links close; the record starts over.
+    fn renew_peer(&mut self, p: EndpointId) {
+        let Some(peer) = self.peers.get_mut(p) else {
+            return;
+        };
+        let old = peer.renew(&mut self.shared);
+        for link in old {
+            if let Some(l) = self.links.get_mut(link.0) {
+                l.forget_peer();
+            }
+            self.fail_link(link, CloseReason::Shutdown);
+        }
+    }
+
+    /// Frees the records of lost peers that nobody holds (no reference:
+    /// they came to this side, the user never added them): a server's
+    /// slots come back as its clients leave. Their starts are remembered,
+    /// so that one coming back as if nothing happened is refused as a lost
+    /// peer is.
+    fn forget_lost_peers(&mut self) {
+        if !core::mem::take(&mut self.lost_unheld) {
+            return;
+        }
+        let mut i = 0;
+        while let Some(id) = self.peers.id_at(i) {
+            let unheld_and_lost =
+                self.peers.refs(id) == 0 && self.peers.get(id).is_some_and(|p| p.lost().is_some());
+            if unheld_and_lost {
+                self.forget_peer(id);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Frees the record of lost peer `p`, remembering its start and
+    /// closing any link that still names it.
+    fn forget_peer(&mut self, p: EndpointId) {
+        if let Some(peer) = self.peers.get(p)
+            && let Some(epoch) = peer.epoch()
+        {
+            self.forgotten.remember(peer.proc(), epoch);
+        }
+        for i in 0..self.links.len() {
+            let Some(key) = self.links.key_at(i) else {
+                continue;
+            };
+            if let Some(l) = self.links.get_mut(key)
+                && l.peer() == Some(p)
+            {
+                l.forget_peer();
+                self.fail_link(LinkId(key), CloseReason::Shutdown);
+            }
+        }
+        self.peers.remove(p);
+    }
+
+    /// The peer that is process `proc`, asked to connect if it is idle, or
+    /// `None` when this engine does not know it or has lost it.
+    fn reach(&mut self, proc: ProcName) -> Option<EndpointId> {
+        let id = self.peers.find(proc)?;
+        self.check_endpoint(id).ok()
+    }
+
+    // ----- after every call ---------------------------------------------
+
+    /// Carries out what the peers and operations asked for during a call:
+    /// links of lost peers fail, silent streams are dropped, probes and
+    /// overdue acknowledgements go out, packets go onto links, mail
+    /// between peers is delivered, and lost peers nobody holds are
+    /// forgotten.
+    fn settle(&mut self) {
+        self.deliver_mail();
+        for i in 0..self.peers.len() {
+            let Some(id) = self.peers.id_at(i) else {
+                continue;
+            };
+            self.settle_peer(id);
+        }
+        self.deliver_mail();
+        self.forget_lost_peers();
+    }
+
+    /// What peer `p` asked for: see [`settle`](Self::settle).
+    fn settle_peer(&mut self, p: EndpointId) {
+        self.drop_links_of_lost(p);
+        let Some(peer) = self.peers.get_mut(p) else {
+            return;
+        };
+        if peer.lost().is_some() {
+            return;
+        }
+        if let Some(silent) = peer.take_silent_links() {
+            let silent: Vec<LinkId, MAX_PEER_LINKS> = silent.collect();
+            for link in silent {
+                self.end_link_quietly(link, CloseReason::Timeout);
+            }
+        }
+        self.flush_peer(p);
+        let Engine {
+            framing,
+            shared,
+            peers,
+            links,
+            connect_hint,
+            ..
+        } = self;
+        let Some(peer) = peers.get_mut(p) else {
+            return;
+        };
+        *connect_hint |= peer.wants_connection();
+        if let Some((link, probe)) = peer.poll_probe()
+            && let Some(l) = links.get_mut(link.0)
+        {
+            l.outbox().set_ack(probe);
+        }
+        if peer.take_ack_due()
+            && let Some(l) = peer.first_link().and_then(|link| links.get_mut(link.0))
+        {
+            let idle = l.outbox().is_empty();
+            if let Some(ack) = peer.poll_ack(framing, &shared.config, idle, shared.now) {
+                l.outbox().set_ack(ack);
+            }
+        }
+    }
+
+    /// Puts what peer `p` has to send onto its links, as credits and its
+    /// window allow. A packet to go again that still waits on one of the
+    /// peer's links stays there: its bytes must not change under the
+    /// driver.
+    fn flush_peer(&mut self, p: EndpointId) {
+        let Engine {
+            shared,
+            peers,
+            links,
+            ..
+        } = self;
+        let Some(peer) = peers.get_mut(p) else {
+            return;
+        };
+        while let Some((seq, link)) = peer.poll_packet(shared) {
+            let Some(link) = link else {
+                continue;
+            };
+            let waiting = peer
+                .links()
+                .any(|l| links.get(l.0).is_some_and(|l| l.holds(seq)));
+            if waiting {
+                continue;
+            }
+            peer.stamp(seq, shared);
+            if let Some(l) = links.get_mut(link.0) {
+                l.outbox().enqueue(seq, &*peer);
+            }
+        }
+    }
+
+    /// Moves the queues of every peer: what `progress` does.
+    fn flush_all(&mut self) {
+        for i in 0..self.peers.len() {
+            if let Some(id) = self.peers.id_at(i) {
+                self.flush_peer(id);
+            }
+        }
+    }
+
+    /// Delivers what operations left for other peers than their own: gets
+    /// into a third process are routed to it (or refused), and the answers
+    /// of gets served on behalf of a third process go to the process that
+    /// asked (nothing is owed to one already lost).
+    fn deliver_mail(&mut self) {
+        while let Some(mail) = self.shared.ops.take_mail() {
+            match mail {
+                Mail::Route { from, get } => self.route_get(from, get),
+                Mail::Answer { to, answer } => {
+                    if let Some(p) = self.peers.find(to)
+                        && let Some(peer) = self.peers.get_mut(p)
+                    {
+                        peer.answer(answer, &mut self.shared);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves peer `from`'s get whose data goes to a third process: this
+    /// side puts its data there, and answers `from` once it has landed; or
+    /// refuses at once.
+    fn route_get(&mut self, from: EndpointId, get: GetRepr) {
+        if let Err(code) = self.serve_for(from, get)
+            && let Some(peer) = self.peers.get_mut(from)
+        {
+            let reject = RejectRepr {
+                xfer_id: get.xfer_id,
+                code,
+            };
+            peer.answer(packet::Answer::Reject(reject), &mut self.shared);
+        }
+    }
+
+    /// Starts serving `get` of peer `from` into its target process.
+    fn serve_for(&mut self, from: EndpointId, get: GetRepr) -> Result<(), RejectCode> {
+        let target = ProcName::new(get.target_job, get.target_rank);
+        let to = self.reach(target).ok_or(RejectCode::NoTarget)?;
+        let src = RemoteSlice {
+            key: RemoteKey(get.src_handle),
+            offset: get.src_offset,
+            len: get.len,
+        };
+        let dst = RemoteSlice {
+            key: RemoteKey(get.dst_handle),
+            offset: get.dst_offset,
+            len: get.len,
+        };
+        let local = self
+            .shared
+            .regs
+            .check_remote(src, Access::REMOTE_READ)
+            .map_err(RejectCode::from)?;
+        let origin = self.peers.proc(from).map_err(|_| RejectCode::NoTarget)?;
+        let chunk = self
+            .peers
+            .get(to)
+            .map_or(MIN_MAX_BODY, |p| p.put_chunk(&self.shared));
+        let id = self.shared.ops.new_id();
+        self.shared
+            .serve(to, chunk, id, local, dst, Some((origin, get.xfer_id)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -596,8 +596,14 @@ impl<T, const W: usize> SendWindow<T, W> {
     }
 
     /// Every retained packet in sequence order, without marking anything.
-    pub fn unacked_mut(&mut self) -> impl Iterator<Item = (u64, &mut T)> {
-        self.entries_mut().map(|(seq, sent)| (seq, &mut sent.item))
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        let base = self.base;
+        let (wrapped, first) = self.slots.split_at(slot_of::<W>(base));
+        first
+            .iter()
+            .chain(wrapped.iter())
+            .zip(0u64..)
+            .filter_map(move |(slot, offset)| Some((base + offset, &slot.as_ref()?.item)))
     }
 
     /// Every retained packet in sequence order, each marked as transmitted

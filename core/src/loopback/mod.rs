@@ -246,7 +246,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check(endpoint)?;
-        Descriptor::alloc(self.pools.view(), 0, 0, size, order, flags).map_err(desc_error)
+        Descriptor::alloc(self.pools.view(), 0, 0, size, order, flags).map_err(BtlError::from)
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
@@ -264,7 +264,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
     ) -> Result<Descriptor, BtlError> {
         self.check(endpoint)?;
         Descriptor::prepare_src(self.pools.view(), 0, reserve, data, order, flags)
-            .map_err(desc_error)
+            .map_err(BtlError::from)
     }
 
     fn prepare_src_registered(
@@ -280,7 +280,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
         // registered data is copied like any other.
         let bytes = self.regs.slice(data)?;
         Descriptor::prepare_src(self.pools.view(), 0, reserve, bytes, order, flags)
-            .map_err(desc_error)
+            .map_err(BtlError::from)
     }
 
     fn send(
@@ -472,16 +472,6 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
                 None => break,
             }
         }
-    }
-}
-
-fn desc_error(e: crate::desc::DescError) -> BtlError {
-    match e {
-        crate::desc::DescError::Pool(p) => p.into(),
-        crate::desc::DescError::LengthOverflow => BtlError::TooLarge {
-            len: u64::MAX,
-            max: u32::MAX as u64,
-        },
     }
 }
 

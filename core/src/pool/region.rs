@@ -42,6 +42,22 @@ impl PoolCell {
     }
 }
 
+#[cfg(feature = "alloc")]
+impl PoolCell {
+    /// `len` zero cells on the heap, pinned: a region for pools to own. The
+    /// allocator hands back zeroed memory, whose pages take room only once
+    /// a fragment is written (and cost no byte-by-byte start).
+    pub fn boxed(len: usize) -> Pin<alloc::boxed::Box<[PoolCell]>> {
+        let bytes = alloc::vec![0u8; len].into_boxed_slice();
+        let cells = alloc::boxed::Box::into_raw(bytes) as *mut [PoolCell];
+        // SAFETY: `PoolCell` is `repr(transparent)` over `UnsafeCell<u8>`
+        // (the marker is a ZST), which has the layout of `u8`: the box's
+        // allocation has the layout a box of `len` cells frees, and every
+        // byte is an initialised cell. The bytes' box gave up ownership.
+        alloc::boxed::Box::into_pin(unsafe { alloc::boxed::Box::from_raw(cells) })
+    }
+}
+
 impl Default for PoolCell {
     fn default() -> Self {
         Self::new()

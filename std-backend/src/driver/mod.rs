@@ -1,12 +1,12 @@
-//! The driver of the engine over sockets: a module that holds the engine,
-//! its pool memory and a poller ([`module`]), the network it moves bytes
-//! through ([`net`]: the operating system's, or a simulated one), and a
-//! thread that can serve a module for callers that do not poll
-//! ([`progress_thread`], woken as [`wake`] says). What serves every
-//! transport alike lives here: the engine with its memory
-//! ([`engine_cell`]), and the counting of refused strangers ([`refusals`]).
+//! The driver of the engine over sockets: a module that holds the engine
+//! and a poller ([`module`]), the network it moves bytes through ([`net`]:
+//! the operating system's, or a simulated one), and a thread that can
+//! serve a module for callers that do not poll ([`progress_thread`], woken
+//! as [`wake`] says). What serves every transport alike lives here: the
+//! engine's storage on the heap ([`heap`]), and the counting of refused
+//! strangers ([`refusals`]).
 
-pub mod engine_cell;
+pub mod heap;
 pub mod module;
 pub mod net;
 pub mod progress_thread;

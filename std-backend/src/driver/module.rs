@@ -30,13 +30,15 @@ use btl_core::btl::{
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::engine::{ConnectRequest, LinkId, Source, Usage};
+use btl_core::engine::driver::Io;
+use btl_core::engine::framing::Framing;
+use btl_core::engine::{Capacities, ConnectRequest, LinkId, Source, Usage};
 use btl_core::pool::PoolsRef;
 use btl_core::time;
 
 use crate::bootstrap::Card;
 use crate::bootstrap::LookupError;
-use crate::driver::engine_cell::{EngineCell, StdEngine};
+use crate::driver::heap::{Heap, HeapEngine};
 use crate::driver::net::{Net, Poller, Readiness, RegistryOf, WAKE};
 use crate::driver::refusals::Refusals;
 /// How often a busy-polling module asks the engine for its next timer:
@@ -52,11 +54,21 @@ const CLOCK_EVERY: u32 = 8;
 /// A readiness event of network `N`'s poller.
 pub type EventOf<N> = <<N as Net>::Poller as Poller>::Event;
 
+/// The engine of a module over transport `T`: its tables on the heap,
+/// registered memory owned `Vec<u8>`s.
+pub type StdEngine<T> = HeapEngine<<T as Transport>::Framing>;
+
 /// What a module asks of its sockets; implemented by TCP and UDP, over
 /// any [`Net`].
-pub trait Transport {
+pub trait Transport: Sized {
     /// The network its sockets are of.
     type Net: Net;
+
+    /// How its links carry frames: a stream over TCP, datagrams over UDP.
+    type Framing: Framing;
+
+    /// The framing of its engine.
+    fn framing(&self) -> Self::Framing;
 
     /// The network, for its clock and randomness.
     fn net(&self) -> &Self::Net;
@@ -78,7 +90,7 @@ pub trait Transport {
     /// A readiness event of the poller for one of this transport's tokens.
     fn on_event(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut StdEngine<Self>,
         registry: &RegistryOf<Self::Net>,
         event: &EventOf<Self::Net>,
         now: time::Instant,
@@ -88,7 +100,7 @@ pub trait Transport {
     /// failure to the engine, now or once the socket says).
     fn connect(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut StdEngine<Self>,
         registry: &RegistryOf<Self::Net>,
         req: ConnectRequest,
         now: time::Instant,
@@ -97,7 +109,7 @@ pub trait Transport {
     /// Closes a link the engine is done with and tells the engine.
     fn close(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut StdEngine<Self>,
         registry: &RegistryOf<Self::Net>,
         link: LinkId,
         now: time::Instant,
@@ -108,7 +120,7 @@ pub trait Transport {
     /// earlier because the engine had no receive fragment for it.
     fn flush(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut StdEngine<Self>,
         registry: &RegistryOf<Self::Net>,
         now: time::Instant,
     );
@@ -122,33 +134,31 @@ pub trait Transport {
     /// [`few_sockets`](Self::few_sockets)); whether anything came.
     fn read_directly(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut StdEngine<Self>,
         registry: &RegistryOf<Self::Net>,
         now: time::Instant,
     ) -> bool;
 }
 
-/// What every pass does once the sockets are read: due timers, the
-/// connections the engine asks for, its writes, the links it is done with,
-/// and its queues.
-fn serve_engine<T: Transport>(
-    engine: &mut StdEngine<'_>,
-    transport: &mut T,
-    registry: &RegistryOf<T::Net>,
-    now: time::Instant,
-    check_timers: bool,
-) {
-    if check_timers && engine.poll_timeout().is_some_and(|t| t <= now) {
-        engine.handle_timeout(now);
+/// A transport and its poller's registry, as the engine's driver loop
+/// sees them ([`Engine::serve`](btl_core::engine::Engine::serve)).
+struct Sockets<'a, T: Transport> {
+    transport: &'a mut T,
+    registry: &'a RegistryOf<T::Net>,
+}
+
+impl<T: Transport> Io<StdEngine<T>> for Sockets<'_, T> {
+    fn connect(&mut self, engine: &mut StdEngine<T>, req: ConnectRequest, now: time::Instant) {
+        self.transport.connect(engine, self.registry, req, now);
     }
-    while let Some(req) = engine.poll_connect() {
-        transport.connect(engine, registry, req, now);
+
+    fn write(&mut self, engine: &mut StdEngine<T>, now: time::Instant) {
+        self.transport.flush(engine, self.registry, now);
     }
-    transport.flush(engine, registry, now);
-    while let Some(link) = engine.poll_close() {
-        transport.close(engine, registry, link, now);
+
+    fn close(&mut self, engine: &mut StdEngine<T>, link: LinkId, now: time::Instant) {
+        self.transport.close(engine, self.registry, link, now);
     }
-    engine.progress();
 }
 
 /// The engine's name for where a connection or datagram comes from: its IP
@@ -166,7 +176,7 @@ pub fn source_of(at: std::net::SocketAddr) -> Source {
 
 /// A BTL module: the engine over transport `T`.
 pub struct Module<T: Transport> {
-    cell: EngineCell,
+    engine: StdEngine<T>,
     transport: T,
     /// The poller, unless a progress thread has it.
     poller: Option<<T::Net as Net>::Poller>,
@@ -260,16 +270,16 @@ impl WaitCosts {
 }
 
 impl<T: Transport> Module<T> {
-    /// A module of `cell`'s engine over `transport`, whose sockets are
-    /// already registered with `poller`.
+    /// A module of `engine` over `transport`, whose sockets are already
+    /// registered with `poller`.
     pub fn new(
-        cell: EngineCell,
+        engine: StdEngine<T>,
         transport: T,
         poller: <T::Net as Net>::Poller,
         spin: Duration,
     ) -> io::Result<Self> {
         Ok(Module {
-            cell,
+            engine,
             transport,
             registry: poller.registry()?,
             poller: Some(poller),
@@ -283,15 +293,17 @@ impl<T: Transport> Module<T> {
         })
     }
 
-    /// A module named `name` whose engine has `config` and `pools`, over
-    /// network `net` and the transport `start` makes of it (registering
-    /// its sockets with the poller's registry it is given). An epoch of 0
-    /// in `config` is replaced by a random one: each start of a process is
-    /// a new start to its peers.
+    /// A module named `name` whose engine has `config`, `pools` and
+    /// `capacities`, over network `net` and the transport `start` makes of
+    /// it (registering its sockets with the poller's registry it is given).
+    /// An epoch of 0 in `config` is replaced by a random one: each start of
+    /// a process is a new start to its peers.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         name: &'static str,
         mut config: btl_core::engine::config::EngineConfig,
         pools: btl_core::pool::FragmentPoolsConfig,
+        capacities: Capacities,
         spin: Duration,
         net: T::Net,
         start: impl FnOnce(T::Net, &RegistryOf<T::Net>) -> io::Result<T>,
@@ -302,11 +314,13 @@ impl<T: Transport> Module<T> {
         }
         // The engine learns the time before anything is asked of it: a
         // connection asked for at once is timed from now, not from 0.
-        let mut cell = EngineCell::build(config, pools, net.now())?;
-        cell.engine_mut(|e| e.set_name(name));
+        let now = net.now();
         let poller = net.poller()?;
         let transport = start(net, &poller.registry()?)?;
-        Module::new(cell, transport, poller, spin)
+        let mut engine = Heap::engine(config, transport.framing(), capacities, pools, now)
+            .map_err(|e| io::Error::other(format!("fragment pools: {e}")))?;
+        engine.set_name(name);
+        Module::new(engine, transport, poller, spin)
     }
 
     /// The transport, to inspect it (its addresses, its connections).
@@ -322,14 +336,12 @@ impl<T: Transport> Module<T> {
         self.unreachable.remove(&proc);
         let mut one = [None];
         let mut word = [0u64];
-        self.cell
-            .engine_mut(|e| {
-                e.add_procs(
-                    core::slice::from_ref(&proc),
-                    &mut one,
-                    &mut Reachability::new(&mut word),
-                )
-            })
+        self.engine
+            .add_procs(
+                core::slice::from_ref(&proc),
+                &mut one,
+                &mut Reachability::new(&mut word),
+            )
             .map_err(|error| ReachError::Btl { proc, error })?;
         one[0].ok_or(ReachError::Btl {
             proc,
@@ -353,7 +365,7 @@ impl<T: Transport> Module<T> {
 
     /// How much of the engine's fixed storage is in use.
     pub fn usage(&self) -> Usage {
-        self.cell.engine(|e| e.usage())
+        self.engine.usage()
     }
 
     /// The refusals of strangers so far, by reason.
@@ -372,7 +384,7 @@ impl<T: Transport> Module<T> {
     pub fn flush(&mut self, timeout: Duration) -> Result<(), Unflushed> {
         let start = Instant::now();
         loop {
-            let outstanding = self.cell.engine(|e| e.outstanding());
+            let outstanding = self.engine.outstanding();
             if outstanding == 0 {
                 return Ok(());
             }
@@ -440,17 +452,22 @@ impl<T: Transport> Module<T> {
         self.clock = now;
         let check_timers = self.timers_due(now) || waited;
         let Module {
-            cell,
+            engine,
             transport,
             registry,
             ..
         } = self;
-        cell.engine_mut(|engine| {
-            for event in poller.events().filter(|e| e.token() != WAKE) {
-                transport.on_event(engine, registry, event, now);
-            }
-            serve_engine(engine, transport, registry, now, check_timers);
-        });
+        for event in poller.events().filter(|e| e.token() != WAKE) {
+            transport.on_event(engine, registry, event, now);
+        }
+        engine.serve(
+            &mut Sockets {
+                transport,
+                registry,
+            },
+            now,
+            check_timers,
+        );
         !poller.is_empty()
     }
 
@@ -459,12 +476,19 @@ impl<T: Transport> Module<T> {
     pub(crate) fn serve_queued(&mut self) {
         let now = self.now();
         let Module {
-            cell,
+            engine,
             transport,
             registry,
             ..
         } = self;
-        cell.engine_mut(|engine| serve_engine(engine, transport, registry, now, false));
+        engine.serve(
+            &mut Sockets {
+                transport,
+                registry,
+            },
+            now,
+            false,
+        );
     }
 
     /// How long a wait may spin before it blocks.
@@ -484,7 +508,7 @@ impl<T: Transport> Module<T> {
 
     /// When the engine's next timer is due (its clock), if it has one.
     pub(crate) fn timer_at(&self) -> Option<time::Instant> {
-        self.cell.engine(|e| e.poll_timeout())
+        self.engine.poll_timeout()
     }
 
     /// How long until the engine's next timer, if it has one.
@@ -495,7 +519,7 @@ impl<T: Transport> Module<T> {
 
     /// Events ready to poll.
     pub(crate) fn pending_events(&self) -> usize {
-        self.cell.engine(|e| e.pending_events())
+        self.engine.pending_events()
     }
 
     /// Whether the engine's timers are to be looked at now (every
@@ -518,20 +542,25 @@ impl<T: Transport> Module<T> {
         let now = self.clock;
         let check_timers = self.timers_due(now);
         let Module {
-            cell,
+            engine,
             transport,
             registry,
             ..
         } = self;
-        cell.engine_mut(|engine| {
-            let before = engine.pending_events();
-            // What the caller queued goes out before anything is read: the
-            // latency of a reply.
-            transport.flush(engine, registry, now);
-            let read = transport.read_directly(engine, registry, now);
-            serve_engine(engine, transport, registry, now, check_timers);
-            read || engine.pending_events() > before
-        })
+        let before = engine.pending_events();
+        // What the caller queued goes out before anything is read: the
+        // latency of a reply.
+        transport.flush(engine, registry, now);
+        let read = transport.read_directly(engine, registry, now);
+        engine.serve(
+            &mut Sockets {
+                transport,
+                registry,
+            },
+            now,
+            check_timers,
+        );
+        read || engine.pending_events() > before
     }
 
     /// Waits for something to happen, at most `timeout`: progresses without
@@ -581,14 +610,14 @@ impl<T: Transport> Module<T> {
 }
 
 impl<T: Transport> Btl for Module<T> {
-    type Memory = &'static mut [u8];
+    type Memory = Vec<u8>;
 
     fn attributes(&self) -> &Attributes {
-        self.cell.engine(|e| e.attributes())
+        self.engine.attributes()
     }
 
     fn pools(&self) -> PoolsRef<'_> {
-        self.cell.engine(|e| e.pools())
+        self.engine.pools()
     }
 
     /// Looks each process up with the transport (its card, an address
@@ -613,13 +642,11 @@ impl<T: Transport> Btl for Module<T> {
             self.unreachable.remove(proc);
             let mut one = [None];
             let mut word = [0u64];
-            self.cell.engine_mut(|e| {
-                e.add_procs(
-                    core::slice::from_ref(proc),
-                    &mut one,
-                    &mut Reachability::new(&mut word),
-                )
-            })?;
+            self.engine.add_procs(
+                core::slice::from_ref(proc),
+                &mut one,
+                &mut Reachability::new(&mut word),
+            )?;
             if one[0].is_some() && reachable.set(i) {
                 *ep = one[0];
             }
@@ -628,7 +655,7 @@ impl<T: Transport> Btl for Module<T> {
     }
 
     fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
-        self.cell.engine_mut(|e| e.del_procs(endpoints))
+        self.engine.del_procs(endpoints)
     }
 
     fn alloc(
@@ -638,12 +665,11 @@ impl<T: Transport> Btl for Module<T> {
         size: usize,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        self.cell
-            .engine_mut(|e| e.alloc(endpoint, order, size, flags))
+        self.engine.alloc(endpoint, order, size, flags)
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
-        self.cell.engine_mut(|e| e.free(desc))
+        self.engine.free(desc)
     }
 
     fn prepare_src(
@@ -654,8 +680,8 @@ impl<T: Transport> Btl for Module<T> {
         order: Order,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        self.cell
-            .engine_mut(|e| e.prepare_src(endpoint, data, reserve, order, flags))
+        self.engine
+            .prepare_src(endpoint, data, reserve, order, flags)
     }
 
     fn prepare_src_registered(
@@ -666,8 +692,8 @@ impl<T: Transport> Btl for Module<T> {
         order: Order,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        self.cell
-            .engine_mut(|e| e.prepare_src_registered(endpoint, data, reserve, order, flags))
+        self.engine
+            .prepare_src_registered(endpoint, data, reserve, order, flags)
     }
 
     fn send(
@@ -676,7 +702,7 @@ impl<T: Transport> Btl for Module<T> {
         desc: Descriptor,
         tag: Tag,
     ) -> Result<SendStatus, SendError> {
-        self.cell.engine_mut(|e| e.send(endpoint, desc, tag))
+        self.engine.send(endpoint, desc, tag)
     }
 
     fn sendi(
@@ -688,28 +714,28 @@ impl<T: Transport> Btl for Module<T> {
         order: Order,
         flags: DescFlags,
     ) -> Result<(), BtlError> {
-        self.cell
-            .engine_mut(|e| e.sendi(endpoint, header, payload, tag, order, flags))
+        self.engine
+            .sendi(endpoint, header, payload, tag, order, flags)
     }
 
     fn register_mem(
         &mut self,
-        region: &'static mut [u8],
+        region: Vec<u8>,
         access: btl_core::btl::Access,
-    ) -> Result<MemHandle, RegisterError<&'static mut [u8]>> {
-        self.cell.engine_mut(|e| e.register_mem(region, access))
+    ) -> Result<MemHandle, RegisterError<Vec<u8>>> {
+        self.engine.register_mem(region, access)
     }
 
-    fn deregister_mem(&mut self, handle: MemHandle) -> Result<&'static mut [u8], BtlError> {
-        self.cell.engine_mut(|e| e.deregister_mem(handle))
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<Vec<u8>, BtlError> {
+        self.engine.deregister_mem(handle)
     }
 
     fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
-        self.cell.engine(|e| e.region(handle))
+        self.engine.region(handle)
     }
 
     fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
-        self.cell.engine_mut(|e| e.region_mut(handle))
+        self.engine.region_mut(handle)
     }
 
     fn put(
@@ -719,8 +745,7 @@ impl<T: Transport> Btl for Module<T> {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        self.cell
-            .engine_mut(|e| e.put(endpoint, local, remote, ctx))
+        self.engine.put(endpoint, local, remote, ctx)
     }
 
     fn get(
@@ -730,8 +755,7 @@ impl<T: Transport> Btl for Module<T> {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        self.cell
-            .engine_mut(|e| e.get(endpoint, local, remote, ctx))
+        self.engine.get(endpoint, local, remote, ctx)
     }
 
     /// Polls the sockets without waiting, then returns how many events are
@@ -743,11 +767,11 @@ impl<T: Transport> Btl for Module<T> {
     }
 
     fn poll_event(&mut self) -> Option<Event<'_>> {
-        self.cell.engine_mut(|e| e.poll_event())
+        self.engine.poll_event()
     }
 
     fn finalize(&mut self) {
-        self.cell.engine_mut(|e| e.finalize());
+        self.engine.finalize();
         // The CLOSEs go out before the sockets are dropped.
         let _ = self.pass(None);
     }
@@ -759,7 +783,7 @@ impl<T: Transport> Drop for Module<T> {
     /// at once, instead of waiting out their peer timeout. Unless
     /// [`abort_on_drop`](Module::abort_on_drop) said otherwise.
     fn drop(&mut self) {
-        if self.finalize_on_drop && !self.cell.engine(|e| e.is_finalized()) {
+        if self.finalize_on_drop && !self.engine.is_finalized() {
             self.finalize();
         }
     }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
-use btl_core::engine::config::{EngineConfig, Framing};
-use btl_core::engine::{ConnectFailure, ConnectRequest, LinkId};
+use btl_core::engine::config::EngineConfig;
+use btl_core::engine::{Capacities, ConnectFailure, ConnectRequest, Datagram, LinkId};
 use btl_core::mca::{
     BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
     ParamSpec, Params, RegisterError, Version,
@@ -30,7 +30,7 @@ use crate::config::socket_params::{
     ENGINE_PARAMS, SOCKET_PARAMS, SocketParams, engine_param_specs, register_specs,
     socket_param_specs,
 };
-use crate::driver::engine_cell::StdEngine;
+use crate::driver::heap::HeapEngine;
 use crate::driver::module::{EventOf, Module, Transport, source_of};
 use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Watch};
 use crate::driver::refusals::{Refusals, Refused};
@@ -192,7 +192,7 @@ impl<N: Net> Udp<N> {
 
     /// Reads socket `s` until it would block, each datagram to its link;
     /// whether any came.
-    fn receive(&mut self, engine: &mut StdEngine<'_>, s: usize, now: Instant) -> bool {
+    fn receive(&mut self, engine: &mut HeapEngine<Datagram>, s: usize, now: Instant) -> bool {
         let mut any = false;
         loop {
             let Some((socket, _)) = self.sockets.get(s) else {
@@ -244,6 +244,13 @@ impl<N: Net> Udp<N> {
 
 impl<N: Net> Transport for Udp<N> {
     type Net = N;
+    type Framing = Datagram;
+
+    fn framing(&self) -> Datagram {
+        Datagram {
+            mtu: self.config.mtu,
+        }
+    }
 
     fn net(&self) -> &N {
         &self.net
@@ -274,7 +281,7 @@ impl<N: Net> Transport for Udp<N> {
 
     fn on_event(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Datagram>,
         registry: &RegistryOf<N>,
         event: &EventOf<N>,
         now: Instant,
@@ -290,7 +297,7 @@ impl<N: Net> Transport for Udp<N> {
 
     fn connect(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Datagram>,
         _registry: &RegistryOf<N>,
         req: ConnectRequest,
         now: Instant,
@@ -316,7 +323,7 @@ impl<N: Net> Transport for Udp<N> {
 
     fn close(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Datagram>,
         _registry: &RegistryOf<N>,
         link: LinkId,
         now: Instant,
@@ -335,7 +342,7 @@ impl<N: Net> Transport for Udp<N> {
 
     fn read_directly(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Datagram>,
         _registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
@@ -346,7 +353,7 @@ impl<N: Net> Transport for Udp<N> {
         any
     }
 
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: Instant) {
+    fn flush(&mut self, engine: &mut HeapEngine<Datagram>, registry: &RegistryOf<N>, now: Instant) {
         self.refusals.log_summaries(now, (NAME, self.me));
         let mut links = std::mem::take(&mut self.scratch_links);
         let mut blocked = std::mem::take(&mut self.scratch_blocked);
@@ -450,11 +457,11 @@ impl UdpSetup {
         let mut config = self.engine.clone();
         config.me = me;
         config.job_key = crate::config::socket_params::job_key(job_key)?;
-        config.framing = Framing::Datagram { mtu: self.udp.mtu };
         Module::open(
             NAME,
             config,
             self.pools,
+            Capacities::SOCKET_MODULE,
             self.udp.spin,
             net,
             |net, registry| Udp::start(me, self.udp.clone(), bootstrap, net, registry),

@@ -1,6 +1,7 @@
 //! The sans-I/O engine in datagram framing over an in-memory network that
-//! loses, duplicates and reorders: two [`Engine`]s, A and B (two processes
-//! of one job, holding its key), driven by the core's [`DatagramPair`].
+//! loses, duplicates and reorders: two [`Engine`](btl_core::engine::Engine)s, A and B (two processes
+//! of one job, holding its key), driven by
+//! [`DatagramPair`].
 //! Every datagram either engine sends is dropped with probability
 //! [`FAULTS`]`.loss`, delivered twice with `.duplication`, and queued ahead
 //! of earlier ones with `.reordering`; the engines must still deliver
@@ -16,26 +17,28 @@
 
 use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::Engine;
-use btl_core::engine::config::{EngineConfig, Framing};
+use btl_core::engine::config::EngineConfig;
 use btl_core::engine::rtt::RttConfig;
-use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::engine::{Capacities, Datagram, HEADER_RESERVE};
+use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
-use btl_core::wire::{HEADER_LEN, SendRepr};
+use btl_std::driver::heap::{Heap, HeapEngine};
 
-use crate::data::leak;
 use crate::pair::datagram::{DatagramPair, Faults, NetStats};
 use crate::world::{Capabilities, Memory, Side, World};
 
-/// Peers an engine of the harness knows.
-pub const PEERS: usize = 4;
-/// Links an engine of the harness holds at once.
-pub const LINKS: usize = 4;
-/// Registrations: more than any suite keeps at once.
-pub const REGS: usize = 16;
+/// What an engine of the harness holds: more registrations than any suite
+/// keeps at once.
+pub const CAPACITIES: Capacities = Capacities {
+    peers: 4,
+    links: 4,
+    ops: 64,
+    events: 256,
+    registrations: 16,
+};
 
 /// The engine the harness runs on each side.
-pub type PairEngine = Engine<'static, 'static, PEERS, LINKS, REGS>;
+pub type PairEngine = HeapEngine<Datagram>;
 
 /// Largest datagram: an Ethernet frame's payload.
 pub const MTU: usize = 1500;
@@ -79,9 +82,6 @@ pub const KEEPALIVE: Duration = Duration::from_millis(200);
 /// Progress rounds within which anything must finish (the peer timeout
 /// included).
 pub const MAX_ROUNDS: u32 = 6_000;
-
-/// Headroom a descriptor keeps for the engine's packet header.
-const PREFIX: usize = HEADER_LEN + SendRepr::LEN;
 
 /// A and B as two engines over a lossy in-memory datagram network.
 pub struct DatagramPairWorld {
@@ -159,10 +159,10 @@ impl World for DatagramPairWorld {
 }
 
 /// An engine of process `me` in datagram framing, holding the job key,
-/// with CRC32C trailers, its pools carved from a leaked region.
+/// with CRC32C trailers.
 fn engine_of(me: ProcName) -> Box<PairEngine> {
     let pool = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + PREFIX,
+        fragment_size: payload + HEADER_RESERVE,
         num: FRAGMENTS,
         max: FRAGMENTS,
         inc: 8,
@@ -172,12 +172,9 @@ fn engine_of(me: ProcName) -> Box<PairEngine> {
         eager: pool(EAGER),
         max: pool(MTU),
     };
-    let pools =
-        FragmentPools::new(leak(FragmentPools::required_bytes(&cfg)), cfg).expect("engine pools");
     let mut config = EngineConfig::new(me);
     config.job_key = Some(KEY.try_into().expect("a short job key"));
     config.checksum = true;
-    config.framing = Framing::Datagram { mtu: MTU };
     config.peer_timeout = PEER_TIMEOUT;
     config.rtt = RttConfig {
         initial_rto: 20 * TICK,
@@ -185,7 +182,16 @@ fn engine_of(me: ProcName) -> Box<PairEngine> {
         max_rto: 100 * TICK,
     };
     config.keepalive = KEEPALIVE;
-    let mut e = Box::new(Engine::new(config, pools, Instant::ZERO));
+    let mut e = Box::new(
+        Heap::engine(
+            config,
+            Datagram { mtu: MTU },
+            CAPACITIES,
+            cfg,
+            Instant::ZERO,
+        )
+        .expect("engine pools"),
+    );
     e.set_name("datagram-pair");
     e
 }

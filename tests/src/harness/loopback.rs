@@ -1,14 +1,16 @@
 //! The loopback (`self`) BTL as a world: A and B are one process and one
 //! BTL, built by the `self` component from its default parameters.
 
+use std::pin::Pin;
+
 use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::loopback::{Loopback, SENDI_MAX, SelfComponent};
 use btl_core::mca::{Component, Registry};
 use btl_core::pool::PoolCell;
 
-use crate::data::leak;
 use crate::world::{Capabilities, Memory, Side, World};
+use btl_std::driver::heap::Heap;
 
 /// Registrations the harness's loopback holds: more than any suite keeps at once.
 pub const REGS: usize = 16;
@@ -18,7 +20,7 @@ pub const REGS: usize = 16;
 pub const QUEUE: usize = 32;
 
 /// The loopback module the harness runs.
-pub type SelfBtl = Loopback<&'static [PoolCell], Memory, REGS, QUEUE>;
+pub type SelfBtl = Loopback<Pin<Box<[PoolCell]>>, Memory, REGS, QUEUE>;
 
 /// A and B as the one loopback of one process.
 pub struct LoopbackWorld {
@@ -29,7 +31,7 @@ pub struct LoopbackWorld {
 impl LoopbackWorld {
     /// Builds the loopback the way a driver does: the `self` component
     /// registers its parameters, `init` yields the setup, and the module's
-    /// pools are carved from a leaked region.
+    /// pools are carved from a region of their own.
     pub fn new() -> Self {
         let mut params = Registry::<16>::new();
         let mut component = SelfComponent::default();
@@ -41,7 +43,7 @@ impl LoopbackWorld {
             .expect("one module");
         let me = ProcName::new(0x5e1f, 0);
         let mut btl: SelfBtl = setup
-            .build(PoolCell::from_mut(leak(setup.required_bytes())), me)
+            .build(Heap::<Memory>::region(setup.required_bytes()), me)
             .expect("self pools");
         let mut endpoint = [None];
         let mut words = [0u64];

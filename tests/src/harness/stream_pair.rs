@@ -1,4 +1,4 @@
-//! The sans-I/O engine over an in-memory stream pair: two [`Engine`]s, A
+//! The sans-I/O engine over an in-memory stream pair: two [`Engine`](btl_core::engine::Engine)s, A
 //! and B (two processes of one job, holding its key), driven by the core's
 //! [`StreamPair`]: it opens the connections they ask for, carries what they
 //! write through a bounded pipe per direction and connection (keeping
@@ -28,26 +28,30 @@ use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::rtt::RttConfig;
-use btl_core::engine::{ConnectRequest, Engine, LinkId};
-use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::engine::{Capacities, ConnectRequest, HEADER_RESERVE, LinkId, Stream};
+use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
-use btl_core::wire::{self, CloseReason, HEADER_LEN, Limits, PacketRepr, SendRepr};
+use btl_core::wire::{self, CloseReason, Limits, PacketRepr};
+use btl_std::driver::heap::{Heap, HeapEngine};
 
-use crate::data::leak;
 use crate::pair::pipe::{Pipe, write_link};
 use crate::pair::stream::{Closure, ConnId, Role, StreamPair};
 use crate::rogue;
 use crate::world::{BadHandshake, Capabilities, HandshakeOutcome, Memory, Side, World};
 
-/// Peers an engine of the harness knows (A or B, and a rogue).
-pub const PEERS: usize = 4;
-/// Connections an engine of the harness holds at once.
-pub const LINKS: usize = 8;
-/// Registrations: more than any suite keeps at once.
-pub const REGS: usize = 16;
+/// What an engine of the harness holds: A or B and a rogue, two links
+/// each connected from both sides at once, more registrations than any
+/// suite keeps at once.
+pub const CAPACITIES: Capacities = Capacities {
+    peers: 4,
+    links: 8,
+    ops: 64,
+    events: 256,
+    registrations: 16,
+};
 
 /// The engine the harness runs on each side.
-pub type PairEngine = Engine<'static, 'static, PEERS, LINKS, REGS>;
+pub type PairEngine = HeapEngine<Stream>;
 
 /// Bytes each pipe holds: less than the largest frames (64 KiB sends and
 /// puts), so writes and reads are partial all the time.
@@ -96,9 +100,6 @@ pub const MAX_ROUNDS: u32 = 4_000;
 /// (and fails to) until then. Short, so that it comes within the suite's
 /// rounds; far above any pause the suite makes.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Headroom a descriptor keeps for the engine's packet header.
-const PREFIX: usize = HEADER_LEN + SendRepr::LEN;
 
 /// The rogue third process of the last `inject_handshake`: the external
 /// end of a connection towards the target.
@@ -340,11 +341,10 @@ impl World for StreamPairWorld {
     }
 }
 
-/// An engine of process `me` holding `key`, with CRC32C trailers, its pools
-/// carved from a leaked region.
+/// An engine of process `me` holding `key`, with CRC32C trailers.
 fn engine_of(me: ProcName, key: &[u8], links: u8) -> Box<PairEngine> {
     let pool = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + PREFIX,
+        fragment_size: payload + HEADER_RESERVE,
         num: FRAGMENTS,
         max: FRAGMENTS,
         inc: 8,
@@ -354,8 +354,6 @@ fn engine_of(me: ProcName, key: &[u8], links: u8) -> Box<PairEngine> {
         eager: pool(EAGER),
         max: pool(MAX_SEND),
     };
-    let pools =
-        FragmentPools::new(leak(FragmentPools::required_bytes(&cfg)), cfg).expect("engine pools");
     let mut config = EngineConfig::new(me);
     config.job_key = Some(key.try_into().expect("a short job key"));
     config.checksum = true;
@@ -366,7 +364,9 @@ fn engine_of(me: ProcName, key: &[u8], links: u8) -> Box<PairEngine> {
         min_rto: 2 * TICK,
         max_rto: 100 * TICK,
     };
-    let mut e = Box::new(Engine::new(config, pools, Instant::ZERO));
+    let mut e = Box::new(
+        Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("engine pools"),
+    );
     e.set_name("stream-pair");
     e
 }

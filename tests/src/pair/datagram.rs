@@ -8,29 +8,29 @@
 //! direction and a seeded fault generator ([`Faults`]): a datagram may be
 //! dropped, delivered twice, or overtake those queued before it, and one
 //! that finds its queue full is dropped, as a congested network would. It
-//! is `no_std` without `alloc` and deterministic (seeded faults and nonces,
-//! a counter for a clock), so a failing run replays exactly.
+//! allocates nothing and is deterministic (seeded faults and nonces, a
+//! counter for a clock), so a failing run replays exactly.
 //!
 //! ```
 //! use btl_core::btl::{Btl, Event, Tag};
 //! use btl_core::desc::{DescFlags, Order};
 //! use btl_core::endpoint::ProcName;
-//! use btl_core::engine::config::{EngineConfig, Framing};
+//! use btl_core::engine::config::EngineConfig;
+//! use btl_core::engine::{Datagram, Engine, Inline};
 //! use btl_tests::pair::datagram::{DatagramPair, Faults};
-//! use btl_core::engine::Engine;
 //! use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 //! use btl_core::time::{Duration, Instant};
 //!
 //! let pool = |fragment_size| FragmentPoolConfig { fragment_size, num: 8, max: 8, inc: 8 };
 //! let cfg = FragmentPoolsConfig { small: pool(256), eager: pool(1024), max: pool(1500) };
 //! let (mut ra, mut rb) = ([0u8; 65536], [0u8; 65536]);
+//! // 2 peers, 2 links, a window of 8, 2 operations, 16 events, 2 registrations.
+//! type Tables = Inline<2, 2, 8, 2, 16, 2, Vec<u8>>;
+//! let (mut ta, mut tb) = (Tables::new(), Tables::new());
 //! let names = [ProcName::new(7, 0), ProcName::new(7, 1)];
-//! let config = |me| EngineConfig {
-//!     framing: Framing::Datagram { mtu: 1500 },
-//!     ..EngineConfig::new(me)
-//! };
-//! let a = Engine::<'_, '_, 2, 2, 2>::new(config(names[0]), FragmentPools::new(&mut ra, cfg)?, Instant::ZERO);
-//! let b = Engine::new(config(names[1]), FragmentPools::new(&mut rb, cfg)?, Instant::ZERO);
+//! let framing = Datagram { mtu: 1500 };
+//! let a = Engine::new(EngineConfig::new(names[0]), framing, ta.lend(), FragmentPools::new(&mut ra, cfg)?, Instant::ZERO);
+//! let b = Engine::new(EngineConfig::new(names[1]), framing, tb.lend(), FragmentPools::new(&mut rb, cfg)?, Instant::ZERO);
 //! // 64 datagrams in flight per direction, 1500-byte MTU; one in ten lost.
 //! let mut pair: DatagramPair<_, 64, 1500> = DatagramPair::new(a, b, names, 42);
 //! pair.set_faults(Faults { loss: 100, ..Faults::NONE });
@@ -57,7 +57,7 @@ use heapless::Vec;
 
 use btl_core::btl::{Btl, BtlError};
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::{ConnectFailure, Engine, LinkId, Source};
+use btl_core::engine::{ConnectFailure, Datagram, Engine, LinkId, Source, Storage};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
 
@@ -147,13 +147,13 @@ fn chance(random: &mut SplitMix64, per_mille: u16) -> bool {
 }
 
 /// One datagram in flight.
-struct Datagram<const MTU: usize> {
+struct InFlight<const MTU: usize> {
     len: usize,
     bytes: [u8; MTU],
 }
 
-impl<const MTU: usize> Datagram<MTU> {
-    const EMPTY: Self = Datagram {
+impl<const MTU: usize> InFlight<MTU> {
+    const EMPTY: Self = InFlight {
         len: 0,
         bytes: [0; MTU],
     };
@@ -162,7 +162,7 @@ impl<const MTU: usize> Datagram<MTU> {
 /// The datagrams in flight towards one side: slots, and their delivery
 /// order as slot numbers (cheap to reorder).
 struct Queue<const N: usize, const MTU: usize> {
-    slots: [Datagram<MTU>; N],
+    slots: [InFlight<MTU>; N],
     order: Vec<u16, N>,
     free: Vec<u16, N>,
     /// Slots handed out at least once: those from here on are free too.
@@ -172,7 +172,7 @@ struct Queue<const N: usize, const MTU: usize> {
 impl<const N: usize, const MTU: usize> Queue<N, MTU> {
     const fn new() -> Self {
         Queue {
-            slots: [const { Datagram::EMPTY }; N],
+            slots: [const { InFlight::EMPTY }; N],
             order: Vec::new(),
             free: Vec::new(),
             fresh: 0,
@@ -235,18 +235,10 @@ pub struct DatagramPair<E, const N: usize, const MTU: usize, S = E> {
     _engine: PhantomData<fn() -> E>,
 }
 
-impl<
-    'r,
-    'm,
-    const PEERS: usize,
-    const LINKS: usize,
-    const REGS: usize,
-    const N: usize,
-    const MTU: usize,
-    S,
-> DatagramPair<Engine<'r, 'm, PEERS, LINKS, REGS>, N, MTU, S>
+impl<St: Storage, const W: usize, const N: usize, const MTU: usize, S>
+    DatagramPair<Engine<St, Datagram, W>, N, MTU, S>
 where
-    S: BorrowMut<Engine<'r, 'm, PEERS, LINKS, REGS>>,
+    S: BorrowMut<Engine<St, Datagram, W>>,
 {
     /// Engines `a` and `b`, processes `names[0]` and `names[1]`, a perfect
     /// network, the clock at 0; `seed` seeds faults and nonces.
@@ -291,22 +283,22 @@ where
     }
 
     /// The engine of `side`.
-    pub fn engine(&self, side: Side) -> &Engine<'r, 'm, PEERS, LINKS, REGS> {
+    pub fn engine(&self, side: Side) -> &Engine<St, Datagram, W> {
         self.engines[side.index()].borrow()
     }
 
     /// The engine of `side`, to call.
-    pub fn engine_mut(&mut self, side: Side) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+    pub fn engine_mut(&mut self, side: Side) -> &mut Engine<St, Datagram, W> {
         self.engines[side.index()].borrow_mut()
     }
 
     /// Engine A, to call.
-    pub fn a(&mut self) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+    pub fn a(&mut self) -> &mut Engine<St, Datagram, W> {
         self.engine_mut(Side::A)
     }
 
     /// Engine B, to call.
-    pub fn b(&mut self) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+    pub fn b(&mut self) -> &mut Engine<St, Datagram, W> {
         self.engine_mut(Side::B)
     }
 

@@ -12,19 +12,19 @@ use core::borrow::BorrowMut;
 
 use btl_core::btl::{Btl, BtlError};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::engine::Engine;
+use btl_core::engine::{Engine, Framing, Storage};
 use btl_core::time::Instant;
 
 pub use crate::world::Side;
 
 /// Makes each of two engines know the other's process (`add_procs`);
 /// returns the endpoint of B at A and of A at B. Both pair drivers start so.
-pub(crate) fn introduce<'r, 'm, const PEERS: usize, const LINKS: usize, const REGS: usize, S>(
+pub(crate) fn introduce<St: Storage, F: Framing, const W: usize, S>(
     engines: &mut [S; 2],
     names: [ProcName; 2],
 ) -> Result<[EndpointId; 2], BtlError>
 where
-    S: BorrowMut<Engine<'r, 'm, PEERS, LINKS, REGS>>,
+    S: BorrowMut<Engine<St, F, W>>,
 {
     let mut out = [EndpointId(0); 2];
     for side in Side::BOTH {
@@ -42,8 +42,8 @@ where
 
 /// Makes `engine`, a new start of one side, know the other side's process
 /// `other` (`add_procs`), after telling it the time `now`; its endpoint.
-pub(crate) fn introduce_restarted<const PEERS: usize, const LINKS: usize, const REGS: usize>(
-    engine: &mut Engine<'_, '_, PEERS, LINKS, REGS>,
+pub(crate) fn introduce_restarted<St: Storage, F: Framing, const W: usize>(
+    engine: &mut Engine<St, F, W>,
     other: ProcName,
     now: Instant,
 ) -> Result<EndpointId, BtlError> {

@@ -1,7 +1,7 @@
 //! One direction of an in-memory stream, and how an engine's link writes
 //! into it and reads from it: what a socket and its driver would do.
 
-use btl_core::engine::{Engine, LinkError, LinkId};
+use btl_core::engine::{Engine, Framing, LinkError, LinkId, Storage, Stream};
 use btl_core::time::Instant;
 
 /// Transmits one [`write_link`] takes at most (an engine hands out far
@@ -151,8 +151,8 @@ pub struct Written {
 /// nothing more or the pipe is full (a partial write, which the engine
 /// resumes later). With no pipe the bytes are dropped, as on a connection
 /// whose other end has gone.
-pub fn write_link<const PEERS: usize, const LINKS: usize, const REGS: usize, const N: usize>(
-    engine: &mut Engine<'_, '_, PEERS, LINKS, REGS>,
+pub fn write_link<St: Storage, F: Framing, const W: usize, const N: usize>(
+    engine: &mut Engine<St, F, W>,
     link: LinkId,
     mut pipe: Option<&mut Pipe<N>>,
 ) -> Written {
@@ -197,8 +197,8 @@ pub fn write_link<const PEERS: usize, const LINKS: usize, const REGS: usize, con
 /// (less than all while it waits for receive fragments); returns how many
 /// bytes that was. An engine that no longer knows the link gets nothing
 /// more: the pipe is emptied and the error returned.
-pub fn read_link<const PEERS: usize, const LINKS: usize, const REGS: usize, const N: usize>(
-    engine: &mut Engine<'_, '_, PEERS, LINKS, REGS>,
+pub fn read_link<St: Storage, const W: usize, const N: usize>(
+    engine: &mut Engine<St, Stream, W>,
     link: LinkId,
     pipe: &mut Pipe<N>,
     now: Instant,

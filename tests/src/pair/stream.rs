@@ -4,10 +4,9 @@
 //! The engine does no I/O, so something has to open its connections, carry
 //! its bytes, close its links and tell it the time. [`StreamPair`] does
 //! that for two engines, A and B, over [`Pipe`]s (one per direction and
-//! connection), one bounded [`round`](StreamPair::round) at a time. It is
-//! `no_std` without `alloc` and deterministic (the nonces come from a
-//! generator the caller seeds; the clock is a counter), so the same test
-//! runs on a host and on a bare-metal board, and a failure replays exactly.
+//! connection), one bounded [`round`](StreamPair::round) at a time. It
+//! allocates nothing and is deterministic (the nonces come from a generator
+//! the caller seeds; the clock is a counter), so a failure replays exactly.
 //!
 //! Pipes have a fixed capacity `N`: a writer that finds its pipe full keeps
 //! the rest of its bytes (a partial write, as on a socket), and a reader
@@ -27,8 +26,8 @@
 //! use btl_core::desc::{DescFlags, Order};
 //! use btl_core::endpoint::ProcName;
 //! use btl_core::engine::config::EngineConfig;
+//! use btl_core::engine::{Engine, Inline, Stream};
 //! use btl_tests::pair::stream::StreamPair;
-//! use btl_core::engine::Engine;
 //! use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 //! use btl_core::time::Instant;
 //!
@@ -36,17 +35,17 @@
 //! let cfg = FragmentPoolsConfig { small: pool(256), eager: pool(1024), max: pool(4096) };
 //! let (mut ra, mut rb) = ([0u8; 65536], [0u8; 65536]);
 //! assert!(FragmentPools::required_bytes(&cfg) <= ra.len());
+//! // Each engine's tables: 2 peers, 2 links, a window of 8 packets, 2
+//! // operations, 16 events, 2 registrations of memory held as vectors.
+//! type Tables = Inline<2, 2, 8, 2, 16, 2, Vec<u8>>;
+//! let (mut ta, mut tb) = (Tables::new(), Tables::new());
 //! let names = [ProcName::new(7, 0), ProcName::new(7, 1)];
-//! let a = Engine::<'_, '_, 2, 2, 2>::new(
-//!     EngineConfig::new(names[0]),
-//!     FragmentPools::new(&mut ra, cfg).expect("pools"),
-//!     Instant::ZERO,
-//! );
-//! let b = Engine::new(
-//!     EngineConfig::new(names[1]),
-//!     FragmentPools::new(&mut rb, cfg).expect("pools"),
-//!     Instant::ZERO,
-//! );
+//! let engine = |me, tables, region| {
+//!     let pools = FragmentPools::new(region, cfg).expect("pools");
+//!     Engine::new(EngineConfig::new(me), Stream, tables, pools, Instant::ZERO)
+//! };
+//! let a = engine(names[0], ta.lend(), &mut ra);
+//! let b = engine(names[1], tb.lend(), &mut rb);
 //! // Engines held by value, 4 KiB pipes, two connection slots.
 //! let mut pair: StreamPair<_, 4096, 2> = StreamPair::new(a, b, names, 42);
 //! let [b_at_a, _] = pair.introduce().expect("each reaches the other");
@@ -67,7 +66,7 @@ use core::ops::AddAssign;
 
 use btl_core::btl::{Btl, BtlError};
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::{ConnectFailure, Engine, LinkError, LinkId, Source};
+use btl_core::engine::{ConnectFailure, Engine, LinkError, LinkId, Source, Storage, Stream};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
 
@@ -342,18 +341,10 @@ pub struct StreamPair<E, const N: usize, const CONNS: usize, S = E> {
     _engine: PhantomData<fn() -> E>,
 }
 
-impl<
-    'r,
-    'm,
-    const PEERS: usize,
-    const LINKS: usize,
-    const REGS: usize,
-    const N: usize,
-    const CONNS: usize,
-    S,
-> StreamPair<Engine<'r, 'm, PEERS, LINKS, REGS>, N, CONNS, S>
+impl<St: Storage, const W: usize, const N: usize, const CONNS: usize, S>
+    StreamPair<Engine<St, Stream, W>, N, CONNS, S>
 where
-    S: BorrowMut<Engine<'r, 'm, PEERS, LINKS, REGS>>,
+    S: BorrowMut<Engine<St, Stream, W>>,
 {
     /// Engines `a` and `b`, processes `names[0]` and `names[1]` (where a
     /// connect request for that name goes), no connection yet, the clock
@@ -396,32 +387,27 @@ where
     }
 
     /// The engine of `side`.
-    pub fn engine(&self, side: Side) -> &Engine<'r, 'm, PEERS, LINKS, REGS> {
+    pub fn engine(&self, side: Side) -> &Engine<St, Stream, W> {
         self.engines[side.index()].borrow()
     }
 
     /// The engine of `side`, to call.
-    pub fn engine_mut(&mut self, side: Side) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+    pub fn engine_mut(&mut self, side: Side) -> &mut Engine<St, Stream, W> {
         self.engines[side.index()].borrow_mut()
     }
 
     /// Engine A, to call.
-    pub fn a(&mut self) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+    pub fn a(&mut self) -> &mut Engine<St, Stream, W> {
         self.engine_mut(Side::A)
     }
 
     /// Engine B, to call.
-    pub fn b(&mut self) -> &mut Engine<'r, 'm, PEERS, LINKS, REGS> {
+    pub fn b(&mut self) -> &mut Engine<St, Stream, W> {
         self.engine_mut(Side::B)
     }
 
     /// Both engines at once, A first.
-    pub fn engines_mut(
-        &mut self,
-    ) -> (
-        &mut Engine<'r, 'm, PEERS, LINKS, REGS>,
-        &mut Engine<'r, 'm, PEERS, LINKS, REGS>,
-    ) {
+    pub fn engines_mut(&mut self) -> (&mut Engine<St, Stream, W>, &mut Engine<St, Stream, W>) {
         let [a, b] = &mut self.engines;
         (a.borrow_mut(), b.borrow_mut())
     }

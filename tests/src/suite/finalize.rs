@@ -146,7 +146,7 @@ pub fn later_calls_fail_with_finalized(world: &mut dyn World) {
     assert_eq!(btl.put(ep, l, r, 0), Err(BtlError::Finalized), "put");
     assert_eq!(btl.get(ep, l, r, 0), Err(BtlError::Finalized), "get");
     assert_eq!(
-        btl.register_mem(crate::data::leak(8), Access::all())
+        btl.register_mem(vec![0; 8], Access::all())
             .map_err(|e| e.error),
         Err(BtlError::Finalized),
         "register_mem"

@@ -21,7 +21,7 @@ pub mod xfer;
 
 use btl_core::btl::{Access, MemHandle, MemSlice, RemoteSlice};
 
-use crate::data::{fill_pattern, leak};
+use crate::data::fill_pattern;
 use crate::world::{Side, World};
 
 /// Registers a fresh `len`-byte region with `side`'s BTL, filled with the
@@ -33,9 +33,9 @@ pub fn register(
     access: Access,
     seed: Option<u64>,
 ) -> MemHandle {
-    let region = leak(len);
+    let mut region = vec![0u8; len];
     if let Some(seed) = seed {
-        fill_pattern(region, seed);
+        fill_pattern(&mut region, seed);
     }
     world
         .btl(side)

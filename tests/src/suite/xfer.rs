@@ -24,7 +24,7 @@ use btl_core::xfer::{
     XferError, XferEvent,
 };
 
-use crate::data::{fill_pattern, leak, pattern};
+use crate::data::{fill_pattern, pattern};
 use crate::track::in_use;
 use crate::world::{Memory, Side, World};
 
@@ -213,8 +213,7 @@ impl Machines {
         seed: Option<u64>,
     ) -> Vec<Buf> {
         let total = GUARD_LEN + lens.iter().map(|n| n + GUARD_LEN).sum::<usize>();
-        let region = leak(total);
-        region.fill(GUARD);
+        let mut region = vec![GUARD; total];
         let mut at = GUARD_LEN;
         let mut slices = Vec::new();
         for (i, &len) in lens.iter().enumerate() {

@@ -5,12 +5,23 @@
 
 use btl_core::btl::{Btl, Event};
 use btl_core::endpoint::ProcName;
-use btl_core::engine::Engine;
 use btl_core::engine::config::EngineConfig;
-use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::engine::{Capacities, HEADER_RESERVE, Stream};
+use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::Instant;
+use btl_std::driver::heap::{Heap, HeapEngine};
 
-pub type E = Engine<'static, 'static, 4, 4, 4>;
+pub type E = HeapEngine<Stream>;
+
+/// What the tests' engines hold: a few peers, links and registrations,
+/// the default operations and events.
+pub const CAPACITIES: Capacities = Capacities {
+    peers: 4,
+    links: 4,
+    ops: 64,
+    events: 256,
+    registrations: 4,
+};
 
 pub fn engine(me: ProcName, key: Option<&[u8]>, credits: u32) -> E {
     let mut config = EngineConfig::new(me);
@@ -30,13 +41,10 @@ pub fn engine_with(config: EngineConfig) -> E {
     };
     let cfg = FragmentPoolsConfig {
         small: pool(256),
-        eager: pool(4096 + 40),
-        max: pool(65536 + 40),
+        eager: pool(4096 + HEADER_RESERVE),
+        max: pool(65536 + HEADER_RESERVE),
     };
-    let region: &'static mut [u8] =
-        Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
-    let pools = FragmentPools::new(region, cfg).expect("pools");
-    Engine::new(config, pools, Instant::ZERO)
+    Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("pools")
 }
 
 pub fn drain(e: &mut E) -> Vec<String> {

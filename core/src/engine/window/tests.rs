@@ -417,11 +417,12 @@ fn resending_everything_walks_the_ring_in_order() {
     tx.push(5, t(2)).expect("room");
     tx.push(6, t(2)).expect("room");
     // Slots wrapped: 5 and 6 sit before 3 and 4 in the ring.
-    let order: Vec<u64> = tx.unacked_mut().map(|(s, _)| s).collect();
+    let order: Vec<u64> = tx.iter().map(|(s, _)| s).collect();
     assert_eq!(order, vec![3, 4, 5, 6]);
     release(&mut tx, ack(3, 0b10), 3).0.expect("sack 5");
-    for (_, item) in tx.unacked_mut() {
-        *item += 100;
+    let retained: Vec<u64> = tx.iter().map(|(s, _)| s).collect();
+    for seq in retained {
+        *tx.get_mut(seq).expect("retained") += 100;
     }
     let resent: Vec<(u64, u64, u32)> = tx
         .resend_all(t(50))

@@ -7,7 +7,9 @@ use std::io::{self, IoSlice};
 use btl_core::engine::{ConnectRequest, LinkId};
 use btl_core::time::Instant;
 
-use crate::driver::engine_cell::StdEngine;
+use btl_core::engine::Stream;
+
+use crate::driver::heap::HeapEngine;
 use crate::driver::net::StreamSocket;
 
 /// Bytes read ahead of the engine per connection, at most: one large
@@ -121,7 +123,7 @@ impl<S: StreamSocket> Conn<S> {
     /// until it finds that end; otherwise a short read counts as drained.
     pub fn read(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         link: LinkId,
         now: Instant,
         closing: bool,
@@ -172,7 +174,7 @@ impl<S: StreamSocket> Conn<S> {
     /// Writes what the engine has for `link` until it has nothing more or
     /// the socket would block; returns whether bytes still wait, or an
     /// error when the connection broke.
-    pub fn write(&mut self, engine: &mut StdEngine<'_>, link: LinkId) -> io::Result<bool> {
+    pub fn write(&mut self, engine: &mut HeapEngine<Stream>, link: LinkId) -> io::Result<bool> {
         loop {
             let (n, total) = {
                 let Some(t) = engine.poll_transmit(link) else {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
+use btl_core::engine::Capacities;
 use btl_core::engine::config::EngineConfig;
 use btl_core::mca::{
     BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
@@ -156,6 +157,7 @@ impl TcpSetup {
             NAME,
             config,
             self.pools,
+            Capacities::SOCKET_MODULE,
             self.tcp.spin,
             net,
             |net, registry| Tcp::start(me, self.tcp.clone(), bootstrap, net, registry),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
-use btl_core::engine::{ConnectFailure, ConnectRequest, LinkError, LinkId};
+use btl_core::engine::{ConnectFailure, ConnectRequest, LinkError, LinkId, Stream};
 use btl_core::time::Instant;
 use btl_core::wire::{self, CloseReason, CloseRepr, HEADER_LEN, HeaderRepr, PacketRepr};
 use ipnet::IpNet;
@@ -17,7 +17,7 @@ use super::TcpConfig;
 use super::conn::{Conn, ConnState, ReadOutcome};
 use crate::bootstrap::{Bootstrap, Card, Contact};
 use crate::bootstrap::{LookupError, PeerContacts};
-use crate::driver::engine_cell::StdEngine;
+use crate::driver::heap::HeapEngine;
 use crate::driver::module::{EventOf, Transport, source_of};
 use crate::driver::net::{
     ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch,
@@ -155,7 +155,7 @@ impl<N: Net> Tcp<N> {
     /// still connecting): the engine is told and the socket dropped.
     fn broken(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         i: usize,
         why: ConnectFailure,
@@ -171,7 +171,7 @@ impl<N: Net> Tcp<N> {
 
     fn accept(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         l: usize,
         now: Instant,
@@ -239,7 +239,7 @@ impl<N: Net> Tcp<N> {
     /// Our connect completed or failed (the socket became writable).
     fn connected(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         i: usize,
         now: Instant,
@@ -280,7 +280,7 @@ impl<N: Net> Tcp<N> {
     /// peer's end of the stream or an error).
     fn read(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         i: usize,
         now: Instant,
@@ -301,7 +301,7 @@ impl<N: Net> Tcp<N> {
     /// while some wait (as Motr's `ep_balance`).
     fn write(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         i: usize,
         now: Instant,
@@ -355,6 +355,11 @@ impl<N: Net> Drop for Tcp<N> {
 
 impl<N: Net> Transport for Tcp<N> {
     type Net = N;
+    type Framing = Stream;
+
+    fn framing(&self) -> Stream {
+        Stream
+    }
 
     fn net(&self) -> &N {
         &self.net
@@ -385,7 +390,7 @@ impl<N: Net> Transport for Tcp<N> {
 
     fn on_event(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         event: &EventOf<N>,
         now: Instant,
@@ -425,7 +430,7 @@ impl<N: Net> Transport for Tcp<N> {
 
     fn connect(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         req: ConnectRequest,
         now: Instant,
@@ -452,7 +457,7 @@ impl<N: Net> Transport for Tcp<N> {
 
     fn close(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         link: LinkId,
         now: Instant,
@@ -477,7 +482,7 @@ impl<N: Net> Transport for Tcp<N> {
 
     fn read_directly(
         &mut self,
-        engine: &mut StdEngine<'_>,
+        engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
@@ -490,7 +495,7 @@ impl<N: Net> Transport for Tcp<N> {
         self.received() != before
     }
 
-    fn flush(&mut self, engine: &mut StdEngine<'_>, registry: &RegistryOf<N>, now: Instant) {
+    fn flush(&mut self, engine: &mut HeapEngine<Stream>, registry: &RegistryOf<N>, now: Instant) {
         self.refusals.log_summaries(now, (NAME, self.me));
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_ref() else {

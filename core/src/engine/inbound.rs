@@ -1,0 +1,424 @@
+//! The read path: a link's bytes into frames, each frame's payload
+//! straight into its target (a receive fragment, registered memory), and
+//! each whole frame to the link (handshake, CLOSE) or to its peer.
+
+use crate::btl::{MemSlice, RejectCode, Tag};
+use crate::endpoint::EndpointId;
+use crate::time::Instant;
+use crate::wire::{
+    self, AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HeaderRepr, HelloAckRepr, HelloRepr,
+    Limits, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
+};
+
+use super::framing::{Datagram, Framing, Stream};
+use super::link::{ControlIn, Handshaken, LinkState, Receiving};
+use super::mover::{PayloadTarget, ReadStep};
+use super::storage::Storage;
+use super::window::Ack;
+use super::{Engine, LinkError, LinkId};
+use crate::pool::PoolError;
+
+impl<S: Storage, const W: usize> Engine<S, Stream, W> {
+    /// Bytes read from `link`; returns how many were taken. Fewer than
+    /// given means the engine waits for receive fragments: hand the rest
+    /// again after the upper layer has polled its events.
+    pub fn handle_stream(
+        &mut self,
+        link: LinkId,
+        data: &[u8],
+        now: Instant,
+    ) -> Result<usize, LinkError> {
+        self.shared.now = now;
+        let l = self.links.get_mut(link.0).ok_or(LinkError::UnknownLink)?;
+        if !data.is_empty() {
+            l.mark_heard();
+        }
+        let taken = self.read_all(link, data).unwrap_or(data.len());
+        self.settle();
+        Ok(taken)
+    }
+}
+
+impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
+    /// One datagram received on `link`: one whole frame.
+    ///
+    /// A datagram that is damaged, cut short or not a frame is dropped, as
+    /// the network might have dropped it, and retransmission repairs the
+    /// loss; only during the handshake does it fail the link, with a CLOSE
+    /// that says why. A frame that finds no receive fragment is dropped
+    /// too, unacknowledged, and comes again.
+    pub fn handle_datagram(
+        &mut self,
+        link: LinkId,
+        datagram: &[u8],
+        now: Instant,
+    ) -> Result<(), LinkError> {
+        self.shared.now = now;
+        let l = self.links.get_mut(link.0).ok_or(LinkError::UnknownLink)?;
+        if !datagram.is_empty() {
+            l.mark_heard();
+        }
+        self.read_datagram(link, datagram);
+        self.settle();
+        Ok(())
+    }
+
+    fn read_datagram(&mut self, link: LinkId, datagram: &[u8]) {
+        let limits = Limits::new(self.shared.config.max_body);
+        let Some(l) = self.links.get_mut(link.0) else {
+            return;
+        };
+        if l.state() == LinkState::Closing {
+            return;
+        }
+        if let Err(e) = wire::parse_datagram(datagram, &limits) {
+            let damaged = matches!(e, WireError::ChecksumMismatch { .. });
+            if l.is_handshaking() && !damaged {
+                self.fail_link(link, e.close_reason());
+            }
+            return;
+        }
+        // A fresh reader per datagram, each one frame from its start,
+        // whose checksum parse_datagram has just checked.
+        if let Some(frag) = l.read_datagram(limits) {
+            self.shared.drop_received(frag);
+        }
+        let Some(taken) = self.read_all(link, datagram) else {
+            return;
+        };
+        if taken < datagram.len()
+            && let Some(l) = self.links.get_mut(link.0)
+        {
+            // Waiting for a receive fragment, which holds nothing yet: the
+            // datagram is dropped and comes again.
+            let (_, receiving) = l.reader_mut();
+            *receiving = Receiving::None;
+        }
+    }
+}
+
+impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
+    /// Feeds `data` to the link's reader until it takes no more (it waits
+    /// for more bytes, or for a receive fragment); returns the bytes taken,
+    /// or `None` once the link failed or is closing (the rest is dropped).
+    fn read_all(&mut self, link: LinkId, data: &[u8]) -> Option<usize> {
+        let mut taken = 0;
+        loop {
+            match self.read_some(link, &data[taken..]) {
+                Ok((0, false)) => return Some(taken),
+                Ok((n, _)) => taken += n,
+                Err(reason) => {
+                    self.fail_link(link, reason);
+                    return None;
+                }
+            }
+            if self
+                .links
+                .get(link.0)
+                .is_none_or(|l| l.state() == LinkState::Closing)
+            {
+                return None;
+            }
+        }
+    }
+
+    /// Reads from `input` into the link's current frame; returns the bytes
+    /// taken and whether anything happened (a frame may end without input).
+    fn read_some(&mut self, link: LinkId, input: &[u8]) -> Result<(usize, bool), CloseReason> {
+        let Engine { shared, links, .. } = self;
+        let Some(l) = links.get_mut(link.0) else {
+            return Ok((input.len(), false));
+        };
+        let (reader, receiving) = l.reader_mut();
+        if let Receiving::WaitingFragment { tag, seq, len } = *receiving {
+            let Ok(frag) = shared.take_receive_fragment(len) else {
+                return Ok((0, false));
+            };
+            *receiving = Receiving::Send {
+                tag,
+                seq,
+                frag,
+                have: 0,
+                len,
+            };
+            reader.set_target(PayloadTarget::Engine);
+        }
+        let mut used = 0;
+        let step = reader
+            .step(input, &mut used)
+            .map_err(|e| e.close_reason())?;
+        match step {
+            ReadStep::NeedMore => Ok((used, false)),
+            ReadStep::Prefix { header } => {
+                self.on_prefix(link, header)?;
+                Ok((used, true))
+            }
+            ReadStep::Payload { len } => {
+                let bytes = &input[..len];
+                match receiving {
+                    Receiving::Send { frag, have, .. } => {
+                        if let Ok(buf) = shared.pools.view().bytes_mut(frag)
+                            && let Some(dst) = buf.get_mut(*have..*have + len)
+                        {
+                            dst.copy_from_slice(bytes);
+                        }
+                        *have += len;
+                    }
+                    Receiving::Put {
+                        dst: Ok(dst), have, ..
+                    } => {
+                        let part = MemSlice {
+                            handle: dst.handle,
+                            offset: dst.offset + *have,
+                            len: len as u64,
+                        };
+                        if let Ok(region) = shared.regs.slice_mut(part) {
+                            region.copy_from_slice(bytes);
+                        }
+                        *have += len as u64;
+                    }
+                    _ => {}
+                }
+                reader.consume_payload(bytes);
+                Ok((len, true))
+            }
+            ReadStep::Done { header } => {
+                self.on_frame(link, header)?;
+                Ok((used, true))
+            }
+        }
+    }
+
+    /// Header and fixed fields are in: decodes them and chooses where the
+    /// payload goes.
+    fn on_prefix(&mut self, link: LinkId, header: HeaderRepr) -> Result<(), CloseReason> {
+        let Engine {
+            framing,
+            shared,
+            peers,
+            links,
+            ..
+        } = self;
+        let Some(l) = links.get_mut(link.0) else {
+            return Ok(());
+        };
+        let open = l.is_open();
+        let peer_id = l.peer();
+        let (reader, receiving) = l.reader_mut();
+        let payload_left = reader.payload_left();
+        let mut fixed = [0u8; HelloRepr::LEN];
+        let n = reader.fixed().len().min(fixed.len());
+        fixed[..n].copy_from_slice(&reader.fixed()[..n]);
+        let fixed = &fixed[..n];
+        let bad = |e: WireError| e.close_reason();
+        let control = |c| (Receiving::Control(c), PayloadTarget::Discard);
+        let discard = (Receiving::None, PayloadTarget::Discard);
+        let peer = peer_id.and_then(|p| peers.get_mut(p));
+        // A SEND or PUT already received: its payload is not read again (a
+        // late duplicate must not overwrite memory the user owns again).
+        let duplicate = matches!(header.packet_type, PacketType::Send | PacketType::Put)
+            && peer.as_ref().is_some_and(|p| p.is_duplicate(header.seq));
+        let (next, target) = match header.packet_type {
+            PacketType::Hello => control(ControlIn::Hello(
+                HelloRepr::parse(chunk(fixed)?).map_err(bad)?,
+            )),
+            PacketType::HelloAck => {
+                control(ControlIn::HelloAck(HelloAckRepr::parse(chunk(fixed)?)))
+            }
+            PacketType::Close => control(ControlIn::Close {
+                reason: CloseRepr::parse(chunk(fixed)?).map_err(bad)?.reason,
+            }),
+            _ if !open => {
+                framing.before_open()?;
+                discard
+            }
+            _ if duplicate => (Receiving::Duplicate, PayloadTarget::Discard),
+            PacketType::Ack => control(ControlIn::Ack(AckRepr::parse(chunk(fixed)?))),
+            PacketType::Reject => control(ControlIn::Reject {
+                seq: header.seq,
+                reject: RejectRepr::parse(chunk(fixed)?).map_err(bad)?,
+            }),
+            PacketType::Get => control(ControlIn::Get {
+                seq: header.seq,
+                get: GetRepr::parse(chunk(fixed)?).map_err(bad)?,
+            }),
+            PacketType::Done => control(ControlIn::Done {
+                seq: header.seq,
+                done: DoneRepr::parse(chunk(fixed)?),
+            }),
+            PacketType::Send => {
+                let tag = Tag(SendRepr::parse(chunk(fixed)?).map_err(bad)?.tag);
+                let len = usize::try_from(payload_left).map_err(|_| CloseReason::ProtocolError)?;
+                match shared.take_receive_fragment(len) {
+                    Ok(frag) => (
+                        Receiving::Send {
+                            tag,
+                            seq: header.seq,
+                            frag,
+                            have: 0,
+                            len,
+                        },
+                        PayloadTarget::Engine,
+                    ),
+                    // No fragment now: the payload waits in the stream.
+                    Err(PoolError::Exhausted { .. }) => {
+                        *receiving = Receiving::WaitingFragment {
+                            tag,
+                            seq: header.seq,
+                            len,
+                        };
+                        // Take the header's acknowledgement and credits now:
+                        // the fragments may all be held by this side's own
+                        // sends, which only an acknowledgement gives back,
+                        // and every later one waits behind this payload.
+                        // (Taken again with the whole frame: a repeated
+                        // acknowledgement releases nothing.)
+                        if let Some(peer) = peer {
+                            let ack = Ack {
+                                cumulative: header.ack,
+                                sack: 0,
+                            };
+                            peer.on_ack(ack, header.credits, framing, shared)?;
+                        }
+                        return Ok(());
+                    }
+                    Err(_) => return Err(CloseReason::ProtocolError),
+                }
+            }
+            PacketType::Put => {
+                let put = PutRepr::parse(chunk(fixed)?, payload_left).map_err(bad)?;
+                let dst = put_target(shared, peer_id, &put, payload_left);
+                let target = if dst.is_ok() {
+                    PayloadTarget::Engine
+                } else {
+                    PayloadTarget::Discard
+                };
+                (
+                    Receiving::Put {
+                        put,
+                        seq: header.seq,
+                        dst,
+                        have: 0,
+                    },
+                    target,
+                )
+            }
+        };
+        *receiving = next;
+        reader.set_target(target);
+        Ok(())
+    }
+
+    /// A whole frame arrived (trailer checked): handshake packets and
+    /// CLOSEs are the link's, the rest its peer's.
+    fn on_frame(&mut self, link: LinkId, header: HeaderRepr) -> Result<(), CloseReason> {
+        let Engine {
+            framing,
+            shared,
+            peers,
+            links,
+            ..
+        } = self;
+        let Some(l) = links.get_mut(link.0) else {
+            return Ok(());
+        };
+        let key = shared.config.job_key.as_deref();
+        let (_, receiving) = l.reader_mut();
+        let receiving = core::mem::replace(receiving, Receiving::None);
+        let peer = l.peer();
+        match receiving {
+            Receiving::None => Ok(()),
+            Receiving::Control(ControlIn::Hello(hello)) => {
+                match l.on_hello::<F>(hello, key)? {
+                    Handshaken::Continue => self.maybe_open(link),
+                    Handshaken::PeerRestarted => {
+                        self.end_link_quietly(link, CloseReason::Normal);
+                    }
+                }
+                Ok(())
+            }
+            Receiving::Control(ControlIn::HelloAck(ack)) => {
+                l.on_hello_ack::<F>(&ack, key)?;
+                self.maybe_open(link);
+                Ok(())
+            }
+            Receiving::Control(ControlIn::Close { reason }) => {
+                self.on_close(link, peer, reason);
+                Ok(())
+            }
+            other => {
+                let p = peer.ok_or(CloseReason::ProtocolError)?;
+                if let Some(peer) = peers.get_mut(p) {
+                    peer.on_packet(&header, other, framing, shared)?;
+                }
+                // What the packet lets go, or asks for, goes now: an answer
+                // is numbered with the acknowledgement of what came so far
+                // (a REJECT must reach the peer before the acknowledgement
+                // of a later transfer's packets could complete it).
+                self.flush_peer(p);
+                Ok(())
+            }
+        }
+    }
+
+    /// The peer closes `link` for `reason`: nothing more goes out on it.
+    /// Only the peer's current link can take the peer with it; any other
+    /// is a duplicate the peer drops (both connected at once). A `Normal`
+    /// close of the current link is such a drop too, when the peer kept
+    /// the other connection (which may not have opened here yet): the link
+    /// is gone, not the peer.
+    fn on_close(&mut self, link: LinkId, peer: Option<EndpointId>, reason: CloseReason) {
+        let Some(l) = self.links.get_mut(link.0) else {
+            return;
+        };
+        let index = l.index();
+        let dropped = l.end(reason, true);
+        self.close_hint = true;
+        self.release_dropped(peer, dropped);
+        let Some(p) = peer else {
+            return;
+        };
+        let Some(peer) = self.peers.get_mut(p) else {
+            return;
+        };
+        if peer.forget_link(link).is_none() {
+            return;
+        }
+        if reason == CloseReason::Normal {
+            let proc = peer.proc();
+            // A connection in its handshake takes over, and sends again
+            // what this one may have lost.
+            if !self.link_coming(proc, index)
+                && let Some(peer) = self.peers.get_mut(p)
+            {
+                peer.link_gone(index, &mut self.shared);
+            }
+        } else {
+            self.lose_peer(
+                p,
+                crate::btl::LostReason::of_close(reason).unwrap_or(crate::btl::LostReason::Closed),
+            );
+        }
+    }
+}
+
+/// Where a PUT's data from `peer` lands: an outstanding get's buffer for a
+/// reply, a registration for a peer's put; the refusal code otherwise.
+fn put_target<S: Storage>(
+    shared: &super::shared::Shared<S>,
+    peer: Option<EndpointId>,
+    put: &PutRepr,
+    len: u64,
+) -> Result<MemSlice, RejectCode> {
+    let peer = peer.ok_or(RejectCode::BadHandle)?;
+    shared.ops.put_target(peer, put, len, |remote, access| {
+        shared
+            .regs
+            .check_remote(remote, access)
+            .map_err(RejectCode::from)
+    })
+}
+
+fn chunk<const N: usize>(b: &[u8]) -> Result<&[u8; N], CloseReason> {
+    b.first_chunk().ok_or(CloseReason::ProtocolError)
+}

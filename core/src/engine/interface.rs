@@ -1,0 +1,551 @@
+//! The `Btl` interface of the engine, as the upper layer calls it:
+//! processes, descriptors, sends, registrations, puts and gets, events and
+//! finalize. Each call checks what it is given, hands the work to the peer
+//! it concerns, and moves the peer's queues.
+
+use crate::btl::{
+    Access, Attributes, Btl, BtlError, Event, Incoming, LostReason, MemError, MemHandle, MemSlice,
+    OpId, RegisterError, RejectCode, RemoteSlice, SendError, SendStatus, Tag,
+};
+use crate::desc::{DescFlags, Descriptor, Order};
+use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::pool::PoolsRef;
+use crate::wire::GetRepr;
+
+use super::events::Pending;
+use super::framing::Framing;
+use super::ops::{Op, OpKind};
+use super::packet::HEADER_RESERVE;
+use super::storage::Storage;
+use super::{Engine, MAX_PEER_LINKS};
+
+impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
+    type Memory = S::Memory;
+
+    fn attributes(&self) -> &Attributes {
+        &self.attributes
+    }
+
+    fn pools(&self) -> PoolsRef<'_> {
+        self.shared.pools.view()
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
+            *ep = None;
+            if *proc == self.shared.config.me {
+                continue;
+            }
+            let p = self
+                .find_or_add_peer(*proc)
+                .ok_or(BtlError::OutOfResource)?;
+            let _ = self.peers.add_ref(p);
+            if reachable.set(i) {
+                *ep = Some(p);
+            }
+        }
+        Ok(())
+    }
+
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        for &ep in endpoints {
+            let refs = self.peers.release(ep).map_err(|_| BtlError::Unreachable)?;
+            if refs == 0 {
+                self.lose_peer(ep, LostReason::Removed);
+                self.forget_peer(ep);
+            }
+        }
+        self.settle();
+        Ok(())
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check_endpoint(endpoint)?;
+        self.check_send_size(size)?;
+        self.check_send_room(size)?;
+        Descriptor::alloc(
+            self.shared.pools(),
+            HEADER_RESERVE as u16,
+            0,
+            size,
+            order,
+            flags,
+        )
+        .map_err(BtlError::from)
+    }
+
+    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
+        desc.free(self.shared.pools())
+            .map_err(|_| BtlError::Memory(MemError::UnknownRegion))
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check_endpoint(endpoint)?;
+        self.check_send_size(data.len().saturating_add(reserve))?;
+        self.check_send_room(data.len().saturating_add(reserve))?;
+        Descriptor::prepare_src(
+            self.shared.pools(),
+            HEADER_RESERVE as u16,
+            reserve,
+            data,
+            order,
+            flags,
+        )
+        .map_err(BtlError::from)
+    }
+
+    fn prepare_src_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.check_endpoint(endpoint)?;
+        self.shared.regs.slice(data)?;
+        let len = data.len as usize + reserve;
+        if len <= self.attributes.eager_limit {
+            self.check_send_room(len)?;
+            let bytes = self.shared.regs.slice(data)?;
+            return Descriptor::prepare_src(
+                self.shared.pools.view(),
+                HEADER_RESERVE as u16,
+                reserve,
+                bytes,
+                order,
+                flags,
+            )
+            .map_err(BtlError::from);
+        }
+        if len > self.attributes.max_send_size {
+            return Err(BtlError::TooLarge {
+                len: data.len,
+                max: self.attributes.max_send_size as u64,
+            });
+        }
+        Descriptor::prepare_src_inplace(
+            self.shared.pools(),
+            HEADER_RESERVE as u16,
+            reserve,
+            data,
+            order,
+            flags,
+        )
+        .map_err(BtlError::from)
+    }
+
+    fn send(
+        &mut self,
+        endpoint: EndpointId,
+        mut desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError> {
+        let refuse = |error, desc| Err(SendError { error, desc });
+        let p = match self.check_endpoint(endpoint) {
+            Ok(p) => p,
+            Err(error) => return refuse(error, desc),
+        };
+        if desc.headroom() != HEADER_RESERVE {
+            return refuse(BtlError::NotSupported, desc);
+        }
+        let len = desc.len() - HEADER_RESERVE;
+        let accepted = self.check_send_size(len).and_then(|()| {
+            self.peers
+                .get(p)
+                .map_or(Err(BtlError::Unreachable), |peer| peer.accepts(len))
+        });
+        if let Err(error) = accepted {
+            return refuse(error, desc);
+        }
+        desc.set_tag(tag);
+        // An owned descriptor without ALWAYS_CALLBACK owes its caller
+        // nothing: the send counts as complete now (SendStatus::Completed
+        // promises no event), and the peer ends it silently.
+        let quiet = desc.flags().contains(DescFlags::BTL_OWNERSHIP)
+            && !desc.flags().contains(DescFlags::ALWAYS_CALLBACK);
+        // A send that ends with an event is taken only with room for it.
+        if !quiet && !self.shared.events.owe() {
+            return refuse(BtlError::OutOfResource, desc);
+        }
+        let Some(peer) = self.peers.get_mut(p) else {
+            return refuse(BtlError::Unreachable, desc);
+        };
+        if let Err(desc) = peer.queue_send(desc) {
+            if !quiet {
+                self.shared.events.forgive();
+            }
+            return refuse(BtlError::OutOfResource, desc);
+        }
+        self.flush_peer(p);
+        Ok(if quiet {
+            SendStatus::Completed(None)
+        } else {
+            SendStatus::Queued
+        })
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<(), BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        let len = header.len() + payload.len();
+        // sendi is the path of small messages: what one eager fragment holds.
+        if len > self.attributes.eager_limit {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max: self.attributes.eager_limit as u64,
+            });
+        }
+        let peer = self.peers.get(p).ok_or(BtlError::Unreachable)?;
+        if !peer.ready_for_sendi() {
+            return Err(BtlError::OutOfResource);
+        }
+        peer.accepts(len)?;
+        self.check_send_room(len)?;
+        let mut desc = Descriptor::alloc(
+            self.shared.pools(),
+            HEADER_RESERVE as u16,
+            0,
+            len,
+            order,
+            flags | DescFlags::BTL_OWNERSHIP,
+        )?;
+        if let Ok(bytes) = desc.payload_mut(self.shared.pools()) {
+            bytes[..header.len()].copy_from_slice(header);
+            bytes[header.len()..].copy_from_slice(payload);
+        }
+        desc.set_tag(tag);
+        desc.set_flags(desc.flags() - DescFlags::ALWAYS_CALLBACK);
+        if let Some(peer) = self.peers.get_mut(p)
+            && let Err(desc) = peer.queue_send(desc)
+        {
+            // Not when ready: nothing was queued.
+            let _ = desc.free(self.shared.pools());
+            return Err(BtlError::OutOfResource);
+        }
+        self.flush_peer(p);
+        Ok(())
+    }
+
+    fn register_mem(
+        &mut self,
+        region: S::Memory,
+        access: Access,
+    ) -> Result<MemHandle, RegisterError<S::Memory>> {
+        if self.finalized {
+            return Err(RegisterError {
+                error: BtlError::Finalized,
+                region,
+            });
+        }
+        Ok(self.shared.regs.register(region, access)?)
+    }
+
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<S::Memory, BtlError> {
+        // A frame that reads the region must keep its length: a region
+        // taken away mid-send would shorten the frame and desynchronise
+        // the stream.
+        let in_use = self.shared.ops.uses(handle)
+            || self.peers.iter().any(|(_, _, peer)| peer.reads(handle));
+        if in_use {
+            return Err(BtlError::Memory(MemError::InUse));
+        }
+        Ok(self.shared.regs.deregister(handle)?)
+    }
+
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
+        Ok(self.shared.regs.region(handle)?)
+    }
+
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
+        Ok(self.shared.regs.region_mut(handle)?)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        let (id, _) = self.start_op(OpKind::Put, p, local, remote, ctx)?;
+        Ok(id)
+    }
+
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        let (op, under_way) = self.start_op(OpKind::Get, p, local, remote, ctx)?;
+        if !under_way {
+            // Ended at once (empty, or refused): nothing to ask the peer.
+            return Ok(op);
+        }
+        let me = self.shared.config.me;
+        let get = GetRepr {
+            xfer_id: op.0,
+            src_handle: remote.key.0,
+            src_offset: remote.offset,
+            len: remote.len,
+            target_job: me.job,
+            target_rank: me.rank,
+            dst_handle: 0,
+            dst_offset: 0,
+        };
+        self.queue_get(p, op, get)?;
+        Ok(op)
+    }
+
+    fn progress(&mut self) -> usize {
+        self.flush_all();
+        self.shared.events.len()
+    }
+
+    fn poll_event(&mut self) -> Option<Event<'_>> {
+        self.release_delivered();
+        match self.shared.events.pop()? {
+            Pending::Received {
+                from,
+                tag,
+                frag,
+                len,
+            } => {
+                self.delivered = Some((from, frag));
+                let (_, frag) = self.delivered.as_ref()?;
+                let data = self.shared.pools.view().bytes(frag).ok()?.get(..len)?;
+                Some(Event::Received(Incoming { from, tag, data }))
+            }
+            Pending::Done(c) => Some(c.into()),
+        }
+    }
+
+    fn finalize(&mut self) {
+        if self.finalized {
+            return;
+        }
+        for i in 0..self.peers.len() {
+            let Some(p) = self.peers.id_at(i) else {
+                continue;
+            };
+            if let Some(peer) = self.peers.get_mut(p) {
+                peer.fail(LostReason::Removed, BtlError::Finalized, &mut self.shared);
+            }
+            self.drop_links_of_lost(p);
+        }
+        self.finalized = true;
+    }
+}
+
+impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
+    /// Asks the peer `source` to put its `src` into `dst`, a registration
+    /// of process `target` (a third-party get, as Motr allows): the data
+    /// moves from the source to the target without passing through this
+    /// process. Completes with [`Event::GetComplete`] once the target holds
+    /// the data, or with the error the source or target gave
+    /// (`Rejected(NoTarget)` when the source does not reach the target).
+    ///
+    /// `target` may be this process (then it is [`get`](Btl::get) into the
+    /// registration `dst` names) or the source itself (a copy between two
+    /// of its registrations). `src` and `dst` must be the same length.
+    pub fn get_third_party(
+        &mut self,
+        source: EndpointId,
+        src: RemoteSlice,
+        target: ProcName,
+        dst: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        if target == self.shared.config.me {
+            let local = self.shared.regs.check_remote(dst, Access::REMOTE_WRITE)?;
+            return self.get(source, local, src, ctx);
+        }
+        let p = self.check_endpoint(source)?;
+        if src.len != dst.len {
+            return Err(BtlError::Memory(MemError::OutOfBounds {
+                offset: dst.offset,
+                len: src.len,
+                size: dst.len,
+            }));
+        }
+        let i = self.claim_op_slot()?;
+        let id = self.shared.ops.new_id();
+        let op = Op::new(OpKind::GetThirdParty, p, ctx, id, None, src, src.len, 1);
+        self.shared.ops.start(i, op);
+        if src.len == 0 {
+            self.shared.ops.finish(i, Ok(()), &mut self.shared.events);
+            return Ok(OpId(id));
+        }
+        if src.offset.checked_add(src.len).is_none() || dst.offset.checked_add(dst.len).is_none() {
+            self.shared.ops.finish(
+                i,
+                Err(BtlError::Rejected(RejectCode::OutOfBounds)),
+                &mut self.shared.events,
+            );
+            return Ok(OpId(id));
+        }
+        let get = GetRepr {
+            xfer_id: id,
+            src_handle: src.key.0,
+            src_offset: src.offset,
+            len: src.len,
+            target_job: target.job,
+            target_rank: target.rank,
+            dst_handle: dst.key.0,
+            dst_offset: dst.offset,
+        };
+        self.queue_get(p, OpId(id), get)?;
+        Ok(OpId(id))
+    }
+
+    /// Checks a put's or get's ranges and starts it; its id, and whether it
+    /// is still under way (not ended at once, empty or refused).
+    fn start_op(
+        &mut self,
+        kind: OpKind,
+        p: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<(OpId, bool), BtlError> {
+        self.shared.regs.slice(local)?;
+        if local.len != remote.len {
+            return Err(BtlError::Memory(MemError::OutOfBounds {
+                offset: remote.offset,
+                len: local.len,
+                size: remote.len,
+            }));
+        }
+        let i = self.claim_op_slot()?;
+        let id = self.shared.ops.new_id();
+        let chunk = self
+            .peers
+            .get(p)
+            .map_or(1, |peer| peer.put_chunk(&self.shared));
+        let op = Op::new(kind, p, ctx, id, Some(local), remote, local.len, chunk);
+        self.shared.ops.start(i, op);
+        if local.len == 0 {
+            self.shared.ops.finish(i, Ok(()), &mut self.shared.events);
+            return Ok((OpId(id), false));
+        }
+        if remote.offset.checked_add(remote.len).is_none() {
+            // A range that wraps around u64 is outside any region; no
+            // packet may carry it (the peer would take it for a protocol
+            // error).
+            self.shared.ops.finish(
+                i,
+                Err(BtlError::Rejected(RejectCode::OutOfBounds)),
+                &mut self.shared.events,
+            );
+            return Ok((OpId(id), false));
+        }
+        self.flush_peer(p);
+        Ok((OpId(id), true))
+    }
+
+    /// A free slot for an operation of this side's, which ends with an
+    /// event: its place in the event queue is kept from now on.
+    fn claim_op_slot(&mut self) -> Result<usize, BtlError> {
+        let i = self.shared.ops.free_slot().ok_or(BtlError::OutOfResource)?;
+        if !self.shared.events.owe() {
+            return Err(BtlError::OutOfResource);
+        }
+        Ok(i)
+    }
+
+    /// Queues the GET of operation `op` to peer `p`; a full queue ends the
+    /// operation unreported, and the caller returns `OutOfResource`.
+    fn queue_get(&mut self, p: EndpointId, op: OpId, get: GetRepr) -> Result<(), BtlError> {
+        let queued = self
+            .peers
+            .get_mut(p)
+            .is_some_and(|peer| peer.queue_get(get));
+        if !queued {
+            if let Some(i) = self.shared.ops.find_any(p, op.0) {
+                self.shared.ops.abandon(i);
+            }
+            self.shared.events.forgive();
+            return Err(BtlError::OutOfResource);
+        }
+        self.flush_peer(p);
+        Ok(())
+    }
+
+    /// A fragment for a message of `len` bytes to send leaves a quarter of
+    /// its class (at least one fragment) for receiving: were the process's
+    /// own unacknowledged sends to hold every fragment of a class, it could
+    /// not take in the very packet whose acknowledgement would free them
+    /// (the simulation found that deadlock: five hosts sending each other
+    /// large messages at once). Beyond it, a send is refused with
+    /// `OutOfResource` and is tried again after progress.
+    fn check_send_room(&self, len: usize) -> Result<(), BtlError> {
+        let pools = self.shared.pools();
+        let Ok(class) = pools.class_for(len.saturating_add(HEADER_RESERVE)) else {
+            // Too large for any class: the allocation says so itself.
+            return Ok(());
+        };
+        let stats = pools.stats(class);
+        let free = stats.capacity.saturating_sub(stats.in_use);
+        if free <= (stats.capacity / 4).max(1) {
+            return Err(BtlError::OutOfResource);
+        }
+        Ok(())
+    }
+
+    /// A message of `len` bytes (reserve included) must fit one packet.
+    fn check_send_size(&self, len: usize) -> Result<(), BtlError> {
+        let max = self.attributes.max_send_size;
+        if len > max {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max: max as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Frees the message the last `poll_event` handed out, and gives its
+    /// credit back to its sender with the next acknowledgement.
+    fn release_delivered(&mut self) {
+        if let Some((from, frag)) = self.delivered.take() {
+            let _ = self.shared.pools.view().free(frag);
+            if let Some(peer) = self.peers.get_mut(from) {
+                peer.give_back_credit(self.shared.now);
+            }
+        }
+    }
+}
+
+const _: () = assert!(MAX_PEER_LINKS <= 8, "link indexes are bits of a byte");

@@ -1,0 +1,612 @@
+//! The operations under way: this side's puts and gets, gets it asked a
+//! source to put into a third process, and peers' gets it serves, each in
+//! a slot of a table the caller lends until it ends.
+//!
+//! An operation is keyed by its peer and a transfer id the peer sees in
+//! every packet of it. Its bulk data is handed out a packet at a time
+//! ([`Ops::next_put`]) and credited as packets are acknowledged or arrive
+//! ([`Ops::credit`]); it ends exactly once ([`Ops::finish`]), with the
+//! event its caller is owed, or, for a get served on behalf of a third
+//! process, with an answer to that process. Work that concerns a peer
+//! other than the one whose packet started it (a get into a third
+//! process, an answer to the process that asked for one) waits in its slot
+//! as [`Mail`] until the engine, which knows every peer, takes it.
+
+use core::borrow::BorrowMut;
+
+use super::events::{EventSlot, Events, Pending};
+use super::packet::Answer;
+use crate::btl::{
+    Access, BtlError, Completion, MemSlice, OpId, RejectCode, RemoteKey, RemoteSlice,
+};
+use crate::endpoint::{EndpointId, ProcName};
+use crate::wire::{DoneRepr, GetRepr, PutRepr, RejectRepr};
+
+/// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
+pub(crate) const GET_REPLY: u64 = 1 << 63;
+
+/// What an operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// This side puts its data into the peer's memory.
+    Put,
+    /// This side gets the peer's data into its memory.
+    Get,
+    /// This side asked the peer to put its data into a third process; the
+    /// peer answers DONE or REJECT.
+    GetThirdParty,
+    /// This side serves a peer's get: it puts, nobody here is told.
+    Serve,
+}
+
+/// One operation.
+#[derive(Debug, Clone, Copy)]
+pub struct Op {
+    /// What it does.
+    pub kind: OpKind,
+    /// The peer its packets go to (or come from).
+    pub peer: EndpointId,
+    /// The caller's value, given back in the event.
+    pub ctx: u64,
+    /// The transfer id its packets carry.
+    pub id: u64,
+    /// Bytes it moves.
+    pub len: u64,
+    /// Local data: put source, get destination, served get's source. A get
+    /// for a third process has none here.
+    pub local: Option<MemSlice>,
+    /// Where the data lands at the peer (a put's destination).
+    pub remote: RemoteSlice,
+    /// A get served for a third process: the process that asked, to be
+    /// answered DONE or REJECT under its transfer id.
+    pub reply_to: Option<(ProcName, u64)>,
+    /// Bytes handed to packets so far.
+    pub queued: u64,
+    /// Bytes acknowledged (sent) or received (a get) so far.
+    pub done: u64,
+    /// Packets of the transfer, for PUT headers.
+    pub count: u32,
+    /// Index of the next PUT packet.
+    pub next_index: u32,
+}
+
+impl Op {
+    /// An operation of `kind` moving `len` bytes, in packets of at most
+    /// `chunk`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        kind: OpKind,
+        peer: EndpointId,
+        ctx: u64,
+        id: u64,
+        local: Option<MemSlice>,
+        remote: RemoteSlice,
+        len: u64,
+        chunk: u64,
+    ) -> Self {
+        Op {
+            kind,
+            peer,
+            ctx,
+            id,
+            len,
+            local,
+            remote,
+            reply_to: None,
+            queued: 0,
+            done: 0,
+            count: u32::try_from(len.div_ceil(chunk.max(1)).max(1)).unwrap_or(u32::MAX),
+            next_index: 0,
+        }
+    }
+
+    /// Whether it still has data to hand to packets.
+    fn is_sending(&self) -> bool {
+        matches!(self.kind, OpKind::Put | OpKind::Serve) && self.queued < self.len
+    }
+}
+
+/// Work for the engine that concerns another peer than the one whose
+/// packet made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mail {
+    /// A peer's get whose data goes to a third process: the engine finds
+    /// that process and serves it, or refuses with `NoTarget`.
+    Route {
+        /// The peer that asked.
+        from: EndpointId,
+        /// What it asked for.
+        get: GetRepr,
+    },
+    /// The end of a get served for a third process, for the process that
+    /// asked.
+    Answer {
+        /// The process that asked.
+        to: ProcName,
+        /// DONE or REJECT.
+        answer: Answer,
+    },
+}
+
+/// One slot of the operation table.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpSlot(Slot);
+
+#[derive(Debug, Clone, Copy, Default)]
+enum Slot {
+    #[default]
+    Free,
+    Op(Op),
+    Mail(Mail),
+}
+
+impl OpSlot {
+    /// A free slot.
+    pub const EMPTY: Self = OpSlot(Slot::Free);
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Its event is queued (a put or get of this side's).
+    Reported,
+    /// Nobody is told (a get served for the peer itself).
+    Silent,
+    /// Its answer waits as mail for the process that asked.
+    Answered,
+}
+
+/// The operations under way, in slots `C`.
+#[derive(Debug)]
+pub struct Ops<C> {
+    slots: C,
+    next_id: u64,
+    /// Operations with data left to hand out: when none, nothing is
+    /// scanned for it.
+    sending: usize,
+}
+
+impl<C: BorrowMut<[OpSlot]>> Ops<C> {
+    /// An empty table over `slots`.
+    pub fn new(slots: C) -> Self {
+        Ops {
+            slots,
+            next_id: 0,
+            sending: 0,
+        }
+    }
+
+    fn slots(&self) -> &[OpSlot] {
+        self.slots.borrow()
+    }
+
+    fn slots_mut(&mut self) -> &mut [OpSlot] {
+        self.slots.borrow_mut()
+    }
+
+    /// Slots in all.
+    pub fn capacity(&self) -> usize {
+        self.slots().len()
+    }
+
+    /// Operations under way (mail not counted).
+    pub fn len(&self) -> usize {
+        self.ops().count()
+    }
+
+    /// The next transfer id (never with the [`GET_REPLY`] bit).
+    pub fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id & !GET_REPLY
+    }
+
+    /// A free slot, if any.
+    pub fn free_slot(&self) -> Option<usize> {
+        self.slots().iter().position(|s| matches!(s.0, Slot::Free))
+    }
+
+    /// Starts `op` in slot `i` (free, from [`free_slot`](Self::free_slot)).
+    pub fn start(&mut self, i: usize, op: Op) {
+        self.sending += usize::from(op.is_sending());
+        if let Some(slot) = self.slots_mut().get_mut(i) {
+            slot.0 = Slot::Op(op);
+        }
+    }
+
+    /// Frees slot `i` without ending its operation: one that never got
+    /// under way (its request could not be queued).
+    pub fn abandon(&mut self, i: usize) {
+        if let Some(slot) = self.slots_mut().get_mut(i)
+            && let Slot::Op(op) = slot.0
+        {
+            slot.0 = Slot::Free;
+            self.sending -= usize::from(op.is_sending());
+        }
+    }
+
+    /// Leaves `mail` for the engine in slot `i` (free).
+    pub fn post(&mut self, i: usize, mail: Mail) {
+        if let Some(slot) = self.slots_mut().get_mut(i) {
+            slot.0 = Slot::Mail(mail);
+        }
+    }
+
+    /// Takes the oldest mail, freeing its slot.
+    pub fn take_mail(&mut self) -> Option<Mail> {
+        self.slots_mut().iter_mut().find_map(|s| match s.0 {
+            Slot::Mail(mail) => {
+                s.0 = Slot::Free;
+                Some(mail)
+            }
+            _ => None,
+        })
+    }
+
+    /// The operation in slot `i`.
+    pub fn get(&self, i: usize) -> Option<&Op> {
+        match &self.slots().get(i)?.0 {
+            Slot::Op(op) => Some(op),
+            _ => None,
+        }
+    }
+
+    fn ops(&self) -> impl Iterator<Item = (usize, &Op)> + '_ {
+        self.slots()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match &s.0 {
+                Slot::Op(op) => Some((i, op)),
+                _ => None,
+            })
+    }
+
+    /// The slot of the operation of `kind` to `peer` with transfer `id`.
+    pub fn find(&self, kind: OpKind, peer: EndpointId, id: u64) -> Option<usize> {
+        self.ops()
+            .find(|(_, o)| o.kind == kind && o.peer == peer && o.id == id)
+            .map(|(i, _)| i)
+    }
+
+    /// The slot of any operation to `peer` with transfer `id`: what a
+    /// REJECT names.
+    pub fn find_any(&self, peer: EndpointId, id: u64) -> Option<usize> {
+        self.ops()
+            .find(|(_, o)| o.peer == peer && o.id == id)
+            .map(|(i, _)| i)
+    }
+
+    /// Whether an operation under way reads or writes registration
+    /// `handle`.
+    pub fn uses(&self, handle: crate::btl::MemHandle) -> bool {
+        self.ops()
+            .any(|(_, o)| o.local.is_some_and(|l| l.handle == handle))
+    }
+
+    /// Hands out the next PUT packet to `peer`, of at most `chunk` bytes:
+    /// its header fields, its data and the slot of its operation.
+    pub fn next_put(&mut self, peer: EndpointId, chunk: u64) -> Option<(PutRepr, MemSlice, u16)> {
+        if self.sending == 0 {
+            return None;
+        }
+        let slots: &mut [OpSlot] = self.slots.borrow_mut();
+        let (i, op) = slots
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, s)| match &mut s.0 {
+                Slot::Op(op) if op.peer == peer && op.is_sending() => Some((i, op)),
+                _ => None,
+            })?;
+        let local = op.local?;
+        let len = chunk.max(1).min(op.len - op.queued);
+        let put = PutRepr {
+            xfer_id: op.id,
+            handle: op.remote.key.0,
+            offset: op.remote.offset + op.queued,
+            total_len: op.len,
+            index: op.next_index,
+            count: op.count,
+        };
+        let data = MemSlice {
+            handle: local.handle,
+            offset: local.offset + op.queued,
+            len,
+        };
+        op.queued += len;
+        op.next_index += 1;
+        let done_sending = !op.is_sending();
+        self.sending -= usize::from(done_sending);
+        Some((put, data, i as u16))
+    }
+
+    /// Whether a PUT packet handed out by [`next_put`](Self::next_put) could
+    /// not go after all: its data is handed out again.
+    pub fn unput(&mut self, i: usize, len: u64) {
+        if let Some(OpSlot(Slot::Op(op))) = self.slots_mut().get_mut(i) {
+            let was = op.is_sending();
+            op.queued -= len.min(op.queued);
+            op.next_index = op.next_index.saturating_sub(1);
+            if !was && op.is_sending() {
+                self.sending += 1;
+            }
+        }
+    }
+
+    /// `len` bytes of the operation in slot `i` were acknowledged (a put's
+    /// packet) or arrived (a get's), if it is still transfer `id` of
+    /// `peer`; it ends once all its bytes are done, or at once with an
+    /// error. How it ended, if it did.
+    pub fn credit<E: BorrowMut<[EventSlot]>>(
+        &mut self,
+        i: usize,
+        peer: EndpointId,
+        id: u64,
+        len: u64,
+        result: Result<(), BtlError>,
+        events: &mut Events<E>,
+    ) -> Option<Ended> {
+        let op = match &mut self.slots_mut().get_mut(i)?.0 {
+            Slot::Op(op) if op.id == id && op.peer == peer => op,
+            _ => return None,
+        };
+        op.done = op.done.saturating_add(len);
+        if result.is_err() || op.done >= op.len {
+            return self.finish(i, result, events);
+        }
+        None
+    }
+
+    /// Ends the operation in slot `i` with `result`: a put or get of this
+    /// side's queues its event (its place was kept when it started), a get
+    /// served for a third process leaves its answer as mail, one served for
+    /// the peer itself ends silently.
+    pub fn finish<E: BorrowMut<[EventSlot]>>(
+        &mut self,
+        i: usize,
+        result: Result<(), BtlError>,
+        events: &mut Events<E>,
+    ) -> Option<Ended> {
+        let Slot::Op(op) = self.slots().get(i)?.0 else {
+            return None;
+        };
+        self.sending -= usize::from(op.is_sending());
+        let slot = self.slots_mut().get_mut(i)?;
+        slot.0 = Slot::Free;
+        let (op_id, ctx) = (OpId(op.id), op.ctx);
+        let done = match op.kind {
+            OpKind::Put => Completion::Put {
+                op: op_id,
+                ctx,
+                result,
+            },
+            OpKind::Get | OpKind::GetThirdParty => Completion::Get {
+                op: op_id,
+                ctx,
+                result,
+            },
+            OpKind::Serve => {
+                let Some((to, xfer_id)) = op.reply_to else {
+                    return Some(Ended::Silent);
+                };
+                let answer = match result {
+                    Ok(()) => Answer::Done(DoneRepr { xfer_id }),
+                    // Nothing is owed after finalize.
+                    Err(BtlError::Finalized) => return Some(Ended::Silent),
+                    Err(BtlError::Rejected(code)) => Answer::Reject(RejectRepr { xfer_id, code }),
+                    Err(_) => Answer::Reject(RejectRepr {
+                        xfer_id,
+                        code: RejectCode::NoTarget,
+                    }),
+                };
+                slot.0 = Slot::Mail(Mail::Answer { to, answer });
+                return Some(Ended::Answered);
+            }
+        };
+        events.push_owed(Pending::Done(done));
+        Some(Ended::Reported)
+    }
+
+    /// Ends every operation to `peer` with `error`.
+    pub fn fail_peer<E: BorrowMut<[EventSlot]>>(
+        &mut self,
+        peer: EndpointId,
+        error: BtlError,
+        events: &mut Events<E>,
+    ) {
+        for i in 0..self.capacity() {
+            if self.get(i).is_some_and(|o| o.peer == peer) {
+                self.finish(i, Err(error), events);
+            }
+        }
+    }
+
+    /// Where a PUT's data from `peer` lands: an outstanding get's buffer
+    /// for a reply, a registration for a peer's put (checked by
+    /// `registered`); the refusal code otherwise.
+    pub fn put_target(
+        &self,
+        peer: EndpointId,
+        put: &PutRepr,
+        len: u64,
+        registered: impl FnOnce(RemoteSlice, Access) -> Result<MemSlice, RejectCode>,
+    ) -> Result<MemSlice, RejectCode> {
+        if put.xfer_id & GET_REPLY != 0 {
+            let i = self
+                .find(OpKind::Get, peer, put.xfer_id & !GET_REPLY)
+                .ok_or(RejectCode::BadHandle)?;
+            let op = self.get(i).ok_or(RejectCode::BadHandle)?;
+            let local = op.local.ok_or(RejectCode::BadHandle)?;
+            let end = put.offset.checked_add(len).ok_or(RejectCode::OutOfBounds)?;
+            if end > op.len {
+                return Err(RejectCode::OutOfBounds);
+            }
+            return Ok(MemSlice {
+                handle: local.handle,
+                offset: local.offset + put.offset,
+                len,
+            });
+        }
+        let remote = RemoteSlice {
+            key: RemoteKey(put.handle),
+            offset: put.offset,
+            len,
+        };
+        registered(remote, Access::REMOTE_WRITE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btl::MemHandle;
+
+    const P: EndpointId = EndpointId(1);
+
+    fn events() -> Events<[EventSlot; 8]> {
+        Events::new([const { EventSlot::EMPTY }; 8])
+    }
+
+    fn local(handle: MemHandle, len: u64) -> MemSlice {
+        MemSlice {
+            handle,
+            offset: 0,
+            len,
+        }
+    }
+
+    fn handle() -> MemHandle {
+        let mut regs =
+            crate::btl::Registrations::<&mut [u8], [crate::btl::RegSlot<&mut [u8]>; 1]>::inline();
+        let mut bytes = [0u8; 1];
+        match regs.register(&mut bytes[..], Access::empty()) {
+            Ok(h) => h,
+            Err(_) => panic!("a free slot"),
+        }
+    }
+
+    fn remote(len: u64) -> RemoteSlice {
+        RemoteSlice {
+            key: RemoteKey(9),
+            offset: 100,
+            len,
+        }
+    }
+
+    #[test]
+    fn a_put_is_handed_out_in_chunks_and_ends_once_all_is_acknowledged() {
+        let mut ops = Ops::new([OpSlot::EMPTY; 4]);
+        let mut ev = events();
+        let h = handle();
+        let i = ops.free_slot().expect("room");
+        let id = ops.new_id();
+        assert!(ev.owe());
+        ops.start(
+            i,
+            Op::new(OpKind::Put, P, 7, id, Some(local(h, 10)), remote(10), 10, 4),
+        );
+        let mut pieces = std::vec::Vec::new();
+        while let Some((put, data, slot)) = ops.next_put(P, 4) {
+            assert_eq!(usize::from(slot), i);
+            pieces.push((put.offset, put.index, put.count, data.len));
+        }
+        assert_eq!(pieces, [(100, 0, 3, 4), (104, 1, 3, 4), (108, 2, 3, 2)]);
+        assert_eq!(ops.next_put(P, 4), None, "all handed out");
+        assert_eq!(ops.credit(i, P, id, 4, Ok(()), &mut ev), None);
+        assert_eq!(
+            ops.credit(i, P, id + 1, 6, Ok(()), &mut ev),
+            None,
+            "another transfer"
+        );
+        assert_eq!(
+            ops.credit(i, P, id, 6, Ok(()), &mut ev),
+            Some(Ended::Reported)
+        );
+        assert!(matches!(
+            ev.pop(),
+            Some(Pending::Done(Completion::Put {
+                ctx: 7,
+                result: Ok(()),
+                ..
+            }))
+        ));
+        assert_eq!(ops.len(), 0);
+        assert_eq!(ops.finish(i, Ok(()), &mut ev), None, "ends once");
+    }
+
+    #[test]
+    fn a_served_get_for_a_third_process_answers_it_by_mail() {
+        let mut ops = Ops::new([OpSlot::EMPTY; 2]);
+        let mut ev = events();
+        let i = ops.free_slot().expect("room");
+        let mut op = Op::new(
+            OpKind::Serve,
+            P,
+            0,
+            5,
+            Some(local(handle(), 8)),
+            remote(8),
+            8,
+            64,
+        );
+        let asker = ProcName::new(1, 2);
+        op.reply_to = Some((asker, 33));
+        ops.start(i, op);
+        assert_eq!(
+            ops.finish(
+                i,
+                Err(BtlError::Rejected(RejectCode::AccessDenied)),
+                &mut ev
+            ),
+            Some(Ended::Answered)
+        );
+        assert_eq!(ev.len(), 0, "nobody here is told");
+        assert_eq!(
+            ops.take_mail(),
+            Some(Mail::Answer {
+                to: asker,
+                answer: Answer::Reject(RejectRepr {
+                    xfer_id: 33,
+                    code: RejectCode::AccessDenied
+                })
+            })
+        );
+        assert_eq!(ops.take_mail(), None);
+        assert_eq!(ops.free_slot(), Some(0), "the mail's slot is free again");
+    }
+
+    #[test]
+    fn reply_data_lands_only_in_its_get_and_within_it() {
+        let mut ops = Ops::new([OpSlot::EMPTY; 2]);
+        let h = handle();
+        let i = ops.free_slot().expect("room");
+        ops.start(
+            i,
+            Op::new(OpKind::Get, P, 0, 3, Some(local(h, 16)), remote(16), 16, 64),
+        );
+        let reply = |offset| PutRepr {
+            xfer_id: 3 | GET_REPLY,
+            handle: 0,
+            offset,
+            total_len: 16,
+            index: 0,
+            count: 1,
+        };
+        let refuse = |_, _| Err(RejectCode::BadHandle);
+        assert_eq!(
+            ops.put_target(P, &reply(8), 8, refuse),
+            Ok(MemSlice {
+                handle: h,
+                offset: 8,
+                len: 8
+            })
+        );
+        assert_eq!(
+            ops.put_target(P, &reply(9), 8, refuse),
+            Err(RejectCode::OutOfBounds)
+        );
+        assert_eq!(
+            ops.put_target(EndpointId(2), &reply(0), 8, refuse),
+            Err(RejectCode::BadHandle),
+            "another peer's reply"
+        );
+    }
+}

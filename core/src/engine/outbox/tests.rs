@@ -1,0 +1,281 @@
+//! Unit tests of the outbox: transmit order, partial writes and pinning,
+//! packets let go before their turn, and one frame per datagram.
+
+use std::vec::Vec as StdVec;
+
+use super::*;
+use crate::btl::{RegSlot, Registrations};
+use crate::engine::framing::{Datagram, Stream};
+use crate::engine::packet::ControlPacket;
+use crate::engine::window::Ack;
+use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::wire::{CloseReason, CloseRepr, DoneRepr, Flags, Limits, PacketRepr, parse};
+
+type Regs = Registrations<StdVec<u8>, [RegSlot<StdVec<u8>>; 0]>;
+type Cells = core::pin::Pin<std::boxed::Box<[crate::pool::PoolCell]>>;
+
+/// A peer that retains DONE packets numbered as their transfer.
+struct Packets {
+    retained: StdVec<(u64, Outgoing)>,
+}
+
+impl Packets {
+    fn new(seqs: impl IntoIterator<Item = u64>, fix: &Fixture) -> Self {
+        let retained = seqs
+            .into_iter()
+            .map(|seq| {
+                let mut out = Outgoing::control(ControlPacket::Done(DoneRepr { xfer_id: seq }));
+                out.stamp(seq, 0, 0, false, fix.pools.view(), &fix.regs);
+                (seq, out)
+            })
+            .collect();
+        Packets { retained }
+    }
+
+    /// The peer lets `seq` go (acknowledged).
+    fn release(&mut self, seq: u64) {
+        self.retained.retain(|(s, _)| *s != seq);
+    }
+}
+
+impl Retained for Packets {
+    fn retained(&self, seq: u64) -> Option<&Outgoing> {
+        self.retained
+            .iter()
+            .find(|(s, _)| *s == seq)
+            .map(|(_, o)| o)
+    }
+
+    fn checksum(&self) -> bool {
+        false
+    }
+}
+
+struct Fixture {
+    pools: FragmentPools<Cells>,
+    regs: Regs,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let small = FragmentPoolConfig {
+            fragment_size: 64,
+            num: 1,
+            max: 1,
+            inc: 1,
+        };
+        let cfg = FragmentPoolsConfig {
+            small,
+            eager: small,
+            max: small,
+        };
+        let region: Cells = std::iter::repeat_with(crate::pool::PoolCell::new)
+            .take(cfg.required_bytes())
+            .collect::<std::boxed::Box<[_]>>()
+            .into();
+        Fixture {
+            pools: FragmentPools::owning(region, cfg).expect("pools"),
+            regs: Registrations::inline(),
+        }
+    }
+}
+
+/// The bytes of one transmit, joined.
+fn bytes_of<const W: usize, F: Framing>(
+    outbox: &mut Outbox<W>,
+    peer: &Packets,
+    fix: &Fixture,
+) -> StdVec<u8> {
+    outbox
+        .poll_transmit::<F, _>(Some(peer), fix.pools.view(), &fix.regs)
+        .map(|s| s.concat())
+        .unwrap_or_default()
+}
+
+/// What the frames in `bytes` are: DONE by transfer, or the packet type.
+fn frames(mut bytes: &[u8]) -> StdVec<std::string::String> {
+    let mut out = StdVec::new();
+    while !bytes.is_empty() {
+        let (header, packet, len) = parse(bytes, &Limits::new(1024)).expect("whole frames");
+        out.push(match packet {
+            PacketRepr::Done(d) => std::format!("done {}", d.xfer_id),
+            PacketRepr::Ack(_) => std::format!("ack {}", header.ack),
+            other => std::format!("{:?}", other.packet_type()),
+        });
+        bytes = &bytes[len..];
+    }
+    out
+}
+
+fn ack(cumulative: u64) -> ControlFrame {
+    ack_frame(
+        Ack {
+            cumulative,
+            sack: 0,
+        },
+        0,
+        false,
+        Flags::empty(),
+    )
+}
+
+use crate::engine::packet::ack_frame;
+
+#[test]
+fn control_frames_then_the_latest_ack_then_packets_in_one_write() {
+    let fix = Fixture::new();
+    let peer = Packets::new([1, 2], &fix);
+    let mut outbox = Outbox::<8>::new();
+    assert!(outbox.is_empty());
+    outbox.enqueue(1, &peer);
+    outbox.enqueue(2, &peer);
+    outbox.set_ack(ack(3));
+    outbox.set_ack(ack(4));
+    assert!(outbox.push_control(ControlFrame::close(CloseRepr {
+        reason: CloseReason::Normal
+    })));
+    assert!(outbox.holds(1) && outbox.holds(2) && !outbox.holds(3));
+    let bytes = bytes_of::<8, Stream>(&mut outbox, &peer, &fix);
+    assert_eq!(
+        frames(&bytes),
+        ["Close", "ack 4", "done 1", "done 2"],
+        "the newer ACK took the older's place"
+    );
+    let written =
+        outbox.handle_written::<Stream, _>(bytes.len(), Some(&peer), fix.pools.view(), &fix.regs);
+    assert_eq!(
+        written,
+        Written::default(),
+        "nothing was left partly written"
+    );
+    assert!(outbox.is_empty());
+    assert!(
+        outbox
+            .poll_transmit::<Stream, _>(Some(&peer), fix.pools.view(), &fix.regs)
+            .is_none()
+    );
+}
+
+#[test]
+fn a_frame_partly_written_is_pinned_and_finished_first() {
+    let fix = Fixture::new();
+    let peer = Packets::new([1, 2], &fix);
+    let mut outbox = Outbox::<8>::new();
+    outbox.enqueue(1, &peer);
+    outbox.enqueue(2, &peer);
+    let all = bytes_of::<8, Stream>(&mut outbox, &peer, &fix);
+    let first = peer
+        .retained(1)
+        .expect("retained")
+        .wire_len(false, fix.pools.view(), &fix.regs);
+    // The whole first packet and 3 bytes of the second.
+    let written =
+        outbox.handle_written::<Stream, _>(first + 3, Some(&peer), fix.pools.view(), &fix.regs);
+    assert_eq!(
+        written,
+        Written {
+            unpinned: None,
+            pinned: Some(2)
+        }
+    );
+    assert!(outbox.is_mid_frame() && outbox.holds(2) && !outbox.holds(1));
+    // An ACK queued now waits for the frame begun.
+    outbox.set_ack(ack(9));
+    let rest = bytes_of::<8, Stream>(&mut outbox, &peer, &fix);
+    assert_eq!(
+        &rest[..all.len() - first - 3],
+        &all[first + 3..],
+        "the rest of packet 2 first"
+    );
+    assert_eq!(frames(&rest[all.len() - first - 3..]), ["ack 9"]);
+    let written =
+        outbox.handle_written::<Stream, _>(rest.len(), Some(&peer), fix.pools.view(), &fix.regs);
+    assert_eq!(
+        written.unpinned,
+        Some(2),
+        "written whole: the peer may let it go"
+    );
+    assert!(outbox.is_empty() && !outbox.is_mid_frame());
+}
+
+#[test]
+fn packets_let_go_before_their_turn_are_not_written() {
+    let fix = Fixture::new();
+    let mut peer = Packets::new([1, 2, 3], &fix);
+    let mut outbox = Outbox::<8>::new();
+    for seq in 1..=3 {
+        outbox.enqueue(seq, &peer);
+    }
+    // Acknowledged by way of another link.
+    peer.release(2);
+    let bytes = bytes_of::<8, Stream>(&mut outbox, &peer, &fix);
+    assert_eq!(frames(&bytes), ["done 1", "done 3"]);
+    assert!(!outbox.holds(2));
+    // A link whose peer is gone writes none of them.
+    let mut orphan = Outbox::<8>::new();
+    orphan.enqueue(1, &peer);
+    assert!(
+        orphan
+            .poll_transmit::<Stream, Packets>(None, fix.pools.view(), &fix.regs)
+            .is_none()
+    );
+    assert!(orphan.is_empty());
+}
+
+#[test]
+fn a_full_queue_makes_room_by_dropping_what_the_peer_let_go() {
+    // A window's worth queued and not yet written; the peer's ACK lets
+    // them go, and the next window's packets must all still be queued.
+    let fix = Fixture::new();
+    let mut peer = Packets::new(1..=8, &fix);
+    let mut outbox = Outbox::<4>::new();
+    for seq in 1..=4 {
+        outbox.enqueue(seq, &peer);
+    }
+    for seq in 1..=4 {
+        peer.release(seq);
+    }
+    for seq in 5..=8 {
+        outbox.enqueue(seq, &peer);
+    }
+    let bytes = bytes_of::<4, Stream>(&mut outbox, &peer, &fix);
+    assert_eq!(frames(&bytes), ["done 5", "done 6", "done 7", "done 8"]);
+}
+
+#[test]
+fn over_datagrams_each_transmit_is_one_frame() {
+    let fix = Fixture::new();
+    let peer = Packets::new([1, 2], &fix);
+    let mut outbox = Outbox::<8>::new();
+    outbox.set_ack(ack(5));
+    outbox.enqueue(1, &peer);
+    outbox.enqueue(2, &peer);
+    let mut seen = StdVec::new();
+    loop {
+        let bytes = bytes_of::<8, Datagram>(&mut outbox, &peer, &fix);
+        if bytes.is_empty() {
+            break;
+        }
+        seen.extend(frames(&bytes));
+        // Sent or dropped, the datagram is done with: nothing is pinned.
+        let written =
+            outbox.handle_written::<Datagram, _>(0, Some(&peer), fix.pools.view(), &fix.regs);
+        assert_eq!(written, Written::default());
+        assert!(!outbox.is_mid_frame());
+    }
+    assert_eq!(seen, ["ack 5", "done 1", "done 2"]);
+}
+
+#[test]
+fn clearing_hands_back_the_packet_pinned() {
+    let fix = Fixture::new();
+    let peer = Packets::new([1], &fix);
+    let mut outbox = Outbox::<8>::new();
+    outbox.enqueue(1, &peer);
+    let _ = bytes_of::<8, Stream>(&mut outbox, &peer, &fix);
+    let written = outbox.handle_written::<Stream, _>(1, Some(&peer), fix.pools.view(), &fix.regs);
+    assert_eq!(written.pinned, Some(1));
+    assert_eq!(outbox.clear(), Some(1));
+    assert!(outbox.is_empty());
+    assert_eq!(outbox.clear(), None, "once");
+}

@@ -1,0 +1,451 @@
+//! The packets an engine sends, as it keeps them until they are written:
+//! control frames emitted in place, and the reliable packets a peer
+//! retains until they are acknowledged, written as slices of fragments and
+//! registered memory without a copy.
+
+use heapless::Vec;
+
+use crate::btl::{MemError, MemSlice, RegSlot, Registrations};
+use crate::desc::Descriptor;
+use crate::pool::PoolsRef;
+use crate::wire::{
+    self, AckRepr, CHECKSUM_LEN, CloseRepr, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN,
+    HeaderRepr, HelloAckRepr, HelloRepr, PacketRepr, PacketType, PutRepr, RejectRepr, SendRepr,
+};
+
+/// Bytes a descriptor keeps in front of its payload for the engine's
+/// packet header: what [`Btl::alloc`](crate::btl::Btl::alloc) and
+/// `prepare_src` reserve, and what a fragment must hold beyond the payload
+/// of the largest message it carries.
+pub const HEADER_RESERVE: usize = HEADER_LEN + SendRepr::LEN;
+
+/// Header and fixed fields of a PUT packet, kept with it.
+pub(crate) const PUT_PREFIX: usize = HEADER_LEN + PutRepr::LEN;
+
+/// Most slices one transmit hands out (coalesced small packets).
+pub const MAX_SEGMENTS: usize = 16;
+
+/// Largest control frame: a HELLO with its trailer.
+const CONTROL_MAX: usize = HEADER_LEN + HelloRepr::LEN + CHECKSUM_LEN;
+
+/// The slices a link writes, in order.
+pub type Segments<'a> = Vec<&'a [u8], MAX_SEGMENTS>;
+
+/// Registered memory as the engine reads and writes packets from it.
+pub(crate) trait Registered {
+    /// The bytes of a local slice.
+    fn slice(&self, s: MemSlice) -> Result<&[u8], MemError>;
+}
+
+impl<M: AsRef<[u8]> + AsMut<[u8]>, C: core::borrow::BorrowMut<[RegSlot<M>]>> Registered
+    for Registrations<M, C>
+{
+    fn slice(&self, s: MemSlice) -> Result<&[u8], MemError> {
+        Registrations::slice(self, s)
+    }
+}
+
+/// A whole packet without payload (HELLO, HELLO_ACK, ACK, CLOSE, and the
+/// reliable GET, REJECT and DONE), its trailer included.
+#[derive(Debug, Clone)]
+pub struct ControlFrame {
+    bytes: [u8; CONTROL_MAX],
+    len: u8,
+}
+
+impl ControlFrame {
+    /// `packet` behind a header of `credits`, `seq` and `ack`, with a CRC
+    /// trailer if `checksum`.
+    pub fn new(packet: PacketRepr<'_>, credits: u32, seq: u64, ack: u64, flags: Flags) -> Self {
+        let header = HeaderRepr {
+            flags,
+            credits,
+            seq,
+            ack,
+            ..HeaderRepr::new(&packet)
+        };
+        let mut bytes = [0u8; CONTROL_MAX];
+        // Every control packet fits: the largest is a HELLO.
+        let len = wire::emit(&header, &packet, &mut bytes).unwrap_or(0);
+        ControlFrame {
+            bytes,
+            len: len as u8,
+        }
+    }
+
+    /// A handshake packet (no sequence number, credits or acknowledgement).
+    pub fn hello(hello: HelloRepr) -> Self {
+        Self::new(PacketRepr::Hello(hello), 0, 0, 0, Flags::empty())
+    }
+
+    /// The answer to a HELLO.
+    pub fn hello_ack(ack: HelloAckRepr) -> Self {
+        Self::new(PacketRepr::HelloAck(ack), 0, 0, 0, Flags::empty())
+    }
+
+    /// A CLOSE saying why.
+    pub fn close(close: CloseRepr) -> Self {
+        Self::new(PacketRepr::Close(close), 0, 0, 0, Flags::empty())
+    }
+
+    /// The frame's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// The flags of a packet to a peer that does or does not check trailers.
+pub(crate) fn checksum_flags(checksum: bool) -> Flags {
+    if checksum {
+        Flags::CHECKSUM
+    } else {
+        Flags::empty()
+    }
+}
+
+/// A reliable packet without payload, as it is numbered and written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlPacket {
+    /// Asks the peer to put one of its registrations somewhere.
+    Get(GetRepr),
+    /// Refuses one of the peer's transfers.
+    Reject(RejectRepr),
+    /// Tells the peer a get it asked for on behalf of a third process has
+    /// landed.
+    Done(DoneRepr),
+}
+
+impl ControlPacket {
+    fn repr(&self) -> PacketRepr<'static> {
+        match *self {
+            ControlPacket::Get(g) => PacketRepr::Get(g),
+            ControlPacket::Reject(r) => PacketRepr::Reject(r),
+            ControlPacket::Done(d) => PacketRepr::Done(d),
+        }
+    }
+}
+
+/// An answer owed to one of the peer's transfers; it goes before anything
+/// else queued to the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The transfer was refused.
+    Reject(RejectRepr),
+    /// The get for a third process landed.
+    Done(DoneRepr),
+}
+
+impl Answer {
+    /// The transfer it answers.
+    pub fn xfer_id(&self) -> u64 {
+        match self {
+            Answer::Reject(r) => r.xfer_id,
+            Answer::Done(d) => d.xfer_id,
+        }
+    }
+}
+
+impl From<Answer> for ControlPacket {
+    fn from(a: Answer) -> Self {
+        match a {
+            Answer::Reject(r) => ControlPacket::Reject(r),
+            Answer::Done(d) => ControlPacket::Done(d),
+        }
+    }
+}
+
+/// A packet this side made, waiting for the link, credit or window room.
+#[derive(Debug)]
+pub enum Queued {
+    /// A message.
+    Send(Descriptor),
+    /// A request for the peer's data.
+    Get(GetRepr),
+}
+
+/// A retained reliable packet, kept until the peer acknowledges it.
+#[derive(Debug)]
+pub enum Outgoing {
+    /// An active message: its prefix in the descriptor's headroom.
+    Send {
+        /// The message.
+        desc: Descriptor,
+        /// The CRC trailer, when the peer checks them.
+        trailer: [u8; CHECKSUM_LEN],
+    },
+    /// A piece of a put (or of the data answering a peer's get).
+    Put {
+        /// Header and fixed fields.
+        prefix: [u8; PUT_PREFIX],
+        /// The data, in registered memory.
+        data: MemSlice,
+        /// The operation's slot and id: a slot freed early (by a REJECT)
+        /// and taken by another operation is not credited with this data.
+        op: u16,
+        /// The transfer.
+        xfer_id: u64,
+        /// The CRC trailer, when the peer checks them.
+        trailer: [u8; CHECKSUM_LEN],
+    },
+    /// A packet without payload.
+    Control {
+        /// What it says.
+        packet: ControlPacket,
+        /// Its bytes, with the latest header.
+        frame: ControlFrame,
+    },
+}
+
+impl Outgoing {
+    /// A PUT packet of `put` carrying `data`, for operation `op`.
+    pub(crate) fn put(put: &PutRepr, data: MemSlice, op: u16) -> Self {
+        let mut prefix = [0u8; PUT_PREFIX];
+        if let Some((_, fixed)) = prefix.split_first_chunk_mut::<HEADER_LEN>()
+            && let Some(fixed) = fixed.first_chunk_mut()
+        {
+            put.emit(fixed);
+        }
+        Outgoing::Put {
+            prefix,
+            data,
+            op,
+            xfer_id: put.xfer_id,
+            trailer: [0; CHECKSUM_LEN],
+        }
+    }
+
+    /// A control packet, stamped when it is numbered.
+    pub(crate) fn control(packet: ControlPacket) -> Self {
+        Outgoing::Control {
+            packet,
+            frame: ControlFrame::new(packet.repr(), 0, 0, 0, Flags::empty()),
+        }
+    }
+
+    /// Writes the packet's header as `seq` with the acknowledgement `ack`
+    /// and the credit total `credits`, and its trailer if `checksum`: done
+    /// once, as it is put on a link, so that bytes handed to the driver
+    /// never change afterwards.
+    pub(crate) fn stamp(
+        &mut self,
+        seq: u64,
+        ack: u64,
+        credits: u32,
+        checksum: bool,
+        pools: PoolsRef<'_>,
+        regs: &impl Registered,
+    ) {
+        let flags = checksum_flags(checksum);
+        match self {
+            Outgoing::Send { desc, trailer } => {
+                let body = (desc.len() - HEADER_RESERVE) as u64 + SendRepr::LEN as u64;
+                let header = HeaderRepr {
+                    packet_type: PacketType::Send,
+                    flags,
+                    credits,
+                    seq,
+                    ack,
+                    body_len: body,
+                };
+                let tag = desc.tag();
+                if let Ok(room) = desc.headroom_mut(pools)
+                    && let Some((head, fixed)) = room.split_first_chunk_mut()
+                    && let Some(fixed) = fixed.first_chunk_mut()
+                {
+                    header.emit(head);
+                    SendRepr { tag: tag.0 }.emit(fixed);
+                }
+                if checksum {
+                    let mut crc = Crc32c::new();
+                    if let Ok(bytes) = desc.fragment_bytes(pools) {
+                        crc.update(bytes);
+                    }
+                    if let Some(r) = desc.referenced()
+                        && let Ok(bytes) = regs.slice(r)
+                    {
+                        crc.update(bytes);
+                    }
+                    *trailer = crc.trailer();
+                }
+            }
+            Outgoing::Put {
+                prefix,
+                data,
+                trailer,
+                ..
+            } => {
+                let header = HeaderRepr {
+                    packet_type: PacketType::Put,
+                    flags,
+                    credits,
+                    seq,
+                    ack,
+                    body_len: PutRepr::LEN as u64 + data.len,
+                };
+                if let Some(head) = prefix.first_chunk_mut() {
+                    header.emit(head);
+                }
+                if checksum {
+                    let mut crc = Crc32c::new();
+                    crc.update(prefix);
+                    if let Ok(bytes) = regs.slice(*data) {
+                        crc.update(bytes);
+                    }
+                    *trailer = crc.trailer();
+                }
+            }
+            Outgoing::Control { packet, frame } => {
+                *frame = ControlFrame::new(packet.repr(), credits, seq, ack, flags);
+            }
+        }
+    }
+
+    /// Appends the packet's bytes as they are written to `out`, after
+    /// dropping the first `skip` (already written); `skip` is what remains
+    /// to drop after this packet.
+    pub(crate) fn segments<'a>(
+        &'a self,
+        checksum: bool,
+        pools: PoolsRef<'a>,
+        regs: &'a impl Registered,
+        out: &mut Segments<'a>,
+        skip: &mut usize,
+    ) {
+        let (first, second, trailer): (&[u8], &[u8], &[u8]) = match self {
+            Outgoing::Send { desc, trailer } => (
+                desc.fragment_bytes(pools).unwrap_or(&[]),
+                desc.referenced()
+                    .and_then(|r| regs.slice(r).ok())
+                    .unwrap_or(&[]),
+                trailer,
+            ),
+            Outgoing::Put {
+                prefix,
+                data,
+                trailer,
+                ..
+            } => (prefix, regs.slice(*data).unwrap_or(&[]), trailer),
+            Outgoing::Control { frame, .. } => (frame.as_bytes(), &[], &[]),
+        };
+        push_skipping(out, first, skip);
+        push_skipping(out, second, skip);
+        if checksum && !matches!(self, Outgoing::Control { .. }) {
+            push_skipping(out, trailer, skip);
+        }
+    }
+
+    /// Bytes the packet takes on the wire.
+    pub(crate) fn wire_len(
+        &self,
+        checksum: bool,
+        pools: PoolsRef<'_>,
+        regs: &impl Registered,
+    ) -> usize {
+        let mut out = Segments::new();
+        self.segments(checksum, pools, regs, &mut out, &mut 0);
+        out.iter().map(|s| s.len()).sum()
+    }
+
+    /// Whether the packet reads registered memory `handle`: such a region
+    /// must stay registered until the packet is done with.
+    pub(crate) fn reads(&self, handle: crate::btl::MemHandle) -> bool {
+        match self {
+            Outgoing::Send { desc, .. } => desc.referenced().is_some_and(|r| r.handle == handle),
+            Outgoing::Put { data, .. } => data.handle == handle,
+            Outgoing::Control { .. } => false,
+        }
+    }
+}
+
+/// An ACK carrying `ack` and the credit total `credits`, with `flags`
+/// (`ACK_REQUEST` for a probe) and a trailer if `checksum`.
+pub(crate) fn ack_frame(
+    ack: crate::engine::window::Ack,
+    credits: u32,
+    checksum: bool,
+    flags: Flags,
+) -> ControlFrame {
+    ControlFrame::new(
+        PacketRepr::Ack(AckRepr { sack: ack.sack }),
+        credits,
+        0,
+        ack.cumulative,
+        flags | checksum_flags(checksum),
+    )
+}
+
+/// Appends `bytes` to `out` after dropping the first `skip` of them.
+pub(crate) fn push_skipping<'a>(out: &mut Segments<'a>, bytes: &'a [u8], skip: &mut usize) {
+    if *skip >= bytes.len() {
+        *skip -= bytes.len();
+        return;
+    }
+    let _ = out.push(&bytes[*skip..]);
+    *skip = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::window::Ack;
+    use crate::wire::{Limits, parse};
+
+    #[test]
+    fn control_frames_parse_back_with_their_header() {
+        let done = ControlPacket::Done(DoneRepr { xfer_id: 7 });
+        let mut out = Outgoing::control(done);
+        let regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 0]>::inline();
+        let cfg = crate::pool::FragmentPoolsConfig {
+            small: small(),
+            eager: small(),
+            max: small(),
+        };
+        let mut region = std::vec![0u8; cfg.required_bytes()];
+        let pools = crate::pool::FragmentPools::new(&mut region, cfg).expect("pools");
+        out.stamp(5, 3, 9, true, pools.view(), &regs);
+        let mut segments = Segments::new();
+        out.segments(true, pools.view(), &regs, &mut segments, &mut 0);
+        assert_eq!(segments.len(), 1, "a control packet is one slice");
+        let (header, packet, _) = parse(segments[0], &Limits::new(1024)).expect("a frame");
+        assert_eq!((header.seq, header.ack, header.credits), (5, 3, 9));
+        assert!(header.flags.contains(Flags::CHECKSUM));
+        assert_eq!(packet, PacketRepr::Done(DoneRepr { xfer_id: 7 }));
+        assert_eq!(
+            out.wire_len(true, pools.view(), &regs),
+            segments[0].len(),
+            "the length is what is written"
+        );
+        let ack = ack_frame(
+            Ack {
+                cumulative: 4,
+                sack: 1,
+            },
+            2,
+            false,
+            Flags::ACK_REQUEST,
+        );
+        let (header, packet, _) = parse(ack.as_bytes(), &Limits::new(1024)).expect("a frame");
+        assert_eq!((header.ack, header.credits), (4, 2));
+        assert!(header.flags.contains(Flags::ACK_REQUEST));
+        assert_eq!(packet, PacketRepr::Ack(AckRepr { sack: 1 }));
+    }
+
+    #[test]
+    fn skipping_drops_what_was_written() {
+        let mut out = Segments::new();
+        let mut skip = 5;
+        push_skipping(&mut out, b"abc", &mut skip);
+        assert!(out.is_empty() && skip == 2);
+        push_skipping(&mut out, b"defg", &mut skip);
+        assert_eq!((out.as_slice(), skip), (&[&b"fg"[..]][..], 0));
+    }
+
+    fn small() -> crate::pool::FragmentPoolConfig {
+        crate::pool::FragmentPoolConfig {
+            fragment_size: 64,
+            num: 1,
+            max: 1,
+            inc: 1,
+        }
+    }
+}

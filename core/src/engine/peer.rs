@@ -1,0 +1,1342 @@
+//! A peer: one process this engine talks to, and everything owed between
+//! them.
+//!
+//! A peer owns its send and receive windows, its credits both ways, the
+//! acknowledgement it owes, the messages and gets queued to it, the answers
+//! it is owed, and its timers. It lives through `Idle` (known), `Connecting`
+//! (a link is being opened, or opened again after one broke), `Open` (data
+//! flows over one or more links) and `Lost` (given up: everything to it
+//! failed once).
+//!
+//! The engine feeds it what its links bring ([`Peer::on_packet`]) and the
+//! time ([`Peer::on_timeout`]), and takes from it what to put on its links
+//! ([`Peer::poll_packet`], [`Peer::poll_ack`], [`Peer::poll_probe`]), which
+//! connections to ask the driver for ([`Peer::poll_connect`]), and which of
+//! its links to drop ([`Peer::take_links`], [`Peer::take_silent_links`]).
+//! What it shares with other peers (fragments, registered memory,
+//! operations, events) it reaches through the engine's shared resources, lent for each call.
+
+use heapless::{Deque, Vec};
+
+use crate::btl::{Access, BtlError, LostReason, RejectCode, RemoteKey, RemoteSlice, Side, Tag};
+use crate::desc::Descriptor;
+use crate::endpoint::{EndpointId, ProcName};
+use crate::pool::Fragment;
+use crate::time::{Duration, Instant};
+use crate::wire::{
+    CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, RejectRepr, SendRepr,
+};
+
+use super::acks::AckOwed;
+use super::config::EngineConfig;
+use super::credits::Credits;
+use super::framing::Framing;
+use super::link::{ControlIn, Receiving};
+use super::ops::{GET_REPLY, Mail, OpKind};
+use super::outbox::Retained;
+use super::packet::{
+    Answer, ControlFrame, ControlPacket, HEADER_RESERVE, Outgoing, Queued, ack_frame,
+};
+use super::rtt::{RttConfig, RttEstimator};
+use super::shared::Shared;
+use super::storage::Storage;
+use super::timers::Timers;
+use super::window::{Ack, Arrival, RecvWindow, SendWindow};
+use super::{ConnectFailure, LinkId};
+
+/// Most connections per peer ([`EngineConfig::links`]).
+pub const MAX_PEER_LINKS: usize = 4;
+
+/// Where a peer is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerState {
+    /// Known; no link asked for yet.
+    Idle,
+    /// A link is being opened or handshaken (again, after a broken one,
+    /// when the peer has been open before). `since` starts the peer
+    /// timeout; `retry` is when to ask the driver again after a failed
+    /// reconnect (`None`: a request is out).
+    Connecting {
+        /// Since when the peer has been waited for.
+        since: Instant,
+        /// When to ask for a connection again.
+        retry: Option<Instant>,
+    },
+    /// Data flows.
+    Open,
+    /// Given up: every operation to it failed.
+    Lost(LostReason),
+}
+
+/// A peer's deadlines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerTimer {
+    /// Silent for the peer timeout: lost.
+    Lost,
+    /// Ask for a connection again after a failed reconnection.
+    Reconnect,
+    /// Ask for link `i` again, which broke while others carry the peer.
+    LinkRetry(u8),
+    /// The acknowledgement owed may wait no longer.
+    Ack,
+    /// A retained packet's acknowledgement is overdue (lossy framing).
+    Retransmit,
+    /// Ask the peer for an acknowledgement: a keepalive, or a probe.
+    Probe,
+}
+
+/// A link of the peer, by its index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PeerLink {
+    id: LinkId,
+    open: bool,
+}
+
+/// What a receive window holds until delivery in order.
+#[derive(Debug)]
+enum Held {
+    Send {
+        tag: Tag,
+        frag: Fragment,
+        len: usize,
+    },
+    Put {
+        xfer_id: u64,
+        len: u64,
+    },
+    /// A PUT whose target was refused: answered once per transfer.
+    Refused {
+        xfer_id: u64,
+        code: RejectCode,
+    },
+    Get(GetRepr),
+    Reject(RejectRepr),
+    Done(DoneRepr),
+}
+
+/// What the peer's HELLO said, as the peer keeps it.
+#[derive(Debug, Clone, Copy)]
+pub struct Hello {
+    /// The start of its process.
+    pub epoch: u64,
+    /// The largest body it accepts.
+    pub max_body: u64,
+    /// The SEND credits it grants to start with.
+    pub initial_credits: u32,
+    /// Whether both sides check CRC trailers.
+    pub checksum: bool,
+}
+
+impl Hello {
+    /// The facts of `hello`, with trailers as the handshake agreed.
+    pub fn of(hello: &HelloRepr, checksum: bool) -> Self {
+        Hello {
+            epoch: hello.epoch,
+            max_body: hello.max_body,
+            initial_credits: hello.initial_credits,
+            checksum,
+        }
+    }
+}
+
+/// A link that finished its handshake, as its peer takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    /// Which of the peer's links it is.
+    pub index: u8,
+    /// The link.
+    pub link: LinkId,
+    /// What the peer's HELLO said.
+    pub hello: Hello,
+    /// Whether this side opened the connection.
+    pub outbound: bool,
+    /// Whether it took the place of another link at the same index (both
+    /// sides connected at once), which may have lost what it carried.
+    pub replaced: bool,
+}
+
+/// One peer, with a window of `W` packets each way.
+#[derive(Debug)]
+pub struct Peer<const W: usize> {
+    id: EndpointId,
+    proc: ProcName,
+    state: PeerState,
+    links: [Option<PeerLink>; MAX_PEER_LINKS],
+    /// When to ask again for a link index that broke or failed to connect
+    /// while another link carries the peer.
+    link_retry: [Option<Instant>; MAX_PEER_LINKS],
+    /// Link indexes to ask the driver for, one bit each.
+    wants: u8,
+    /// PUT packets go to the open links in turn.
+    stripe: u8,
+    send: SendWindow<Outgoing, W>,
+    recv: RecvWindow<Held, W>,
+    queue: Deque<Queued, W>,
+    /// Answers owed to the peer: they go before anything queued.
+    answers: Deque<Answer, W>,
+    /// Retained packets to put on a link again (lost, or on a link gone).
+    resend: Deque<u64, W>,
+    /// Retained packets partly written on a link, and those of them the
+    /// peer has acknowledged since: kept until their last byte is written.
+    pinned: Vec<(u64, Option<Outgoing>), MAX_PEER_LINKS>,
+    /// Largest body the peer accepts; CRC trailers to and from it.
+    peer_max_body: u64,
+    checksum: bool,
+    credits: Credits,
+    acks: AckOwed,
+    last_heard: Instant,
+    /// When this side last asked the peer for an acknowledgement.
+    last_probe: Instant,
+    /// Retransmission timeout from measured round trips (lossy framing),
+    /// and the backoff of reconnection attempts.
+    rtt: RttEstimator,
+    /// The peer has been open: a broken link is reconnected, not fatal.
+    was_open: bool,
+    /// The last transfer of the peer's whose PUT was refused and answered.
+    last_rejected: Option<u64>,
+    /// The start of the process this record is about, once a link opened.
+    epoch: Option<u64>,
+    /// When the first of an unbroken run of refused reconnections was.
+    refused_since: Option<Instant>,
+    /// A probe is to go out.
+    probe_due: bool,
+    /// An acknowledgement is overdue: to go on the peer's first link.
+    ack_due: bool,
+    /// Its streams carry nothing any more: to be dropped quietly.
+    silent: bool,
+}
+
+impl<const W: usize> Peer<W> {
+    /// A peer `id` for process `proc`, its timeouts within `rtt`.
+    pub fn new(id: EndpointId, proc: ProcName, rtt: RttConfig) -> Self {
+        Peer {
+            id,
+            proc,
+            state: PeerState::Idle,
+            links: [None; MAX_PEER_LINKS],
+            link_retry: [None; MAX_PEER_LINKS],
+            wants: 0,
+            stripe: 0,
+            send: SendWindow::new(),
+            recv: RecvWindow::new(),
+            queue: Deque::new(),
+            answers: Deque::new(),
+            resend: Deque::new(),
+            pinned: Vec::new(),
+            peer_max_body: crate::wire::MIN_MAX_BODY,
+            checksum: false,
+            credits: Credits::default(),
+            acks: AckOwed::default(),
+            last_heard: Instant::ZERO,
+            last_probe: Instant::ZERO,
+            rtt: RttEstimator::with_bounds(rtt),
+            was_open: false,
+            last_rejected: None,
+            epoch: None,
+            refused_since: None,
+            probe_due: false,
+            ack_due: false,
+            silent: false,
+        }
+    }
+
+    // ----- what it is ---------------------------------------------------
+
+    /// Its endpoint.
+    pub fn id(&self) -> EndpointId {
+        self.id
+    }
+
+    /// Its process.
+    pub fn proc(&self) -> ProcName {
+        self.proc
+    }
+
+    /// Where it is in its life.
+    pub fn state(&self) -> PeerState {
+        self.state
+    }
+
+    /// Whether data flows.
+    pub fn is_open(&self) -> bool {
+        self.state == PeerState::Open
+    }
+
+    /// Why it was given up, if it was.
+    pub fn lost(&self) -> Option<LostReason> {
+        match self.state {
+            PeerState::Lost(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// The start of its process, once a link to it opened.
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
+
+    /// Whether it has been open: a broken link is reconnected.
+    pub fn was_open(&self) -> bool {
+        self.was_open
+    }
+
+    /// Since when it has been disconnected, waiting to connect again with
+    /// no link under way: what makes it the first to give up for room.
+    pub fn disconnected_since(&self) -> Option<Instant> {
+        match self.state {
+            PeerState::Connecting { since, .. } if self.links.iter().all(Option::is_none) => {
+                Some(since)
+            }
+            _ => None,
+        }
+    }
+
+    /// What it still owes: packets not yet acknowledged, sends and gets
+    /// queued, answers owed. Zero once lost.
+    pub fn outstanding(&self) -> usize {
+        if self.lost().is_some() {
+            return 0;
+        }
+        self.send.len() + self.queue.len() + self.answers.len()
+    }
+
+    /// Whether a packet retained or queued reads registration `handle`.
+    pub fn reads(&self, handle: crate::btl::MemHandle) -> bool {
+        self.send.iter().any(|(_, out)| out.reads(handle))
+            || self
+                .pinned
+                .iter()
+                .flat_map(|(_, o)| o)
+                .any(|o| o.reads(handle))
+            || self.queue.iter().any(|q| match q {
+                Queued::Send(desc) => desc.referenced().is_some_and(|r| r.handle == handle),
+                Queued::Get(_) => false,
+            })
+    }
+
+    // ----- links --------------------------------------------------------
+
+    /// The driver is to open link `index` of this peer: it is asked now,
+    /// or when it asks again.
+    fn want(&mut self, index: u8) {
+        self.wants |= 1 << index;
+    }
+
+    /// The next link index to ask the driver for, if any.
+    pub fn poll_connect(&mut self) -> Option<u8> {
+        if !matches!(self.state, PeerState::Connecting { .. } | PeerState::Open) {
+            self.wants = 0;
+            return None;
+        }
+        while self.wants != 0 {
+            let index = self.wants.trailing_zeros() as u8;
+            self.wants &= !(1 << index);
+            if self
+                .links
+                .get(usize::from(index))
+                .is_some_and(Option::is_none)
+            {
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    /// Whether it wants a connection from the driver.
+    pub fn wants_connection(&self) -> bool {
+        self.wants != 0
+    }
+
+    /// Link `id`, being opened by this side, is the peer's link `index`
+    /// unless it has one.
+    pub fn link_connecting(&mut self, index: u8, id: LinkId) {
+        if let Some(slot) = self.links.get_mut(usize::from(index))
+            && slot.is_none()
+        {
+            *slot = Some(PeerLink { id, open: false });
+        }
+    }
+
+    /// The peer's link at `index`, if any.
+    pub fn link_at(&self, index: u8) -> Option<LinkId> {
+        self.links.get(usize::from(index))?.map(|l| l.id)
+    }
+
+    /// The peer's links.
+    pub fn links(&self) -> impl Iterator<Item = LinkId> + '_ {
+        self.links.iter().flatten().map(|l| l.id)
+    }
+
+    /// Takes `id` out of the peer's links; its index if it was one.
+    pub fn forget_link(&mut self, id: LinkId) -> Option<u8> {
+        let i = self
+            .links
+            .iter()
+            .position(|l| l.is_some_and(|l| l.id == id))?;
+        self.links[i] = None;
+        Some(i as u8)
+    }
+
+    /// Whether an open link other than `index` carries the peer.
+    fn carried_without(&self, index: usize) -> bool {
+        self.state == PeerState::Open
+            && self
+                .links
+                .iter()
+                .enumerate()
+                .any(|(j, l)| j != index && l.is_some_and(|l| l.open))
+    }
+
+    /// The link that carries the peer's next packet: PUT packets
+    /// (`stripe`) go to its open links in turn, everything else to the
+    /// first, so that small messages queued together leave in one write.
+    fn send_link(&mut self, stripe: bool) -> Option<LinkId> {
+        let mut open: Vec<LinkId, MAX_PEER_LINKS> = Vec::new();
+        for l in self.links.iter().flatten().filter(|l| l.open) {
+            let _ = open.push(l.id);
+        }
+        if !stripe || open.len() < 2 {
+            return open.first().copied();
+        }
+        self.stripe = self.stripe.wrapping_add(1);
+        open.get(usize::from(self.stripe) % open.len()).copied()
+    }
+
+    /// The link acknowledgements and probes go on.
+    pub fn first_link(&self) -> Option<LinkId> {
+        self.links.iter().flatten().find(|l| l.open).map(|l| l.id)
+    }
+
+    /// A link finished its handshake with this peer at `now`: the peer
+    /// opens (again), what it has not acknowledged goes out again unless
+    /// another link carried it (or the link took another's place, which
+    /// may have lost it), and the side that opened the link asks for the
+    /// peer's other links.
+    pub fn open_link(&mut self, opened: Opened, config: &EngineConfig, now: Instant) {
+        let Opened {
+            index,
+            link: id,
+            hello,
+            outbound,
+            replaced,
+        } = opened;
+        let i = usize::from(index);
+        let carried = self.carried_without(i);
+        self.links[i] = Some(PeerLink { id, open: true });
+        self.link_retry[i] = None;
+        self.refused_since = None;
+        self.state = PeerState::Open;
+        if self.was_open && !carried {
+            // A reconnection: tell the peer at once what arrived, so it
+            // resends no more than it must.
+            self.acks.owe(now, true);
+        }
+        self.was_open = true;
+        self.epoch = Some(hello.epoch);
+        self.checksum = hello.checksum;
+        self.peer_max_body = hello.max_body;
+        self.credits.open(hello.initial_credits);
+        self.last_heard = now;
+        if !carried || replaced {
+            self.resend_all(now);
+        }
+        if outbound {
+            for j in 0..config.links.min(MAX_PEER_LINKS as u8) {
+                if self.links[usize::from(j)].is_none() {
+                    self.want(j);
+                }
+            }
+        }
+    }
+
+    /// Marks every retained packet to go out again at `now`.
+    fn resend_all(&mut self, now: Instant) {
+        for r in self.send.resend_all(now) {
+            if !self.resend.iter().any(|&s| s == r.seq) {
+                let _ = self.resend.push_back(r.seq);
+            }
+        }
+    }
+
+    /// Link `index` is gone (it broke, or its reconnection's handshake
+    /// timed out). If another open link carries the peer, what the peer has
+    /// not acknowledged goes out there and the link is asked for again
+    /// after a backoff; otherwise the peer reconnects, or, if it has never
+    /// been open, is lost.
+    pub fn link_gone<S: Storage>(&mut self, index: u8, shared: &mut Shared<S>) {
+        let now = shared.now;
+        match self.state {
+            PeerState::Open if self.carried_without(usize::from(index)) => {
+                self.resend_all(now);
+                self.retry_link_later(index, now);
+            }
+            PeerState::Open => {
+                self.state = PeerState::Connecting {
+                    since: self.last_heard,
+                    retry: None,
+                };
+                self.want(0);
+            }
+            PeerState::Connecting { .. } if self.was_open => self.retry_later(now),
+            PeerState::Connecting { .. } => {
+                self.lose(LostReason::Closed, shared);
+            }
+            _ => {}
+        }
+    }
+
+    /// The connection asked for as link `index` could not be opened, for
+    /// `why`: another link carries the peer, so try later; a peer that was
+    /// open is tried again after a backoff, until its peer timeout or,
+    /// refused every time, the refusal timeout; one never open is lost.
+    pub fn connect_failed<S: Storage>(
+        &mut self,
+        index: u8,
+        why: ConnectFailure,
+        shared: &mut Shared<S>,
+    ) {
+        let now = shared.now;
+        match self.state {
+            PeerState::Open => self.retry_link_later(index, now),
+            PeerState::Connecting { .. } if self.was_open => match why {
+                ConnectFailure::Refused => {
+                    let first = *self.refused_since.get_or_insert(now);
+                    if now - first >= shared.config.refused_timeout {
+                        self.lose(LostReason::Refused, shared);
+                    } else {
+                        self.retry_later(now);
+                    }
+                }
+                ConnectFailure::Unreachable => {
+                    self.refused_since = None;
+                    self.retry_later(now);
+                }
+            },
+            PeerState::Connecting { .. } => {
+                let reason = match why {
+                    ConnectFailure::Refused => LostReason::Refused,
+                    ConnectFailure::Unreachable => LostReason::Unreachable,
+                };
+                self.lose(reason, shared);
+            }
+            _ => {}
+        }
+    }
+
+    /// Link `index` of an open peer could not be had: ask for it again
+    /// after a backoff (doubling, up to the largest retransmission
+    /// timeout), while the peer's other links carry it.
+    fn retry_link_later(&mut self, index: u8, now: Instant) {
+        if let Some(retry) = self.link_retry.get_mut(usize::from(index)) {
+            self.rtt.on_timeout();
+            *retry = Some(now + self.rtt.rto());
+        }
+    }
+
+    /// A reconnection failed: the next waits a backoff; the peer timeout
+    /// keeps running.
+    fn retry_later(&mut self, now: Instant) {
+        if let PeerState::Connecting { since, .. } = self.state {
+            self.rtt.on_timeout();
+            self.state = PeerState::Connecting {
+                since,
+                retry: Some(now + self.rtt.rto()),
+            };
+        }
+    }
+
+    /// The upper layer wants to talk to the peer at `now`: an idle one
+    /// starts connecting; a lost one cannot be reached.
+    pub fn reach(&mut self, now: Instant) -> Result<(), BtlError> {
+        match self.state {
+            PeerState::Lost(reason) => Err(BtlError::PeerLost(reason)),
+            PeerState::Idle => {
+                self.state = PeerState::Connecting {
+                    since: now,
+                    retry: None,
+                };
+                self.want(0);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The links to drop now that the peer is lost (or started again):
+    /// they are the engine's to fail.
+    pub fn take_links(&mut self) -> impl Iterator<Item = LinkId> + use<W> {
+        core::mem::take(&mut self.links)
+            .into_iter()
+            .flatten()
+            .map(|l| l.id)
+    }
+
+    /// The links to drop quietly because they carry nothing any more (a
+    /// stream whose probe went unanswered for a whole interval): the peer
+    /// connects again, well within its peer timeout.
+    pub fn take_silent_links(&mut self) -> Option<impl Iterator<Item = LinkId> + use<W>> {
+        if !core::mem::take(&mut self.silent) {
+            return None;
+        }
+        Some(self.links.into_iter().flatten().map(|l| l.id))
+    }
+
+    // ----- loss ---------------------------------------------------------
+
+    /// Gives the peer up: every operation to it fails once with
+    /// `PeerLost(reason)`, and its error event is queued.
+    pub fn lose<S: Storage>(&mut self, reason: LostReason, shared: &mut Shared<S>) {
+        self.fail(reason, BtlError::PeerLost(reason), shared);
+    }
+
+    /// Gives the peer up for `reason`, failing every operation to it once
+    /// with `error` (`PeerLost`, or `Finalized` when the BTL shuts down,
+    /// which reports no lost peer). Its links stay listed for the engine
+    /// to fail ([`take_links`](Self::take_links)).
+    pub fn fail<S: Storage>(
+        &mut self,
+        reason: LostReason,
+        error: BtlError,
+        shared: &mut Shared<S>,
+    ) {
+        if self.lost().is_some() {
+            return;
+        }
+        self.state = PeerState::Lost(reason);
+        self.link_retry = [None; MAX_PEER_LINKS];
+        self.wants = 0;
+        self.resend.clear();
+        self.answers.clear();
+        self.probe_due = false;
+        self.ack_due = false;
+        // Packets the peer acknowledged while a link wrote them reached it.
+        for (_, detached) in core::mem::take(&mut self.pinned) {
+            if let Some(out) = detached {
+                self.release(out, Ok(()), shared);
+            }
+        }
+        let mut released: Vec<Outgoing, W> = Vec::new();
+        self.send.drain(|_, out| {
+            let _ = released.push(out);
+        });
+        for out in released {
+            self.release(out, Err(error), shared);
+        }
+        while let Some(q) = self.queue.pop_front() {
+            if let Queued::Send(desc) = q {
+                shared.complete_send(self.id, desc, Err(error));
+            }
+        }
+        let mut held: Vec<Fragment, W> = Vec::new();
+        self.recv.drain_held(|_, h| {
+            if let Held::Send { frag, .. } = h {
+                let _ = held.push(frag);
+            }
+        });
+        for frag in held {
+            shared.drop_received(frag);
+        }
+        shared.ops.fail_peer(self.id, error, &mut shared.events);
+        if error != BtlError::Finalized {
+            shared.report_lost(self.id, error);
+        }
+    }
+
+    /// A new start of the peer's process: everything outstanding to the
+    /// old one fails with `PeerLost(Restarted)` (a lost peer is only told
+    /// so again), and the record starts over under the same endpoint.
+    /// Links still in their handshake reach the new start and are kept;
+    /// the open ones are the old start's, for the engine to fail.
+    pub fn renew<S: Storage>(&mut self, shared: &mut Shared<S>) -> Vec<LinkId, MAX_PEER_LINKS> {
+        let mut old: Vec<LinkId, MAX_PEER_LINKS> = Vec::new();
+        let mut opening = [None; MAX_PEER_LINKS];
+        for (i, l) in self.links.iter().enumerate() {
+            match l {
+                Some(l) if l.open => {
+                    let _ = old.push(l.id);
+                }
+                Some(l) => opening[i] = Some(*l),
+                None => {}
+            }
+        }
+        self.links = [None; MAX_PEER_LINKS];
+        if self.lost().is_some() {
+            // Its operations failed already; the caller still learns that
+            // the endpoint now names a new start.
+            shared.report_lost(self.id, BtlError::PeerLost(LostReason::Restarted));
+        } else {
+            self.lose(LostReason::Restarted, shared);
+        }
+        *self = Peer::new(self.id, self.proc, shared.config.rtt);
+        self.links = opening;
+        old
+    }
+
+    // ----- timers -------------------------------------------------------
+
+    /// When it counts as lost if nothing is heard: a peer being connected,
+    /// or an open one with something outstanding (any open one when
+    /// keepalives are on), silent for the peer timeout.
+    fn lost_by(&self, config: &EngineConfig) -> Option<Instant> {
+        let waiting = !self.send.is_empty() || !self.queue.is_empty() || !self.answers.is_empty();
+        let since = match self.state {
+            PeerState::Open if waiting || !config.keepalive.is_zero() => self.last_heard,
+            PeerState::Connecting { since, .. } => since,
+            _ => return None,
+        };
+        Some(since + config.peer_timeout)
+    }
+
+    /// Whether this side's last probe is still unanswered.
+    fn probe_unanswered(&self) -> bool {
+        self.last_probe > self.last_heard
+    }
+
+    /// Out of credit with nothing in flight: only the peer's next grant
+    /// lets sends go on, and over a lossy transport the ACK carrying it may
+    /// be lost.
+    fn starved(&self) -> bool {
+        !self.credits.has_credit() && self.send.is_empty()
+    }
+
+    /// When the peer is next asked for an acknowledgement: after the
+    /// keepalive interval of silence (at most a third of the peer timeout,
+    /// so that a live peer has answered a probe or two before it would
+    /// count as lost), and over a lossy transport after a retransmission
+    /// timeout when sends wait for credits with nothing in flight (the ACK
+    /// that granted them may have been lost) or when the last probe went
+    /// unanswered (it may have been lost).
+    fn probe_at<F: Framing>(&self, config: &EngineConfig) -> Option<Instant> {
+        if self.state != PeerState::Open {
+            return None;
+        }
+        let quiet_since = self.last_heard.max(self.last_probe);
+        let interval = config
+            .keepalive
+            .min(config.peer_timeout / 3)
+            .max(Duration::from_nanos(1));
+        let keepalive = (!config.keepalive.is_zero()).then(|| quiet_since + interval);
+        let credit = (F::LOSSY && self.starved()).then(|| quiet_since + self.rtt.rto());
+        let repeat =
+            (F::LOSSY && self.probe_unanswered()).then(|| self.last_probe + self.rtt.rto());
+        [keepalive, credit, repeat].into_iter().flatten().min()
+    }
+
+    /// Its deadlines.
+    pub fn timers<F: Framing>(&self, framing: &F, config: &EngineConfig) -> Timers<PeerTimer, 9> {
+        let mut t = Timers::new();
+        t.set(PeerTimer::Lost, self.lost_by(config));
+        match self.state {
+            PeerState::Connecting { retry, .. } => t.set(PeerTimer::Reconnect, retry),
+            PeerState::Open => {
+                for (i, at) in self.link_retry.iter().enumerate() {
+                    t.set(PeerTimer::LinkRetry(i as u8), *at);
+                }
+                t.set(
+                    PeerTimer::Ack,
+                    self.acks.deadline(framing.ack_delay(config)),
+                );
+                t.set(
+                    PeerTimer::Retransmit,
+                    framing
+                        .retransmit_timeout(&self.rtt)
+                        .and_then(|rto| self.send.retransmit_deadline(rto)),
+                );
+                t.set(PeerTimer::Probe, self.probe_at::<F>(config));
+            }
+            _ => {}
+        }
+        t
+    }
+
+    /// Time passed: a silent peer is lost, reconnections and lost links are
+    /// asked for again, an overdue acknowledgement goes, lost packets go
+    /// again (lossy framing), and a silent peer is probed; a stream whose
+    /// probe went unanswered for a whole interval is found silent.
+    pub fn on_timeout<S: Storage, F: Framing>(&mut self, framing: &F, shared: &mut Shared<S>) {
+        let now = shared.now;
+        let t = self.timers(framing, &shared.config);
+        if t.is_due(PeerTimer::Lost, now) {
+            self.lose(LostReason::Timeout, shared);
+            return;
+        }
+        if let PeerState::Connecting {
+            since,
+            retry: Some(_),
+        } = self.state
+            && t.is_due(PeerTimer::Reconnect, now)
+        {
+            self.state = PeerState::Connecting { since, retry: None };
+            self.want(0);
+            return;
+        }
+        if self.state != PeerState::Open {
+            return;
+        }
+        for i in 0..MAX_PEER_LINKS as u8 {
+            if t.is_due(PeerTimer::LinkRetry(i), now) {
+                self.link_retry[usize::from(i)] = None;
+                self.want(i);
+            }
+        }
+        self.ack_due |= t.is_due(PeerTimer::Ack, now);
+        if let Some(rto) = framing.retransmit_timeout(&self.rtt) {
+            let mut lost = false;
+            while let Some(r) = self.send.next_retransmit(now, rto) {
+                let seq = r.seq;
+                if !self.resend.iter().any(|&s| s == seq) {
+                    let _ = self.resend.push_back(seq);
+                }
+                lost = true;
+            }
+            if lost {
+                self.rtt.on_timeout();
+            }
+        }
+        let probe = self.probe_at::<F>(&shared.config).is_some_and(|t| now >= t);
+        if !probe {
+            return;
+        }
+        if F::LOSSY {
+            if self.starved() || self.probe_unanswered() {
+                // Asked again ever more slowly while the peer grants
+                // nothing (a receiver that stopped polling) or answers
+                // nothing.
+                self.rtt.on_timeout();
+            }
+        } else if self.probe_unanswered() {
+            // A stream whose last probe went unanswered for a whole
+            // interval carries nothing any more (a middlebox dropped its
+            // bytes, or a network dropped them without telling TCP): its
+            // links are dropped and the peer is connected again, and what
+            // it had not acknowledged goes again.
+            self.silent = true;
+            return;
+        }
+        self.last_probe = now;
+        self.probe_due = true;
+    }
+
+    // ----- sending ------------------------------------------------------
+
+    /// Queues a message; it comes back when the queue is full.
+    pub fn queue_send(&mut self, desc: Descriptor) -> Result<(), Descriptor> {
+        self.queue
+            .push_back(Queued::Send(desc))
+            .map_err(|q| match q {
+                Queued::Send(desc) => desc,
+                Queued::Get(_) => unreachable!("a send was queued"),
+            })
+    }
+
+    /// Queues a GET; false when the queue is full.
+    pub fn queue_get(&mut self, get: GetRepr) -> bool {
+        self.queue.push_back(Queued::Get(get)).is_ok()
+    }
+
+    /// Whether a message can go at once: the peer is open, nothing waits
+    /// ahead of it, and credit and window room are there.
+    pub fn ready_for_sendi(&self) -> bool {
+        self.state == PeerState::Open
+            && self.queue.is_empty()
+            && self.answers.is_empty()
+            && self.credits.has_credit()
+            && !self.send.is_full()
+    }
+
+    /// Whether the peer accepts a message of `len` bytes, once it has said
+    /// what it accepts (a peer not yet open is checked when the message
+    /// leaves).
+    pub fn accepts(&self, len: usize) -> Result<(), BtlError> {
+        if !self.was_open {
+            return Ok(());
+        }
+        let max = self.peer_max_body.saturating_sub(SendRepr::LEN as u64);
+        if len as u64 > max {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    /// The largest data one PUT packet to the peer carries.
+    pub fn put_chunk<S: Storage>(&self, shared: &Shared<S>) -> u64 {
+        shared.put_chunk(self.peer_max_body)
+    }
+
+    /// Queues an answer to one of the peer's transfers, ahead of everything
+    /// else it is owed; until a REJECT is numbered no bare ACK goes out,
+    /// so the refused packets are never acknowledged before their refusal.
+    /// A transfer already waiting for its answer gets no second one. A
+    /// peer that outgrows the answers it is owed (it asks faster than it
+    /// takes answers) breaks the protocol and is lost.
+    pub fn answer<S: Storage>(&mut self, answer: Answer, shared: &mut Shared<S>) {
+        if self.lost().is_some() || self.answers.iter().any(|a| a.xfer_id() == answer.xfer_id()) {
+            return;
+        }
+        if self.answers.push_back(answer).is_err() {
+            self.lose(LostReason::ProtocolViolation, shared);
+        }
+    }
+
+    /// The next packet to put on a link, and the link: a packet to go
+    /// again, then answers, queued messages and gets, and bulk packets, as
+    /// credits and the window allow. `None` for the link when no open link
+    /// carries the peer: the packet stays retained and goes when one opens.
+    pub fn poll_packet<S: Storage>(
+        &mut self,
+        shared: &mut Shared<S>,
+    ) -> Option<(u64, Option<LinkId>)> {
+        while let Some(seq) = self.resend.pop_front() {
+            if let Some(out) = self.send.get(seq) {
+                let stripe = matches!(out, Outgoing::Put { .. });
+                return Some((seq, self.send_link(stripe)));
+            }
+        }
+        if self.state != PeerState::Open {
+            return None;
+        }
+        while !self.send.is_full() {
+            if let Some(answer) = self.answers.pop_front() {
+                return self.push(Outgoing::control(answer.into()), shared);
+            }
+            match self.queue.front() {
+                Some(Queued::Send(_)) if self.credits.has_credit() => {
+                    let Some(Queued::Send(desc)) = self.queue.pop_front() else {
+                        break;
+                    };
+                    // Never more than the peer announced it accepts (it
+                    // would take the frame for a protocol violation).
+                    let payload = (desc.len() - HEADER_RESERVE) as u64;
+                    let room = self.peer_max_body.saturating_sub(SendRepr::LEN as u64);
+                    if payload > room {
+                        let error = BtlError::TooLarge {
+                            len: payload,
+                            max: room,
+                        };
+                        shared.complete_send(self.id, desc, Err(error));
+                        continue;
+                    }
+                    self.credits.spend();
+                    return self.push(
+                        Outgoing::Send {
+                            desc,
+                            trailer: [0; crate::wire::CHECKSUM_LEN],
+                        },
+                        shared,
+                    );
+                }
+                Some(Queued::Get(_)) => {
+                    let Some(Queued::Get(get)) = self.queue.pop_front() else {
+                        break;
+                    };
+                    return self.push(Outgoing::control(ControlPacket::Get(get)), shared);
+                }
+                _ => {}
+            }
+            let chunk = self.put_chunk(shared);
+            let (put, data, op) = shared.ops.next_put(self.id, chunk)?;
+            let out = Outgoing::put(&put, data, op);
+            match self.send.push(out, shared.now) {
+                Ok(seq) => return Some((seq, self.send_link(true))),
+                Err(_) => {
+                    shared.ops.unput(usize::from(op), data.len);
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Numbers `out` in the send window and names its link.
+    fn push<S: Storage>(
+        &mut self,
+        out: Outgoing,
+        shared: &mut Shared<S>,
+    ) -> Option<(u64, Option<LinkId>)> {
+        match self.send.push(out, shared.now) {
+            Ok(seq) => Some((seq, self.send_link(false))),
+            Err(e) => {
+                if let Outgoing::Send { desc, .. } = e.into_item() {
+                    shared.complete_send(self.id, desc, Err(BtlError::OutOfResource));
+                }
+                None
+            }
+        }
+    }
+
+    /// Writes retained packet `seq`'s header with the current
+    /// acknowledgement and credits, as it is put on a link: it carries the
+    /// acknowledgement owed, so no bare ACK is owed for it any more.
+    pub fn stamp<S: Storage>(&mut self, seq: u64, shared: &Shared<S>) {
+        let (ack, credits, checksum) = (
+            self.recv.ack().cumulative,
+            self.credits.granted(),
+            self.checksum,
+        );
+        self.acks.sent();
+        if let Some(out) = self.send.get_mut(seq) {
+            out.stamp(seq, ack, credits, checksum, shared.pools(), &shared.regs);
+        }
+    }
+
+    /// The acknowledgement to put on link `link_idle` (whether the link has
+    /// nothing else queued), if one is owed and due: over a stream it may
+    /// wait a little for a packet going back to carry it; over a lossy
+    /// transport, packets held past a hole are reported at once (only an
+    /// ACK carries the selective acknowledgement). None while a REJECT
+    /// waits: the refused packets must not be acknowledged first.
+    pub fn poll_ack<F: Framing>(
+        &mut self,
+        framing: &F,
+        config: &EngineConfig,
+        link_idle: bool,
+        now: Instant,
+    ) -> Option<ControlFrame> {
+        let holes = F::LOSSY && self.recv.held() > 0;
+        if self.state != PeerState::Open || (!link_idle && !holes) {
+            return None;
+        }
+        if !self.acks.is_due(now, framing.ack_delay(config)) {
+            return None;
+        }
+        if self.answers.iter().any(|a| matches!(a, Answer::Reject(_))) {
+            return None;
+        }
+        Some(self.ack(Flags::empty()))
+    }
+
+    /// Whether an acknowledgement is overdue ([`PeerTimer::Ack`]): the
+    /// engine puts it on the peer's first link.
+    pub fn take_ack_due(&mut self) -> bool {
+        core::mem::take(&mut self.ack_due)
+    }
+
+    /// The probe to send, and where: an ACK asking for an acknowledgement.
+    pub fn poll_probe(&mut self) -> Option<(LinkId, ControlFrame)> {
+        if !core::mem::take(&mut self.probe_due) {
+            return None;
+        }
+        let link = self.first_link()?;
+        Some((link, self.ack(Flags::ACK_REQUEST)))
+    }
+
+    /// An ACK of what arrived and the credits given back, with `flags`.
+    fn ack(&mut self, flags: Flags) -> ControlFrame {
+        self.acks.sent();
+        ack_frame(
+            self.recv.ack(),
+            self.credits.granted(),
+            self.checksum,
+            flags,
+        )
+    }
+
+    /// A link began writing retained packet `seq` and wrote part of it.
+    pub fn pin(&mut self, seq: u64) {
+        if !self.pinned.iter().any(|(s, _)| *s == seq) {
+            let _ = self.pinned.push((seq, None));
+        }
+    }
+
+    /// A link is done with retained packet `seq` (written whole, or the
+    /// link is gone): if the peer acknowledged it meanwhile, it completes.
+    pub fn unpin<S: Storage>(&mut self, seq: u64, shared: &mut Shared<S>) {
+        if let Some(i) = self.pinned.iter().position(|(s, _)| *s == seq) {
+            let (_, detached) = self.pinned.swap_remove(i);
+            if let Some(out) = detached {
+                self.release(out, Ok(()), shared);
+            }
+        }
+    }
+
+    /// A retained packet is done with: its operation may complete.
+    fn release<S: Storage>(
+        &mut self,
+        out: Outgoing,
+        result: Result<(), BtlError>,
+        shared: &mut Shared<S>,
+    ) {
+        match out {
+            Outgoing::Send { desc, .. } => shared.complete_send(self.id, desc, result),
+            Outgoing::Put {
+                op, xfer_id, data, ..
+            } => {
+                shared.ops.credit(
+                    usize::from(op),
+                    self.id,
+                    xfer_id,
+                    data.len,
+                    result,
+                    &mut shared.events,
+                );
+            }
+            Outgoing::Control { .. } => {}
+        }
+    }
+
+    // ----- receiving ----------------------------------------------------
+
+    /// Whether a SEND or PUT numbered `seq` was received before: its
+    /// payload is not read again (a late duplicate must not overwrite
+    /// memory the user owns again).
+    pub fn is_duplicate(&self, seq: u64) -> bool {
+        matches!(
+            self.recv.classify(seq),
+            Arrival::Duplicate | Arrival::OutsideWindow
+        )
+    }
+
+    /// Takes an acknowledgement and a credit total from the peer: what it
+    /// acknowledges completes (or waits for the link writing it), round
+    /// trips are measured, and over a lossy transport the holes a
+    /// selective acknowledgement reveals go again at once.
+    pub fn on_ack<S: Storage, F: Framing>(
+        &mut self,
+        ack: Ack,
+        credits: u32,
+        _framing: &F,
+        shared: &mut Shared<S>,
+    ) -> Result<(), CloseReason> {
+        self.credits.on_grant(credits);
+        if ack.cumulative == 0 {
+            return Ok(());
+        }
+        let now = shared.now;
+        let mut released: Vec<(u64, Outgoing), W> = Vec::new();
+        let acked = self
+            .send
+            .on_ack(ack, now, |seq, out| {
+                let _ = released.push((seq, out));
+            })
+            .map_err(|_| CloseReason::ProtocolError)?;
+        match acked.rtt {
+            Some(rtt) => self.rtt.on_sample(rtt),
+            None if acked.released > 0 => self.rtt.on_progress(),
+            None => {}
+        }
+        if F::LOSSY {
+            while let Some(r) = self.send.next_fast_retransmit(now) {
+                let seq = r.seq;
+                if !self.resend.iter().any(|&s| s == seq) {
+                    let _ = self.resend.push_back(seq);
+                }
+            }
+        }
+        for (seq, out) in released {
+            match self.pinned.iter_mut().find(|(s, _)| *s == seq) {
+                // Being written on a link: its bytes must stay until the
+                // last one is written, for the stream's framing.
+                Some((_, detached)) => *detached = Some(out),
+                None => self.release(out, Ok(()), shared),
+            }
+        }
+        Ok(())
+    }
+
+    /// A packet from the peer, read whole from one of its links: its
+    /// acknowledgement and credits, then the packet itself through the
+    /// receive window, delivered in order. An error is a protocol
+    /// violation: the engine fails the link it came on.
+    pub fn on_packet<S: Storage, F: Framing>(
+        &mut self,
+        header: &HeaderRepr,
+        receiving: Receiving,
+        framing: &F,
+        shared: &mut Shared<S>,
+    ) -> Result<(), CloseReason> {
+        let now = shared.now;
+        if F::LOSSY && self.probe_unanswered() {
+            // The answer to probes sent again and again: the path works
+            // again, and their backoff ends.
+            self.rtt.on_progress();
+        }
+        self.last_heard = now;
+        // A keepalive or credit probe, or a packet the peer sent before
+        // (it missed the acknowledgement): answer.
+        if header.flags.contains(Flags::ACK_REQUEST) || matches!(receiving, Receiving::Duplicate) {
+            self.acks.owe(now, true);
+        }
+        let sack = match &receiving {
+            Receiving::Control(ControlIn::Ack(a)) => a.sack,
+            _ => 0,
+        };
+        let ack = Ack {
+            cumulative: header.ack,
+            sack,
+        };
+        let held = match receiving {
+            Receiving::Send {
+                tag,
+                seq,
+                frag,
+                len,
+                ..
+            } => Some((seq, Held::Send { tag, frag, len })),
+            Receiving::Put {
+                put,
+                seq,
+                dst,
+                have,
+            } => Some((
+                seq,
+                match dst {
+                    Ok(_) => Held::Put {
+                        xfer_id: put.xfer_id,
+                        len: have,
+                    },
+                    Err(code) => Held::Refused {
+                        xfer_id: put.xfer_id,
+                        code,
+                    },
+                },
+            )),
+            Receiving::Control(ControlIn::Get { seq, get }) => Some((seq, Held::Get(get))),
+            Receiving::Control(ControlIn::Reject { seq, reject }) => {
+                Some((seq, Held::Reject(reject)))
+            }
+            Receiving::Control(ControlIn::Done { seq, done }) => Some((seq, Held::Done(done))),
+            _ => None,
+        };
+        let Some((seq, item)) = held else {
+            return self.on_ack(ack, header.credits, framing, shared);
+        };
+        let is_send = matches!(item, Held::Send { .. });
+        match self.recv.receive(seq, item) {
+            // Every new SEND spends one credit: a peer that sends past what
+            // this side granted breaks the protocol (its SENDs would fill
+            // the fragments every other peer needs).
+            Ok(_) if is_send && !self.credits.receive(shared.config.initial_credits) => {
+                return Err(CloseReason::ProtocolError);
+            }
+            Ok(_) => {}
+            Err(refused) => {
+                if let Held::Send { frag, .. } = refused.into_item() {
+                    shared.drop_received(frag);
+                }
+            }
+        }
+        self.acks.owe(now, false);
+        while let Some((_, item)) = self.recv.pop() {
+            self.deliver(item, shared);
+        }
+        // The body before the acknowledgement: a REJECT must fail its put
+        // before the ack of the refused packets could complete it.
+        self.on_ack(ack, header.credits, framing, shared)
+    }
+
+    /// Acts on a packet delivered in order.
+    fn deliver<S: Storage>(&mut self, item: Held, shared: &mut Shared<S>) {
+        match item {
+            Held::Send { tag, frag, len } => shared.deliver(self.id, tag, frag, len),
+            Held::Put { xfer_id, len } if xfer_id & GET_REPLY != 0 => {
+                let id = xfer_id & !GET_REPLY;
+                if let Some(i) = shared.ops.find(OpKind::Get, self.id, id) {
+                    shared
+                        .ops
+                        .credit(i, self.id, id, len, Ok(()), &mut shared.events);
+                }
+            }
+            Held::Put { .. } => {}
+            Held::Refused { xfer_id, code } => {
+                if self.last_rejected != Some(xfer_id) {
+                    self.last_rejected = Some(xfer_id);
+                    self.answer(Answer::Reject(RejectRepr { xfer_id, code }), shared);
+                }
+            }
+            Held::Get(get) => self.serve_get(get, shared),
+            Held::Reject(reject) => {
+                // Any of this side's transfers to the peer: its put or get,
+                // or the data of a get it serves.
+                if let Some(i) = shared.ops.find_any(self.id, reject.xfer_id) {
+                    shared
+                        .ops
+                        .finish(i, Err(BtlError::Rejected(reject.code)), &mut shared.events);
+                }
+            }
+            Held::Done(done) => {
+                if let Some(i) = shared
+                    .ops
+                    .find(OpKind::GetThirdParty, self.id, done.xfer_id)
+                {
+                    shared.ops.finish(i, Ok(()), &mut shared.events);
+                }
+            }
+        }
+    }
+
+    /// The peer's get: copied within this process, or put back to the peer
+    /// as a reply; one for a third process waits as mail for the engine.
+    fn serve_get<S: Storage>(&mut self, get: GetRepr, shared: &mut Shared<S>) {
+        let reject = |code| {
+            Answer::Reject(RejectRepr {
+                xfer_id: get.xfer_id,
+                code,
+            })
+        };
+        let src = RemoteSlice {
+            key: RemoteKey(get.src_handle),
+            offset: get.src_offset,
+            len: get.len,
+        };
+        let dst = RemoteSlice {
+            key: RemoteKey(get.dst_handle),
+            offset: get.dst_offset,
+            len: get.len,
+        };
+        let target = ProcName::new(get.target_job, get.target_rank);
+        if target == shared.config.me {
+            // Into another of this process's registrations: one copy.
+            let answer = match shared.regs.copy(Side::Remote(src), Side::Remote(dst)) {
+                Ok(()) => Answer::Done(DoneRepr {
+                    xfer_id: get.xfer_id,
+                }),
+                Err(e) => reject(e.into()),
+            };
+            self.answer(answer, shared);
+            return;
+        }
+        if target != self.proc {
+            match shared.ops.free_slot() {
+                Some(i) => shared.ops.post(i, Mail::Route { from: self.id, get }),
+                None => self.answer(reject(RejectCode::TooLarge), shared),
+            }
+            return;
+        }
+        let local = match shared.regs.check_remote(src, Access::REMOTE_READ) {
+            Ok(local) => local,
+            Err(e) => return self.answer(reject(e.into()), shared),
+        };
+        let chunk = self.put_chunk(shared);
+        if let Err(code) = shared.serve(self.id, chunk, get.xfer_id | GET_REPLY, local, dst, None) {
+            self.answer(reject(code), shared);
+        }
+    }
+
+    /// The upper layer is done with a message from the peer at `now`: its
+    /// credit goes back with the next acknowledgement.
+    pub fn give_back_credit(&mut self, now: Instant) {
+        self.credits.give_back();
+        self.acks.owe(now, false);
+    }
+}
+
+impl<const W: usize> Retained for Peer<W> {
+    fn retained(&self, seq: u64) -> Option<&Outgoing> {
+        self.send.get(seq).or_else(|| {
+            self.pinned
+                .iter()
+                .find(|(s, _)| *s == seq)
+                .and_then(|(_, d)| d.as_ref())
+        })
+    }
+
+    fn checksum(&self) -> bool {
+        self.checksum
+    }
+}
+
+#[cfg(test)]
+mod tests;

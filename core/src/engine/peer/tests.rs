@@ -1,0 +1,466 @@
+//! Unit tests of the peer, at explicit instants: its life from idle to
+//! open and lost, credits and acknowledgements, reconnection and the
+//! links that carry it, probes, and the receive path.
+
+use std::vec::Vec as StdVec;
+
+use super::*;
+use crate::engine::framing::{Datagram, Stream};
+use crate::engine::testkit::{
+    Boxed, PEER, Seen, config, drain_events, endpoint, hello, link, message, opened, shared,
+};
+use crate::wire::PacketType;
+
+type P = Peer<8>;
+
+fn ms(ms: u64) -> Instant {
+    Instant::from_millis(ms)
+}
+
+/// A peer open on link 0 at `now`, granted `credits`, reached by this
+/// side with `config`.
+fn open_peer(shared: &mut Shared<Boxed>, credits: u32, now: Instant) -> P {
+    let mut p = P::new(endpoint(0), PEER, shared.config.rtt);
+    p.reach(now).expect("reachable");
+    assert_eq!(p.poll_connect(), Some(0));
+    p.link_connecting(0, link(0));
+    p.open_link(opened(0, 0, true, hello(7, credits)), &shared.config, now);
+    p
+}
+
+/// The packets the peer puts on its links now, stamped: (seq, link).
+fn packets(p: &mut P, shared: &mut Shared<Boxed>) -> StdVec<(u64, Option<LinkId>)> {
+    let mut out = StdVec::new();
+    while let Some((seq, l)) = p.poll_packet(shared) {
+        p.stamp(seq, shared);
+        out.push((seq, l));
+    }
+    out
+}
+
+fn ack(cumulative: u64) -> Ack {
+    Ack {
+        cumulative,
+        sack: 0,
+    }
+}
+
+/// A SEND from the peer numbered `seq`, tagged `tag`, acknowledging
+/// nothing.
+fn incoming_send(shared: &mut Shared<Boxed>, seq: u64, tag: u8) -> (HeaderRepr, Receiving) {
+    let frag = shared.take_receive_fragment(8).expect("a fragment");
+    let header = HeaderRepr {
+        packet_type: PacketType::Send,
+        flags: Flags::empty(),
+        credits: 0,
+        seq,
+        ack: 0,
+        body_len: 8 + SendRepr::LEN as u64,
+    };
+    let receiving = Receiving::Send {
+        tag: Tag(tag),
+        seq,
+        frag,
+        have: 8,
+        len: 8,
+    };
+    (header, receiving)
+}
+
+#[test]
+fn reaching_an_idle_peer_asks_for_its_first_link_and_the_handshake_opens_it() {
+    let mut sh = shared(EngineConfig {
+        links: 2,
+        ..config()
+    });
+    let mut p = P::new(endpoint(0), PEER, sh.config.rtt);
+    assert_eq!(p.state(), PeerState::Idle);
+    assert_eq!(p.poll_connect(), None, "nobody asked for it yet");
+    p.reach(ms(3)).expect("reachable");
+    assert_eq!(
+        p.state(),
+        PeerState::Connecting {
+            since: ms(3),
+            retry: None
+        }
+    );
+    assert_eq!(p.poll_connect(), Some(0));
+    assert_eq!(p.poll_connect(), None, "asked once");
+    p.link_connecting(0, link(5));
+    assert_eq!(p.link_at(0), Some(link(5)));
+    assert!(
+        !p.is_open() && p.first_link().is_none(),
+        "not before its handshake"
+    );
+    p.open_link(opened(0, 5, true, hello(7, 4)), &sh.config, ms(9));
+    assert!(p.is_open() && p.was_open());
+    assert_eq!((p.epoch(), p.first_link()), (Some(7), Some(link(5))));
+    assert_eq!(
+        p.poll_connect(),
+        Some(1),
+        "the side that connected asks for the peer's other links"
+    );
+    // The peer timeout runs only while something is owed (or with
+    // keepalives, as here, always), from the last word heard.
+    let t = p.timers(&Stream, &sh.config);
+    assert!(!t.is_due(PeerTimer::Lost, ms(1008)));
+    assert!(t.is_due(PeerTimer::Lost, ms(1009)));
+    p.on_timeout(&Stream, {
+        sh.now = ms(1009);
+        &mut sh
+    });
+    assert_eq!(p.lost(), Some(LostReason::Timeout));
+}
+
+#[test]
+fn sends_go_as_credits_allow_and_complete_once_acknowledged() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 2, ms(0));
+    for tag in 1..=3 {
+        let desc = message(&mut sh, 10, tag);
+        p.queue_send(desc).expect("room in the queue");
+    }
+    assert!(!p.ready_for_sendi(), "messages wait ahead");
+    let sent = packets(&mut p, &mut sh);
+    assert_eq!(
+        sent,
+        [(1, Some(link(0))), (2, Some(link(0)))],
+        "two credits: two messages"
+    );
+    assert_eq!(p.outstanding(), 3, "two in flight, one queued");
+    // The peer acknowledges both and gives one credit back.
+    sh.now = ms(5);
+    p.on_ack(ack(3), 1, &Stream, &mut sh).expect("a valid ack");
+    assert_eq!(
+        drain_events(&mut sh),
+        [Seen::Sent(1, Ok(())), Seen::Sent(2, Ok(()))]
+    );
+    assert_eq!(packets(&mut p, &mut sh), [(3, Some(link(0)))]);
+    assert!(
+        p.on_ack(ack(9), 1, &Stream, &mut sh).is_err(),
+        "an ack of what never went breaks the protocol"
+    );
+}
+
+#[test]
+fn a_lost_peer_fails_everything_to_it_once() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 1, ms(0));
+    for tag in 1..=2 {
+        let desc = message(&mut sh, 10, tag);
+        p.queue_send(desc).expect("room");
+    }
+    assert_eq!(packets(&mut p, &mut sh).len(), 1);
+    p.lose(LostReason::Timeout, &mut sh);
+    let lost = Err(BtlError::PeerLost(LostReason::Timeout));
+    assert_eq!(
+        drain_events(&mut sh),
+        [
+            Seen::Sent(1, lost),
+            Seen::Sent(2, lost),
+            Seen::Error(BtlError::PeerLost(LostReason::Timeout))
+        ],
+        "the retained and the queued send, then the lost peer"
+    );
+    p.lose(LostReason::Closed, &mut sh);
+    assert_eq!(drain_events(&mut sh), [], "once");
+    assert_eq!(
+        p.lost(),
+        Some(LostReason::Timeout),
+        "the first reason stays"
+    );
+    assert_eq!(p.reach(ms(1)), Err(BtlError::PeerLost(LostReason::Timeout)));
+    assert_eq!(p.take_links().collect::<StdVec<_>>(), [link(0)]);
+    assert_eq!(p.outstanding(), 0);
+}
+
+#[test]
+fn a_broken_link_is_reconnected_and_what_was_unacknowledged_goes_again() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    for tag in 1..=2 {
+        let desc = message(&mut sh, 10, tag);
+        p.queue_send(desc).expect("room");
+    }
+    assert_eq!(packets(&mut p, &mut sh).len(), 2);
+    sh.now = ms(20);
+    assert_eq!(p.forget_link(link(0)), Some(0));
+    p.link_gone(0, &mut sh);
+    assert_eq!(
+        p.state(),
+        PeerState::Connecting {
+            since: ms(0),
+            retry: None
+        },
+        "the peer timeout runs from the last word heard"
+    );
+    assert_eq!(packets(&mut p, &mut sh), [], "no link carries them now");
+    assert_eq!(p.poll_connect(), Some(0));
+    sh.now = ms(30);
+    p.open_link(opened(0, 1, true, hello(7, 4)), &sh.config, ms(30));
+    assert!(
+        p.poll_ack(&Stream, &sh.config, true, ms(30)).is_some(),
+        "a reconnection tells the peer at once what arrived"
+    );
+    assert_eq!(
+        packets(&mut p, &mut sh),
+        [(1, Some(link(1))), (2, Some(link(1)))],
+        "both go again on the new link"
+    );
+}
+
+#[test]
+fn reconnections_refused_for_the_refusal_timeout_give_the_peer_up() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    p.forget_link(link(0));
+    p.link_gone(0, &mut sh);
+    assert_eq!(p.poll_connect(), Some(0));
+    sh.now = ms(10);
+    p.connect_failed(0, ConnectFailure::Refused, &mut sh);
+    let PeerState::Connecting {
+        retry: Some(retry), ..
+    } = p.state()
+    else {
+        panic!("waits to try again: {:?}", p.state());
+    };
+    assert!(retry > ms(10), "after a backoff");
+    assert_eq!(p.poll_connect(), None, "not before it");
+    sh.now = retry;
+    p.on_timeout(&Stream, &mut sh);
+    assert_eq!(p.poll_connect(), Some(0), "asked again");
+    sh.now = ms(259);
+    p.connect_failed(0, ConnectFailure::Refused, &mut sh);
+    assert!(p.lost().is_none(), "refused for 249 ms only");
+    p.on_timeout(&Stream, &mut sh);
+    assert_eq!(p.poll_connect(), None);
+    sh.now = ms(260);
+    p.connect_failed(0, ConnectFailure::Refused, &mut sh);
+    assert_eq!(p.lost(), Some(LostReason::Refused));
+    // A peer never open is given up at its first failure.
+    let mut q = P::new(endpoint(1), PEER, sh.config.rtt);
+    q.reach(ms(0)).expect("reachable");
+    q.connect_failed(0, ConnectFailure::Unreachable, &mut sh);
+    assert_eq!(q.lost(), Some(LostReason::Unreachable));
+}
+
+#[test]
+fn when_one_of_two_links_goes_the_other_carries_the_peer_and_the_first_is_asked_again() {
+    let mut sh = shared(EngineConfig {
+        links: 2,
+        ..config()
+    });
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    assert_eq!(p.poll_connect(), Some(1));
+    p.link_connecting(1, link(1));
+    p.open_link(opened(1, 1, true, hello(7, 4)), &sh.config, ms(1));
+    let desc = message(&mut sh, 10, 1);
+    p.queue_send(desc).expect("room");
+    assert_eq!(
+        packets(&mut p, &mut sh),
+        [(1, Some(link(0)))],
+        "messages go on the first"
+    );
+    sh.now = ms(5);
+    p.forget_link(link(0));
+    p.link_gone(0, &mut sh);
+    assert!(p.is_open(), "link 1 carries the peer");
+    assert_eq!(
+        packets(&mut p, &mut sh),
+        [(1, Some(link(1)))],
+        "sent again there"
+    );
+    let t = p.timers(&Stream, &sh.config);
+    let retry = (5..200)
+        .map(ms)
+        .find(|&at| t.is_due(PeerTimer::LinkRetry(0), at))
+        .expect("link 0 is asked for again");
+    assert!(retry > ms(5), "after a backoff");
+    assert_eq!(p.poll_connect(), None);
+    sh.now = retry;
+    p.on_timeout(&Stream, &mut sh);
+    assert_eq!(p.poll_connect(), Some(0));
+}
+
+#[test]
+fn a_stream_whose_probe_goes_unanswered_for_an_interval_is_found_silent() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    let t = p.timers(&Stream, &sh.config);
+    assert!(!t.is_due(PeerTimer::Probe, ms(99)));
+    assert!(
+        t.is_due(PeerTimer::Probe, ms(100)),
+        "the keepalive interval"
+    );
+    sh.now = ms(100);
+    p.on_timeout(&Stream, &mut sh);
+    let (on, probe) = p.poll_probe().expect("a probe");
+    assert_eq!(on, link(0));
+    let (header, _, _) =
+        crate::wire::parse(probe.as_bytes(), &crate::wire::Limits::new(1024)).expect("a frame");
+    assert!(header.flags.contains(Flags::ACK_REQUEST));
+    assert!(p.take_silent_links().is_none());
+    sh.now = ms(200);
+    p.on_timeout(&Stream, &mut sh);
+    assert!(p.poll_probe().is_none(), "no second probe on a stream");
+    let silent: StdVec<LinkId> = p.take_silent_links().expect("silent").collect();
+    assert_eq!(silent, [link(0)], "dropped, to connect again");
+}
+
+#[test]
+fn over_datagrams_an_unanswered_probe_goes_again_ever_more_slowly() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    let dg = Datagram { mtu: 1500 };
+    let mut probes = StdVec::new();
+    for now in 0..400 {
+        sh.now = ms(now);
+        if p.timers(&dg, &sh.config)
+            .earliest()
+            .is_some_and(|t| t <= sh.now)
+        {
+            p.on_timeout(&dg, &mut sh);
+        }
+        if p.poll_probe().is_some() {
+            probes.push(now);
+        }
+        assert!(
+            p.take_silent_links().is_none(),
+            "datagrams are never silent links"
+        );
+    }
+    assert_eq!(probes[0], 100, "the keepalive interval");
+    let gaps: StdVec<u64> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() >= 2, "probed again: {probes:?}");
+    assert!(
+        gaps.windows(2).all(|g| g[1] >= g[0]),
+        "backing off: {probes:?}"
+    );
+    // An answer ends the backoff.
+    let header = HeaderRepr {
+        packet_type: PacketType::Ack,
+        flags: Flags::empty(),
+        credits: 0,
+        seq: 0,
+        ack: 0,
+        body_len: crate::wire::AckRepr::LEN as u64,
+    };
+    let answer = Receiving::Control(ControlIn::Ack(crate::wire::AckRepr { sack: 0 }));
+    p.on_packet(&header, answer, &dg, &mut sh).expect("an ack");
+    assert!(!p.probe_unanswered());
+}
+
+#[test]
+fn messages_are_delivered_in_order_and_a_duplicate_is_answered_at_once() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    let dg = Datagram { mtu: 1500 };
+    sh.now = ms(1);
+    let (h, r) = incoming_send(&mut sh, 2, 20);
+    p.on_packet(&h, r, &dg, &mut sh).expect("in the window");
+    assert_eq!(drain_events(&mut sh), [], "held until 1 comes");
+    let (h, r) = incoming_send(&mut sh, 1, 10);
+    p.on_packet(&h, r, &dg, &mut sh).expect("in the window");
+    assert_eq!(
+        drain_events(&mut sh),
+        [Seen::Received(10), Seen::Received(20)]
+    );
+    assert!(p.is_duplicate(1) && !p.is_duplicate(3));
+    let header = HeaderRepr {
+        packet_type: PacketType::Send,
+        flags: Flags::empty(),
+        credits: 0,
+        seq: 1,
+        ack: 0,
+        body_len: 8 + SendRepr::LEN as u64,
+    };
+    let _ = p.poll_ack(&Stream, &sh.config, true, ms(1));
+    p.on_packet(&header, Receiving::Duplicate, &dg, &mut sh)
+        .expect("a duplicate is no violation");
+    let ack = p
+        .poll_ack(&Stream, &sh.config, true, ms(1))
+        .expect("answered at once, even over a stream");
+    let (h, _, _) =
+        crate::wire::parse(ack.as_bytes(), &crate::wire::Limits::new(1024)).expect("a frame");
+    assert_eq!(h.ack, 3, "both arrived");
+}
+
+#[test]
+fn a_send_past_the_credits_granted_breaks_the_protocol() {
+    let mut sh = shared(EngineConfig {
+        initial_credits: 2,
+        ..config()
+    });
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    for seq in 1..=2 {
+        let (h, r) = incoming_send(&mut sh, seq, 1);
+        p.on_packet(&h, r, &Stream, &mut sh).expect("granted");
+    }
+    let (h, r) = incoming_send(&mut sh, 3, 1);
+    assert_eq!(
+        p.on_packet(&h, r, &Stream, &mut sh),
+        Err(CloseReason::ProtocolError)
+    );
+    // Freeing a message gives its credit back: the next one is granted.
+    let mut q = open_peer(&mut sh, 4, ms(0));
+    for seq in 1..=2 {
+        let (h, r) = incoming_send(&mut sh, seq, 1);
+        q.on_packet(&h, r, &Stream, &mut sh).expect("granted");
+    }
+    q.give_back_credit(ms(1));
+    let (h, r) = incoming_send(&mut sh, 3, 1);
+    q.on_packet(&h, r, &Stream, &mut sh)
+        .expect("one credit came back");
+}
+
+#[test]
+fn over_a_stream_an_acknowledgement_waits_for_a_packet_to_carry_it_but_not_long() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    sh.now = ms(10);
+    let (h, r) = incoming_send(&mut sh, 1, 1);
+    p.on_packet(&h, r, &Stream, &mut sh).expect("granted");
+    assert!(
+        p.poll_ack(&Stream, &sh.config, true, ms(10)).is_none(),
+        "it may wait the ack delay"
+    );
+    let due = ms(10) + sh.config.ack_delay;
+    assert!(p.timers(&Stream, &sh.config).is_due(PeerTimer::Ack, due));
+    assert!(
+        p.poll_ack(&Stream, &sh.config, false, due).is_none(),
+        "a busy link will carry it"
+    );
+    assert!(p.poll_ack(&Stream, &sh.config, true, due).is_some());
+    assert!(
+        p.poll_ack(&Stream, &sh.config, true, due).is_none(),
+        "sent: owed no more"
+    );
+    // A packet going back carries it instead.
+    let (h, r) = incoming_send(&mut sh, 2, 1);
+    p.on_packet(&h, r, &Stream, &mut sh).expect("granted");
+    let desc = message(&mut sh, 10, 9);
+    p.queue_send(desc).expect("room");
+    assert_eq!(packets(&mut p, &mut sh).len(), 1);
+    assert!(
+        p.poll_ack(&Stream, &sh.config, true, ms(100)).is_none(),
+        "stamped on the SEND"
+    );
+}
+
+#[test]
+fn a_peer_that_outgrows_the_answers_it_is_owed_is_lost() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 0, ms(0));
+    // Nothing is put on a link meanwhile: the answers pile up.
+    for id in 0..8 {
+        p.answer(Answer::Done(DoneRepr { xfer_id: id }), &mut sh);
+        assert!(p.lost().is_none());
+    }
+    p.answer(Answer::Done(DoneRepr { xfer_id: 3 }), &mut sh);
+    assert!(
+        p.lost().is_none(),
+        "a transfer answered already gets no second"
+    );
+    p.answer(Answer::Done(DoneRepr { xfer_id: 99 }), &mut sh);
+    assert_eq!(p.lost(), Some(LostReason::ProtocolViolation));
+}

@@ -1,0 +1,153 @@
+//! What every peer of an engine draws on: its configuration, fragment
+//! pools, registered memory, operations and event queue, and the time of
+//! the call being served. The engine lends it to a peer for each call; its
+//! methods keep the rules that span them (a received message's fragment
+//! and its event's place are taken and given back together).
+
+use crate::btl::{
+    BtlError, Completion, ErrorEvent, MemSlice, Registrations, RejectCode, RemoteSlice, Tag,
+};
+use crate::desc::{DescFlags, Descriptor};
+use crate::endpoint::{EndpointId, ProcName};
+use crate::pool::{Fragment, FragmentClass, FragmentPools, PoolError, PoolsRef};
+use crate::time::Instant;
+use crate::wire::PutRepr;
+
+use super::config::EngineConfig;
+use super::events::{EventSlot, Events, Pending};
+use super::ops::{Op, OpKind, OpSlot, Ops};
+use super::storage::Storage;
+
+/// The resources an engine's peers share.
+pub struct Shared<S: Storage> {
+    pub(crate) config: EngineConfig,
+    pub(crate) pools: FragmentPools<S::Region>,
+    pub(crate) regs: Registrations<S::Memory, S::Registrations>,
+    pub(crate) ops: Ops<S::Table<OpSlot>>,
+    pub(crate) events: Events<S::Table<EventSlot>>,
+    /// The time of the call being served.
+    pub(crate) now: Instant,
+}
+
+impl<S: Storage> Shared<S> {
+    /// The pools' handle.
+    pub(crate) fn pools(&self) -> PoolsRef<'_> {
+        self.pools.view()
+    }
+
+    /// A fragment for a SEND's payload of `len` bytes, with its event's
+    /// place kept; none while the pools or the event queue are full (the
+    /// SEND waits, as for a fragment: a stream stops being read, a
+    /// datagram is dropped and comes again).
+    pub(crate) fn take_receive_fragment(&mut self, len: usize) -> Result<Fragment, PoolError> {
+        if !self.events.has_room() {
+            return Err(PoolError::Exhausted {
+                class: FragmentClass::Max,
+            });
+        }
+        let frag = self.pools.view().alloc(len)?;
+        self.events.owe();
+        Ok(frag)
+    }
+
+    /// Frees a SEND's fragment that will not be delivered, and its event's
+    /// place.
+    pub(crate) fn drop_received(&mut self, frag: Fragment) {
+        self.events.forgive();
+        let _ = self.pools.view().free(frag);
+    }
+
+    /// Delivers a message received from `from` in `frag`: its event takes
+    /// the place kept when the fragment was taken.
+    pub(crate) fn deliver(&mut self, from: EndpointId, tag: Tag, frag: Fragment, len: usize) {
+        self.events.forgive();
+        if let Err(Pending::Received { frag, .. }) = self.events.push(Pending::Received {
+            from,
+            tag,
+            frag,
+            len,
+        }) {
+            let _ = self.pools.view().free(frag);
+        }
+    }
+
+    /// Ends a send to `endpoint`: frees an owned descriptor and queues the
+    /// completion its caller is owed. A send that owes none
+    /// (`BTL_OWNERSHIP` without `ALWAYS_CALLBACK`, and `sendi`) was reported
+    /// complete when it was made, so it ends silently whatever its result;
+    /// a lost peer is reported by its error event.
+    pub(crate) fn complete_send(
+        &mut self,
+        endpoint: EndpointId,
+        desc: Descriptor,
+        result: Result<(), BtlError>,
+    ) {
+        let tag = desc.tag();
+        let flags = desc.flags();
+        let desc = if flags.contains(DescFlags::BTL_OWNERSHIP) {
+            let _ = desc.free(self.pools.view());
+            None
+        } else {
+            Some(desc)
+        };
+        if desc.is_some() || flags.contains(DescFlags::ALWAYS_CALLBACK) {
+            // Its place was kept when the send was taken.
+            self.events.forgive();
+            if let Err(Pending::Done(Completion::Send { desc: Some(d), .. })) =
+                self.events.push(Pending::Done(Completion::Send {
+                    endpoint,
+                    tag,
+                    desc,
+                    result,
+                }))
+            {
+                let _ = d.free(self.pools.view());
+            }
+        }
+    }
+
+    /// Queues the error event of a peer given up.
+    pub(crate) fn report_lost(&mut self, endpoint: EndpointId, error: BtlError) {
+        let _ = self
+            .events
+            .push(Pending::Done(Completion::Error(ErrorEvent {
+                fatal: false,
+                endpoint: Some(endpoint),
+                error,
+            })));
+    }
+
+    /// The largest data one PUT packet to a peer accepting bodies of
+    /// `peer_max_body` carries.
+    pub(crate) fn put_chunk(&self, peer_max_body: u64) -> u64 {
+        self.config
+            .put_chunk
+            .min(peer_max_body.saturating_sub(PutRepr::LEN as u64))
+            .max(1)
+    }
+
+    /// Serves a get by putting `local` (checked already) to peer `to` in
+    /// packets of `chunk`, as transfer `id`, into the peer's `dst`;
+    /// `reply_to` is the process to answer once it lands, if another. The
+    /// refusal to answer at once when there is no room.
+    pub(crate) fn serve(
+        &mut self,
+        to: EndpointId,
+        chunk: u64,
+        id: u64,
+        local: MemSlice,
+        dst: RemoteSlice,
+        reply_to: Option<(ProcName, u64)>,
+    ) -> Result<(), RejectCode> {
+        let Some(i) = self.ops.free_slot() else {
+            return Err(RejectCode::TooLarge);
+        };
+        let mut op = Op::new(OpKind::Serve, to, 0, id, Some(local), dst, local.len, chunk);
+        op.reply_to = reply_to;
+        self.ops.start(i, op);
+        if local.len == 0 {
+            self.ops.finish(i, Ok(()), &mut self.events);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,206 @@
+//! Unit tests of the engine's dispatch, through its driver interface at
+//! explicit instants: what reaches a link before its handshake, the
+//! handshake budget, and handshake timeouts. (Two engines talking are
+//! tested over the in-memory pairs of the `btl-tests` crate.)
+
+use std::vec::Vec as StdVec;
+
+use super::testkit::{config, engine};
+use super::*;
+use crate::time::Duration;
+use crate::wire::{AckRepr, Flags, HeaderRepr, PacketRepr, PacketType, emit, parse};
+
+fn ms(ms: u64) -> Instant {
+    Instant::from_millis(ms)
+}
+
+/// Everything the engine has for `link`, written whole.
+fn drain<F: Framing>(e: &mut Engine<super::testkit::Boxed, F, 8>, link: LinkId) -> StdVec<u8> {
+    let mut out = StdVec::new();
+    loop {
+        let Some(chunk) = e.poll_transmit(link).map(|t| t.segments.concat()) else {
+            return out;
+        };
+        e.handle_written(link, chunk.len());
+        out.extend_from_slice(&chunk);
+    }
+}
+
+/// The packet types in `bytes`.
+fn kinds(mut bytes: &[u8]) -> StdVec<PacketType> {
+    let mut out = StdVec::new();
+    while !bytes.is_empty() {
+        let (header, _, len) = parse(bytes, &Limits::new(1 << 20)).expect("whole frames");
+        out.push(header.packet_type);
+        bytes = &bytes[len..];
+    }
+    out
+}
+
+/// A well-formed ACK: anything but a HELLO.
+fn an_ack() -> StdVec<u8> {
+    let packet = PacketRepr::Ack(AckRepr { sack: 0 });
+    let header = HeaderRepr {
+        flags: Flags::empty(),
+        ack: 1,
+        ..HeaderRepr::new(&packet)
+    };
+    let mut buf = [0u8; 64];
+    let len = emit(&header, &packet, &mut buf).expect("room");
+    buf[..len].to_vec()
+}
+
+#[test]
+fn a_stranger_whose_first_packet_is_no_hello_loses_its_link() {
+    let mut e = engine(config(), Stream);
+    let link = e
+        .handle_accepted(Source(1), [1; NONCE_LEN], ms(0))
+        .expect("a slot");
+    assert_eq!(kinds(&drain(&mut e, link)), [PacketType::Hello]);
+    let ack = an_ack();
+    assert_eq!(e.handle_stream(link, &ack, ms(1)), Ok(ack.len()));
+    assert_eq!(kinds(&drain(&mut e, link)), [PacketType::Close]);
+    assert_eq!(e.poll_close(), Some(link));
+    assert_eq!(e.poll_close(), None, "once");
+    let end = e.link_end(link).expect("closing");
+    assert_eq!(
+        (end.reason, end.by_peer, end.verified),
+        (CloseReason::ProtocolError, false, false)
+    );
+    e.handle_closed(link, ms(2));
+    assert_eq!(
+        e.handle_stream(link, &ack, ms(3)),
+        Err(LinkError::UnknownLink),
+        "a closed link is not current any more"
+    );
+}
+
+#[test]
+fn over_datagrams_a_packet_before_the_handshake_is_dropped_not_fatal() {
+    let mut e = engine(config(), Datagram { mtu: 1500 });
+    let link = e
+        .handle_accepted(Source(1), [1; NONCE_LEN], ms(0))
+        .expect("a slot");
+    let _ = drain(&mut e, link);
+    assert_eq!(e.handle_datagram(link, &an_ack(), ms(1)), Ok(()));
+    assert_eq!(
+        drain(&mut e, link),
+        [],
+        "dropped: it may have overtaken the HELLO"
+    );
+    assert_eq!(e.poll_close(), None);
+    assert_eq!(
+        e.handle_datagram(link, b"not a frame", ms(2)),
+        Ok(()),
+        "garbage in a handshake fails the link"
+    );
+    assert_eq!(kinds(&drain(&mut e, link)), [PacketType::Close]);
+    assert_eq!(e.poll_close(), Some(link));
+}
+
+#[test]
+fn strangers_beyond_the_budget_of_their_source_push_out_the_oldest_silent_one() {
+    let mut e = engine(
+        EngineConfig {
+            handshake_budget_per_source: 2,
+            ..config()
+        },
+        Stream,
+    );
+    let first = e
+        .handle_accepted(Source(1), [1; NONCE_LEN], ms(0))
+        .expect("a slot");
+    let second = e
+        .handle_accepted(Source(1), [2; NONCE_LEN], ms(1))
+        .expect("a slot");
+    // The first has said something: the second is the silent one.
+    assert_eq!(e.handle_stream(first, &[0x42], ms(2)), Ok(1));
+    let other = e
+        .handle_accepted(Source(2), [3; NONCE_LEN], ms(3))
+        .expect("a slot");
+    assert_eq!(e.poll_close(), None, "another source has its own budget");
+    let third = e
+        .handle_accepted(Source(1), [4; NONCE_LEN], ms(4))
+        .expect("a slot");
+    let _ = drain(&mut e, second);
+    assert_eq!(e.poll_close(), Some(second));
+    assert_eq!(
+        e.link_end(second).map(|end| end.reason),
+        Some(CloseReason::ResourceExhausted)
+    );
+    for kept in [first, other, third] {
+        assert_eq!(e.link_end(kept), None);
+    }
+}
+
+#[test]
+fn a_handshake_that_does_not_finish_in_time_fails_its_link() {
+    let mut e = engine(config(), Stream);
+    let link = e
+        .handle_accepted(Source(1), [1; NONCE_LEN], ms(10))
+        .expect("a slot");
+    let _ = drain(&mut e, link);
+    let deadline = ms(10) + Duration::from_millis(500);
+    assert_eq!(e.poll_timeout(), Some(deadline));
+    e.handle_timeout(deadline - Duration::from_nanos(1));
+    assert_eq!(e.link_end(link), None, "not yet");
+    e.handle_timeout(deadline);
+    assert_eq!(kinds(&drain(&mut e, link)), [PacketType::Close]);
+    assert_eq!(
+        e.link_end(link).map(|end| end.reason),
+        Some(CloseReason::Timeout)
+    );
+    assert_eq!(e.poll_close(), Some(link));
+}
+
+#[test]
+fn the_driver_is_asked_to_connect_only_when_the_upper_layer_needs_a_peer() {
+    use crate::btl::Btl;
+    use crate::endpoint::Reachability;
+    let mut e = engine(config(), Stream);
+    let procs = [super::testkit::PEER];
+    let mut eps = [None];
+    let mut words = [0u64];
+    e.add_procs(&procs, &mut eps, &mut Reachability::new(&mut words))
+        .expect("room");
+    let endpoint = eps[0].expect("reached");
+    assert_eq!(e.poll_connect(), None, "added is not yet talked to");
+    e.shared.now = ms(1);
+    let mut desc = e
+        .alloc(
+            endpoint,
+            crate::desc::Order::ANY,
+            8,
+            crate::desc::DescFlags::empty(),
+        )
+        .expect("a descriptor");
+    desc.set_tag(crate::btl::Tag(1));
+    let _ = e.send(endpoint, desc, crate::btl::Tag(1)).expect("queued");
+    assert_eq!(
+        e.poll_connect(),
+        Some(ConnectRequest {
+            endpoint,
+            proc: super::testkit::PEER,
+            link_index: 0
+        })
+    );
+    assert_eq!(e.poll_connect(), None, "once");
+    // Refused before it ever opened: lost, and the send fails once.
+    e.handle_connect_failed(
+        ConnectRequest {
+            endpoint,
+            proc: super::testkit::PEER,
+            link_index: 0,
+        },
+        ConnectFailure::Refused,
+        ms(2),
+    );
+    let mut failed = 0;
+    while let Some(event) = e.poll_event() {
+        if let crate::btl::Event::SendComplete { result, .. } = event {
+            assert_eq!(result, Err(BtlError::PeerLost(LostReason::Refused)));
+            failed += 1;
+        }
+    }
+    assert_eq!(failed, 1);
+}

@@ -4,82 +4,47 @@
 //! `btl serve` and `btl connect HOST:PORT`.
 
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::loopback::{Loopback, SelfComponent};
-use btl_core::mca::{Component, Params, Source};
-use btl_core::pool::PoolCell;
 
-use btl_std::ParamRegistry;
 use btl_std::bootstrap::Bootstrap;
-use btl_std::config::sources::{apply_environment, apply_file, default_param_file};
-use btl_std::transports::tcp::{TcpComponent, TcpModule};
-use btl_std::transports::udp::{UdpComponent, UdpModule};
+use btl_std::{ModuleBuilder, SelfModule, TcpModule, UdpModule};
 
 /// Environment variable holding the job key both sides prove.
 pub const JOB_KEY_VAR: &str = "BTL_JOB_KEY";
 
-/// The loopback module of the command (`--btl self`).
-pub type SelfModule = Loopback<Pin<Box<[PoolCell]>>, Vec<u8>, 16, 256>;
-
-/// Where a run's parameters come from, besides the defaults: a config
-/// file (`--param-file`, else `$BTL_PARAM_FILE` or the user's default
-/// file) and the environment; `local` keeps the run on loopback.
+/// Where a run's parameters come from, besides the defaults and the
+/// environment: a config file (`--param-file`, else the default one);
+/// `local` keeps the run on loopback.
 #[derive(Debug, Clone, Default)]
 pub struct ParamSources {
-    /// The config file to read, if any.
+    /// The config file to read instead of the default one, if any.
     pub file: Option<PathBuf>,
     /// Use `lo` unless the user chose interfaces.
     pub local: bool,
 }
 
 impl ParamSources {
-    /// The file given, or the default one.
+    /// The file given (or the default one), on loopback if `local`.
     pub fn new(file: Option<PathBuf>, local: bool) -> Self {
-        let env = |var: &str| std::env::var(var).ok();
-        ParamSources {
-            file: file.or_else(|| default_param_file(env)),
-            local,
-        }
+        ParamSources { file, local }
     }
 
-    /// Registers `component`'s parameters in a registry of its own, applies
-    /// the sources, and initialises it: its module setup.
-    pub fn setup<C: Component>(&self, component: &mut C) -> Result<C::Module, String> {
-        let mut registry = Box::new(ParamRegistry::new());
-        let params: &mut dyn Params = registry.as_mut();
-        component.register(params).map_err(|e| e.to_string())?;
-        if let Some(path) = &self.file {
-            // Names of other components' parameters are expected here.
-            apply_file(params, path).map_err(|e| e.to_string())?;
+    /// A builder of process `me`'s module, with these sources and the job
+    /// key of [`JOB_KEY_VAR`].
+    pub fn builder(&self, me: ProcName) -> ModuleBuilder {
+        let mut builder = ModuleBuilder::new(me);
+        if let Some(file) = &self.file {
+            builder = builder.param_file(file);
         }
-        apply_environment(params, |v| std::env::var(v).ok()).map_err(|e| e.to_string())?;
         if self.local {
-            prefer_loopback(params, component.name());
+            builder = builder.on_loopback();
         }
-        component
-            .init(params)
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("{}: no module", component.name()))
-    }
-}
-
-/// Keeps a run on loopback: `if_include` becomes `lo` for `component`
-/// unless the user chose interfaces (file or environment).
-fn prefer_loopback(params: &mut dyn Params, component: &str) {
-    let name = |n: &str| format!("btl_{component}_{n}");
-    let untouched = |params: &dyn Params, n: &str| {
-        params
-            .find(&name(n))
-            .and_then(|id| params.param(id))
-            .is_none_or(|p| p.source == Source::Default)
-    };
-    if untouched(params, "if_include") && untouched(params, "if_exclude") {
-        let _ = params.set_by_name(&name("if_include"), "lo", Source::Code);
+        if let Some(key) = job_key() {
+            builder = builder.job_key(key);
+        }
+        builder
     }
 }
 
@@ -97,10 +62,8 @@ pub fn tcp_module(
     me: ProcName,
     bootstrap: Arc<dyn Bootstrap>,
 ) -> Result<TcpModule, String> {
-    sources
-        .setup(&mut TcpComponent::default())?
-        .build(me, job_key().as_deref(), bootstrap)
-        .map_err(|e| format!("tcp: {e}"))
+    let builder = sources.builder(me).bootstrap(bootstrap);
+    builder.tcp().map_err(|e| e.to_string())
 }
 
 /// A UDP module of process `me`.
@@ -109,18 +72,13 @@ pub fn udp_module(
     me: ProcName,
     bootstrap: Arc<dyn Bootstrap>,
 ) -> Result<UdpModule, String> {
-    sources
-        .setup(&mut UdpComponent::default())?
-        .build(me, job_key().as_deref(), bootstrap)
-        .map_err(|e| format!("udp: {e}"))
+    let builder = sources.builder(me).bootstrap(bootstrap);
+    builder.udp().map_err(|e| e.to_string())
 }
 
 /// The loopback module of process `me`.
 pub fn self_module(sources: &ParamSources, me: ProcName) -> Result<SelfModule, String> {
-    let setup = sources.setup(&mut SelfComponent::default())?;
-    setup
-        .build(PoolCell::boxed(setup.required_bytes()), me)
-        .map_err(|e| format!("self: {e:?}"))
+    sources.builder(me).loopback().map_err(|e| e.to_string())
 }
 
 /// Makes `proc` known to `btl`; its endpoint, or why not.

@@ -183,9 +183,12 @@ struct ServeArgs {
 
 #[derive(Debug, clap::Args)]
 struct ConnectArgs {
-    /// `btl serve`'s address, as it printed it (or give `--dir`).
+    /// `btl serve`'s address: HOST:PORT as it printed it, or an endpoint
+    /// address (`inet:tcp:HOST@PORT`, `inet6:dgram:HOST@PORT` with `--btl
+    /// udp`, or an lnet address such as `10.0.2.15@tcp:12345:34:123`).
+    /// Or give `--dir`.
     #[arg(required_unless_present = "dir")]
-    address: Option<std::net::SocketAddr>,
+    address: Option<String>,
     /// Find the server's card in DIR (see `btl serve --dir`).
     #[arg(long, value_name = "DIR", conflicts_with = "address")]
     dir: Option<PathBuf>,
@@ -809,7 +812,32 @@ fn announce(contacts: &[Contact]) {
     let _ = out.flush();
 }
 
-/// `btl connect HOST:PORT`: runs a measurement against `btl serve`.
+/// The server's contact from what the user typed: HOST:PORT for the
+/// component chosen, or an endpoint address, which must name it.
+fn server_contact(text: &str, which: Which) -> Result<Contact, Failure> {
+    let component = which_name(which);
+    if let Ok(addr) = text.parse::<std::net::SocketAddr>() {
+        return Ok(Contact {
+            component: component.to_string(),
+            addr,
+            prefix: if addr.is_ipv4() { 32 } else { 128 },
+        });
+    }
+    let contact = Contact::from_address(text).map_err(|e| {
+        Failure::Usage(format!(
+            "`{text}` is neither HOST:PORT nor an endpoint address: {e}"
+        ))
+    })?;
+    if contact.component != component {
+        return Err(Failure::Usage(format!(
+            "`{text}` is a {0} address: give --btl {0}",
+            contact.component
+        )));
+    }
+    Ok(contact)
+}
+
+/// `btl connect ADDRESS`: runs a measurement against `btl serve`.
 fn connect(args: ConnectArgs) -> Result<(), Failure> {
     let test = match args.test {
         TestName::Pingpong => Test::PingPong,
@@ -823,16 +851,11 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
     let me = ProcName::new(REMOTE_JOB, 1 + std::process::id());
     let (boot, to): (Arc<dyn Bootstrap>, String) = match (args.address, &args.dir) {
         (Some(address), _) => {
-            let prefix = if address.is_ipv4() { 32 } else { 128 };
             let mut card = Card::new(server);
-            card.contacts.push(Contact {
-                component: which_name(run.which).to_string(),
-                addr: address,
-                prefix,
-            });
+            card.contacts.push(server_contact(&address, run.which)?);
             let list = StaticPeers::parse(&card.to_string(), "the address given")
                 .map_err(|e| e.to_string())?;
-            (Arc::new(list), address.to_string())
+            (Arc::new(list), address)
         }
         (None, Some(dir)) => (
             Arc::new(SharedDir::new(dir)),

@@ -147,6 +147,29 @@ fn connect_runs_against_serve() {
             ]);
             assert!(!rows(&out).is_empty());
         }
+        // The same server named by an endpoint address, in Motr's form.
+        let at: std::net::SocketAddr = address.parse().expect("an address");
+        let endpoint = format!("inet:{which}:{}@{}", at.ip(), at.port());
+        let out = run(&[
+            "connect",
+            &endpoint,
+            "--btl",
+            which,
+            "--max-size",
+            "64",
+            "--iters",
+            "5",
+            "--json",
+        ]);
+        assert!(!rows(&out).is_empty(), "{endpoint}");
+        // One naming the other component is refused, saying which to use.
+        let other = if which == "tcp" { "udp" } else { "tcp" };
+        let out = btl_cmd(&["connect", &endpoint, "--btl", other])
+            .output()
+            .expect("btl runs");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(said.contains(&format!("give --btl {which}")), "{said}");
         assert!(start.elapsed() < Duration::from_secs(60));
     }
 }

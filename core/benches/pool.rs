@@ -20,8 +20,8 @@ const CFG: FragmentPoolConfig = FragmentPoolConfig {
     inc: 1,
 };
 
-/// heapless's pools are singletons over `&'static mut` blocks; leaking a few
-/// boxed blocks gives those without `unsafe`.
+/// heapless's pools are singletons over `&'static mut` blocks: they live
+/// in statics, handed out once.
 #[cfg(target_arch = "x86_64")]
 mod hl {
     use std::sync::Once;
@@ -29,17 +29,27 @@ mod hl {
     use heapless::pool::boxed::BoxBlock;
     use heapless::pool::object::ObjectBlock;
     use heapless::{box_pool, object_pool};
+    use static_cell::StaticCell;
 
     box_pool!(BoxPool: [u8; super::SIZE]);
     object_pool!(ObjectPool: [u8; super::SIZE]);
+
+    const COUNT: usize = super::COUNT as usize;
+    static BOX_BLOCKS: StaticCell<[BoxBlock<[u8; super::SIZE]>; COUNT]> = StaticCell::new();
+    static OBJECT_BLOCKS: StaticCell<[ObjectBlock<[u8; super::SIZE]>; COUNT]> = StaticCell::new();
 
     /// Gives both pools `COUNT` blocks, once per process.
     pub fn setup() {
         static ONCE: Once = Once::new();
         ONCE.call_once(|| {
-            for _ in 0..super::COUNT {
-                BoxPool.manage(Box::leak(Box::new(BoxBlock::new())));
-                ObjectPool.manage(Box::leak(Box::new(ObjectBlock::new([0; super::SIZE]))));
+            let boxes = BOX_BLOCKS.init_with(|| std::array::from_fn(|_| BoxBlock::new()));
+            for block in boxes {
+                BoxPool.manage(block);
+            }
+            let objects = OBJECT_BLOCKS
+                .init_with(|| std::array::from_fn(|_| ObjectBlock::new([0; super::SIZE])));
+            for block in objects {
+                ObjectPool.manage(block);
             }
         });
     }

@@ -17,7 +17,8 @@
 use bitflags::bitflags;
 use core::fmt;
 
-use crate::btl::{MemSlice, Tag};
+use crate::btl::memory::MemSlice;
+use crate::btl::tag::Tag;
 use crate::pool::{ForeignFragment, Fragment, PoolError, PoolsRef};
 
 bitflags! {

@@ -19,7 +19,7 @@ use btl_core::btl::Tag;
 use btl_core::engine::handshake::LocalHello;
 use btl_core::wire::{
     self, AckRepr, CloseReason, CloseRepr, DoneRepr, Flags, GetRepr, HeaderRepr, HelloAckRepr,
-    NONCE_LEN, PacketRepr, PutRepr, RejectCode, RejectRepr, SendRepr, hello_proof,
+    NONCE_LEN, NotifyRepr, PacketRepr, PutRepr, RejectCode, RejectRepr, SendRepr, hello_proof,
 };
 use btl_core::xfer::wire as xfer;
 use btl_fuzz::bench_message;
@@ -106,11 +106,22 @@ fn every_packet() -> Vec<(&'static str, PacketRepr<'static>, u64)> {
         ),
         ("done", PacketRepr::Done(DoneRepr { xfer_id: 1 }), 5),
         (
+            "notify",
+            PacketRepr::Notify(NotifyRepr {
+                xfer_id: 1,
+                handle: 3,
+                offset: 0,
+                len: 4,
+                imm: 9,
+            }),
+            6,
+        ),
+        (
             "close",
             PacketRepr::Close(CloseRepr {
                 reason: CloseReason::Normal,
             }),
-            6,
+            7,
         ),
     ]
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
 use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
 use btl_sim::SimNet;
@@ -101,7 +102,7 @@ fn payload(from: u32, to: u32, i: u32, len: usize) -> Vec<u8> {
 
 fn pools(max_send: usize) -> FragmentPoolsConfig {
     let class = |payload: usize, num: u32| FragmentPoolConfig {
-        fragment_size: payload + 40,
+        fragment_size: payload + HEADER_RESERVE,
         num,
         max: num,
         inc: num,
@@ -215,6 +216,8 @@ struct PeerLog {
     get: Option<Option<Result<(), BtlError>>>,
     /// The bytes the get brought back were the bytes put.
     round_trip_intact: Option<bool>,
+    /// Notices of the peer's put into this host.
+    arrived: u32,
 }
 
 /// A bulk operation: not posted, posted, or ended how.
@@ -655,7 +658,8 @@ async fn run_host(
                 let ended = log.ok + log.failed.len() as u32 == log.posted;
                 let messages = log.lost.is_some()
                     || (log.posted == plan.each && log.received.len() == plan.each as usize);
-                ended && messages && log.bulk_done()
+                let told = log.lost.is_some() || log.arrived > 0;
+                ended && messages && log.bulk_done() && told
             });
         }
         tokio::time::sleep(PASS).await;
@@ -695,30 +699,18 @@ fn post_bulk(
             continue;
         };
         let len = put_len(seed, rank, to, max_put) as u64;
-        let remote = btl_core::btl::RemoteSlice {
-            key,
-            offset: 0,
-            len,
-        };
+        let remote = key.slice(0, len);
         let ctx = u64::from(to);
         if log.put.is_none() {
-            let local = btl_core::btl::MemSlice {
-                handle: src,
-                offset: 0,
-                len,
-            };
-            match btl.put(eps[k], local, remote, ctx) {
+            // The target is told, with this host's rank.
+            let imm = u64::from(rank);
+            match btl.put_notify(eps[k], src.slice(0, len), remote, imm, ctx) {
                 Ok(_) => log.put = Some(None),
                 Err(BtlError::OutOfResource | BtlError::PeerLost(_)) => {}
                 Err(e) => panic!("seed {seed}: host {rank}: put to {to}: {e}"),
             }
         } else if matches!(log.put, Some(Some(Ok(())))) && log.get.is_none() {
-            let local = btl_core::btl::MemSlice {
-                handle: back[k],
-                offset: 0,
-                len,
-            };
-            match btl.get(eps[k], local, remote, ctx) {
+            match btl.get(eps[k], back[k].slice(0, len), remote, ctx) {
                 Ok(_) => log.get = Some(None),
                 Err(BtlError::OutOfResource | BtlError::PeerLost(_)) => {}
                 Err(e) => panic!("seed {seed}: host {rank}: get from {to}: {e}"),
@@ -811,6 +803,11 @@ fn take(event: Event<'_>, seen: &mut Seen, rank_of: &impl Fn(EndpointId) -> u32,
                 log.get
             );
             log.get = Some(Some(result));
+        }
+        Event::PutArrived { from, imm, .. } => {
+            let from = rank_of(from);
+            assert_eq!(imm, u64::from(from), "a notice carries its sender's value");
+            seen.peers.entry(from).or_default().arrived += 1;
         }
         Event::Error(e) => {
             let peer = e.endpoint.map(rank_of);
@@ -905,6 +902,10 @@ fn check(
                 from_start <= plan.each as usize,
                 "seed {seed}: {peer} -> {rank}: at most once"
             );
+            assert!(
+                log.arrived <= 1,
+                "seed {seed}: {peer} -> {rank}: the put's notice at most once"
+            );
         }
         // A peer not lost delivered everything, and got everything.
         for (&peer, log) in &s.peers {
@@ -943,6 +944,10 @@ fn check(
                     "seed {seed}: {peer} -> {rank}: all of it"
                 );
                 assert_eq!(log.ok, plan.each, "seed {seed}: {rank} -> {peer}: all sent");
+                assert_eq!(
+                    log.arrived, 1,
+                    "seed {seed}: {peer} -> {rank}: the put's notice"
+                );
             }
         }
     }

@@ -1,13 +1,22 @@
 //! `btl-std`: btl on an operating system.
 //!
-//! It supplies what `btl-core` cannot do without `std`, in layers:
+//! A service opens a module with a [`ModuleBuilder`] and talks through the
+//! [`Btl`] trait: [`send_copy`](Btl::send_copy) for messages, puts and gets
+//! between [registered](Btl::register_mem) buffers it hands over and gets
+//! back, and events from [`poll_event`](Btl::poll_event), waited for with
+//! [`Module::wait_for`], or handed to a handler by a [`ProgressThread`].
+//! The book's "Getting started" chapter walks through a whole program
+//! (`examples/request_reply.rs`).
+//!
+//! Below that, in layers:
 //! - [`driver`]: the engine over sockets, a module driven by its caller or
-//!   by a progress thread, and the network it runs on;
-//! - [`transports`]: the TCP and UDP components, and the interfaces and
-//!   ports they use;
+//!   by a progress thread, the network it runs on (the operating system's,
+//!   or a simulation's), and the engine's storage on the heap;
+//! - [`transports`]: the TCP and UDP components, and how they choose
+//!   interfaces;
 //! - [`bootstrap`]: how the processes of a job find each other;
-//! - [`config`]: the socket components' parameters, and the environment
-//!   and config-file sources that set them;
+//! - [`config`]: the parameter sources a module reads (the environment, a
+//!   parameter file), for tools that list parameters as a module sees them;
 //! - [`register_all`]: every component of the build, with its parameters,
 //!   as a service lists them;
 //! - with the `logging` feature, its log turned on in one call
@@ -15,11 +24,24 @@
 #![forbid(unsafe_code)]
 
 pub mod bootstrap;
+mod builder;
 pub mod config;
 pub mod driver;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod transports;
+
+pub use btl_core::btl::{
+    Access, Btl, BtlError, Event, Incoming, LostReason, MemHandle, MemSlice, RemoteKey,
+    RemoteSlice, Tag, TagRange, TagTable,
+};
+pub use btl_core::endpoint::{EndpointId, ProcName};
+pub use builder::{ModuleBuilder, OpenError, SelfModule};
+pub use config::sources::SourceError;
+pub use driver::module::{Module, ReachError, WaitError};
+pub use driver::progress_thread::{ProgressThread, Served};
+pub use transports::tcp::TcpModule;
+pub use transports::udp::UdpModule;
 
 use btl_core::loopback::SelfComponent;
 use btl_core::mca::{Component, Params, RegisterError, Registry, register_framework_params};

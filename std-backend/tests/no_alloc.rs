@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_std::bootstrap::SharedDir;
@@ -50,7 +51,7 @@ static GLOBAL: Counting = Counting;
 
 fn pools() -> FragmentPoolsConfig {
     let class = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + 40,
+        fragment_size: payload + HEADER_RESERVE,
         num: 32,
         max: 32,
         inc: 32,

@@ -7,7 +7,6 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
 
 use btl_core::btl::{Access, Btl, Event, Tag};
-use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
 use btl_std::driver::module::{Module, Transport};
 use btl_std::driver::net::Os;
@@ -18,14 +17,6 @@ use common::{DEADLINE, job, local, pair, remote, tcp, udp};
 
 /// Tag of the messages B sends back.
 const ECHO: Tag = Tag(0x90);
-
-/// Sends `data` from a module, copied into a fragment the BTL frees.
-fn send_copy<T: Transport>(m: &mut Module<T>, to: EndpointId, data: &[u8], tag: Tag) {
-    let d = m
-        .prepare_src(to, data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
-        .expect("descriptor");
-    let _ = m.send(to, d, tag).expect("send");
-}
 
 /// What a handler saw, as owned values for a channel.
 #[derive(Debug)]
@@ -44,7 +35,9 @@ fn handler<T: Transport>(
     move |served, event| match event {
         Event::Received(m) => {
             if m.tag != ECHO {
-                served.with(|module| send_copy(module, peer, m.data, ECHO));
+                served
+                    .with(|module| module.send_copy(peer, ECHO, m.data))
+                    .expect("an echo");
             }
             let _ = tx.send(Seen::Message(m.tag, m.data.to_vec()));
         }
@@ -54,7 +47,7 @@ fn handler<T: Transport>(
         Event::Error(_) => {
             let _ = tx.send(Seen::Lost);
         }
-        Event::SendComplete { .. } | Event::GetComplete { .. } => {}
+        Event::SendComplete { .. } | Event::GetComplete { .. } | Event::PutArrived { .. } => {}
     }
 }
 
@@ -100,7 +93,8 @@ fn echo<T: Transport<Net = Os> + Send + 'static>(
                     if i >= WINDOW {
                         acks.recv_timeout(DEADLINE).expect("an echo");
                     }
-                    a.with(|m| send_copy(m, b_at_a, &message(i, max), tag));
+                    a.with(|m| m.send_copy(b_at_a, tag, &message(i, max)))
+                        .expect("a message");
                 }
             });
         }
@@ -149,7 +143,7 @@ fn echo<T: Transport<Net = Os> + Send + 'static>(
     // Stopped, the modules work as before, driven by their owners.
     let mut a = a.stop().expect("A stops");
     let mut b = b.stop().expect("B stops");
-    send_copy(&mut a, b_at_a, b"after", Tag(0x83));
+    a.send_copy(b_at_a, Tag(0x83), b"after").expect("a message");
     let start = std::time::Instant::now();
     let mut got = None;
     while got.is_none() {

@@ -86,6 +86,7 @@ macro_rules! __conformance_group {
                 get_reads_peer_memory,
                 largest_put_and_get,
                 many_outstanding_complete_once,
+                put_notify_tells_the_target_once,
             ]
         );
         $crate::__conformance_tests!(

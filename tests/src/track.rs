@@ -71,6 +71,17 @@ pub enum Seen {
         /// How it ended.
         result: Result<(), BtlError>,
     },
+    /// A peer's put with a notice landed here.
+    PutArrived {
+        /// Side polled.
+        at: Side,
+        /// The peer that put, as this side names it.
+        from: EndpointId,
+        /// Where its data lies.
+        slice: MemSlice,
+        /// The value it gave.
+        imm: u64,
+    },
     /// An error outside any one operation.
     Error {
         /// Side polled.
@@ -254,6 +265,12 @@ impl Tracker {
                 ctx,
                 result,
             }),
+            Event::PutArrived { from, slice, imm } => Ok(Seen::PutArrived {
+                at: side,
+                from,
+                slice,
+                imm,
+            }),
             Event::Error(error) => Ok(Seen::Error { at: side, error }),
         };
         let seen = match raw {
@@ -310,7 +327,7 @@ impl Tracker {
                     }
                 }
             }
-            Seen::Received { .. } | Seen::Error { .. } => {}
+            Seen::Received { .. } | Seen::PutArrived { .. } | Seen::Error { .. } => {}
         }
     }
 
@@ -548,6 +565,33 @@ pub fn start_rdma(
         }
     }
     panic!("{kind:?} stayed OutOfResource for {max} rounds");
+}
+
+/// Starts a put from `from` to the other side that tells the target with
+/// `imm`, running rounds while the BTL says `OutOfResource`, and records
+/// the completion owed.
+pub fn start_put_notify(
+    world: &mut dyn World,
+    tracker: &mut Tracker,
+    from: Side,
+    local: MemSlice,
+    remote: RemoteSlice,
+    imm: u64,
+    ctx: u64,
+) -> OpId {
+    let max = world.capabilities().max_rounds;
+    for _ in 0..=max {
+        let ep = world.peer(from);
+        match world.btl(from).put_notify(ep, local, remote, imm, ctx) {
+            Ok(op) => {
+                tracker.started(from, Rdma::Put, op, ctx);
+                return op;
+            }
+            Err(BtlError::OutOfResource) => round(world, tracker),
+            Err(e) => panic!("put_notify of {} bytes: {e}", local.len),
+        }
+    }
+    panic!("put_notify stayed OutOfResource for {max} rounds");
 }
 
 /// One attempt at a put or get; the caller records a started operation.

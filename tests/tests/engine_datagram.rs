@@ -89,6 +89,7 @@ fn drain(e: &mut E, got: &mut Vec<(u8, Vec<u8>)>, other: &mut Vec<String>) {
             Event::SendComplete { result, .. } => other.push(format!("send {result:?}")),
             Event::PutComplete { result, .. } => other.push(format!("put {result:?}")),
             Event::GetComplete { result, .. } => other.push(format!("get {result:?}")),
+            Event::PutArrived { imm, .. } => other.push(format!("arrived {imm}")),
             Event::Error(err) => other.push(format!("error {:?}", err.error)),
         }
     }

@@ -7,6 +7,7 @@
 use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Capacities, ConnectFailure, LinkError, LinkId, Source, Stream};
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
@@ -53,7 +54,7 @@ fn engine_pooled(config: EngineConfig, max: usize, count: u32) -> Box<E> {
     };
     let cfg = FragmentPoolsConfig {
         small: pool(256),
-        eager: pool(4096 + 40),
+        eager: pool(4096 + HEADER_RESERVE),
         max: pool(max),
     };
     Box::new(Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("pools"))
@@ -62,7 +63,7 @@ fn engine_pooled(config: EngineConfig, max: usize, count: u32) -> Box<E> {
 fn engine(me: ProcName) -> Box<E> {
     let mut config = EngineConfig::new(me);
     config.epoch = u64::from(me.rank) + 1;
-    engine_sized(config, 65536 + 40)
+    engine_sized(config, 65536 + HEADER_RESERVE)
 }
 
 /// The bytes `e` has for `link`, all of them, as written.
@@ -174,16 +175,37 @@ fn drain(e: &mut E) -> Vec<std::string::String> {
 }
 
 /// A client that reaches the server and opens a link to it: the client's
-/// endpoint of the server and the link.
+/// endpoint of the server and the link. Asking for a descriptor asks for
+/// the connection, and queues nothing.
 fn open(client_e: &mut E, server: &mut E, source: Source, now: u64) -> (EndpointId, Link) {
     let ep = add(client_e, SERVER);
-    client_e
-        .sendi(ep, &[], b"hello", Tag(1), Order(0), DescFlags::empty())
-        .expect_err("not open yet: sendi waits for the link");
+    let d = client_e
+        .alloc(ep, Order(0), 8, DescFlags::empty())
+        .expect("a descriptor");
+    client_e.free(d).expect("ours");
     let mut link = connect(client_e, server, source, now);
     carry(client_e, server, &mut link, now, |_| {});
     assert!(client_e.is_connected(ep), "the handshake completed");
     (ep, link)
+}
+
+#[test]
+fn a_message_taken_before_the_handshake_goes_once_it_completes() {
+    let mut server = engine(SERVER);
+    let mut c = engine(client(1));
+    let ep = add(&mut c, SERVER);
+    c.sendi(ep, &[], b"hello", Tag(1), Order(0), DescFlags::empty())
+        .expect("not open yet: sendi asks for the link and the message waits for it");
+    assert!(!c.is_connected(ep));
+    let mut link = connect(&mut c, &mut server, Source(1), 0);
+    carry(&mut c, &mut server, &mut link, 0, |_| {});
+    assert!(c.is_connected(ep), "the handshake completed");
+    assert_eq!(
+        drain(&mut server),
+        ["recv 5"],
+        "the first message followed it"
+    );
+    assert_eq!(drain(&mut c), Vec::<String>::new(), "sendi owes no event");
 }
 
 /// The HELLO at the start of `bytes`, changed by `f` and encoded again.
@@ -204,7 +226,7 @@ fn a_peer_that_sends_past_its_credits_is_lost_for_breaking_the_protocol() {
     let mut c = engine(client(1));
     let ep = add(&mut c, SERVER);
     c.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
-        .expect_err("not open yet: the first send asks for a connection");
+        .expect("not open yet: the first send asks for a connection and waits for it");
     let mut link = connect(&mut c, &mut server, Source(1), 0);
     // The client is told it has 1,000 credits; the server granted 16.
     let mut first = true;
@@ -273,11 +295,11 @@ fn the_body_limit_announced_is_what_the_pools_hold_and_is_accepted_exactly() {
     // and 40 bytes: it announces what it can take, no more.
     let mut config = EngineConfig::new(SERVER);
     config.max_body = 1 << 20;
-    let mut server = engine_sized(config, 65536 + 40);
+    let mut server = engine_sized(config, 65536 + HEADER_RESERVE);
     let limit = server.max_body();
     assert_eq!(
         limit,
-        65536 + 40 + 8,
+        (65536 + HEADER_RESERVE + 8) as u64,
         "a SEND's fixed fields and a fragment"
     );
     // A client with larger fragments sends a message of exactly the limit,
@@ -335,7 +357,7 @@ fn strangers_are_held_to_the_handshake_budget_the_silent_and_oldest_first() {
     let mut config = EngineConfig::new(SERVER);
     config.handshake_budget = 4;
     config.handshake_budget_per_source = 2;
-    let mut server = engine_sized(config, 65536 + 40);
+    let mut server = engine_sized(config, 65536 + HEADER_RESERVE);
     // A verified client first: its link is never a stranger's to take.
     let mut c = engine(client(1));
     let (ep, _link) = open(&mut c, &mut server, Source(7), 0);
@@ -380,7 +402,7 @@ fn a_full_server_tells_a_new_client_it_has_no_room() {
     let mut late = engine(client(5));
     let ep = add(&mut late, SERVER);
     late.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
-        .expect_err("not open yet");
+        .expect("not open yet: it waits for the connection");
     let mut link = connect(&mut late, &mut server, Source(9), MS);
     carry(&mut late, &mut server, &mut link, MS, |_| {});
     assert_eq!(
@@ -542,7 +564,7 @@ fn a_first_connection_refused_or_unreachable_loses_the_peer_at_once_by_name() {
         let mut c = engine(client(1));
         let ep = add(&mut c, SERVER);
         c.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
-            .expect_err("not open");
+            .expect("not open: it waits for the connection");
         let req = c.poll_connect().expect("a connect");
         c.handle_connect_failed(req, why, at(MS));
         assert_eq!(drain(&mut c), [std::format!("error PeerLost({reason:?})")]);
@@ -586,12 +608,12 @@ fn messages_wait_for_room_in_the_event_queue_and_none_is_lost() {
     // than its event queue holds while the server does not poll.
     let mut config = EngineConfig::new(SERVER);
     config.initial_credits = 100;
-    let mut server = engine_pooled(config, 65536 + 40, 512);
+    let mut server = engine_pooled(config, 65536 + HEADER_RESERVE, 512);
     let mut clients: Vec<(Box<E>, EndpointId, Link, u32)> = (1..=4)
         .map(|r| {
             let mut config = EngineConfig::new(client(r));
             config.epoch = u64::from(r);
-            let mut c = engine_pooled(config, 65536 + 40, 512);
+            let mut c = engine_pooled(config, 65536 + HEADER_RESERVE, 512);
             let (ep, link) = open(&mut c, &mut server, Source(u64::from(r)), 0);
             (c, ep, link, 0)
         })

@@ -171,11 +171,16 @@ fn the_engine_data_path_does_not_allocate() {
         assert_eq!((received, completed), (2, 2));
     };
 
-    // The first sendi finds no connection: it asks for one and refuses.
-    let _ = pair
-        .a()
-        .sendi(ep_b, b"h", &[], Tag(0x80), Order::ANY, DescFlags::empty());
+    // The first sendi finds no connection: it asks for one, and the
+    // message waits for it.
+    pair.a()
+        .sendi(ep_b, b"h", &[], Tag(0x80), Order::ANY, DescFlags::empty())
+        .expect("taken before the handshake");
     pair.run_until_idle(1000).expect("connected");
+    match pair.b().poll_event() {
+        Some(Event::Received(m)) => assert_eq!(m.data, b"h"),
+        other => panic!("the first message: {other:?}"),
+    }
     round(&mut pair);
     let before = allocations();
     for _ in 0..1000 {

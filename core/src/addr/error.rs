@@ -3,9 +3,7 @@
 
 use core::fmt;
 
-use super::MAX_LEN;
-use super::lnet::{PID, PORTAL_MAX, PORTAL_MIN, TMID_MAX};
-use super::native::Family;
+use super::{Family, MAX_LEN, PID, PORTAL_MAX, PORTAL_MIN, TMID_MAX};
 
 /// How many bytes of the offending text a [`ParseError`] keeps for its
 /// message; longer text is cut at a character boundary and shown with `…`.

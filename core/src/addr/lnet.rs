@@ -6,18 +6,10 @@ use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use core::str::FromStr;
 
 use super::error::{ErrorKind, LnetPortError, ParseError};
-use super::native::{Family, NativeAddr, SockType};
-use super::{check_len, decimal, field, final_number, missing};
-
-/// The only process id an lnet address may carry: Lustre's
-/// `LUSTRE_SRV_LNET_PID`, which Motr hard-codes.
-pub const PID: u32 = 12345;
-/// Smallest portal the port mapping can encode.
-pub const PORTAL_MIN: u32 = 30;
-/// Largest portal the port mapping can encode (5 bits above `PORTAL_MIN`).
-pub const PORTAL_MAX: u32 = PORTAL_MIN + 31;
-/// Largest tmid the port mapping can encode (10 bits).
-pub const TMID_MAX: u32 = 1023;
+use super::native::{NativeAddr, SockType};
+use super::{
+    Family, PID, PORTAL_MAX, PORTAL_MIN, TMID_MAX, check_len, decimal, field, final_number, missing,
+};
 
 /// Bit set in every mapped port, which keeps it above the reserved ports.
 const PORT_MARK: u16 = 1 << 10;

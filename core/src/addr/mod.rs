@@ -35,15 +35,12 @@ mod native;
 mod tests;
 
 use core::fmt;
-use core::net::SocketAddr;
+use core::net::{IpAddr, SocketAddr};
 use core::str::FromStr;
 
 pub use error::{ErrorKind, LnetPortError, ParseError};
-pub use lnet::{
-    LnetAddr, LnetNet, LnetNid, NetKind, PID, PORTAL_MAX, PORTAL_MIN, TMID_MAX, Tmid, lnet_port,
-    lnet_portal_tmid,
-};
-pub use native::{Family, NativeAddr, SockType};
+pub use lnet::{LnetAddr, LnetNet, LnetNid, NetKind, Tmid, lnet_port, lnet_portal_tmid};
+pub use native::{NativeAddr, SockType};
 
 /// Longest address text accepted, in bytes; longer input is rejected before
 /// it is looked at. Canonical addresses are at most [`MAX_DISPLAY_LEN`]
@@ -53,6 +50,50 @@ pub const MAX_LEN: usize = 128;
 /// Longest text any address prints as, in bytes, for sizing fixed buffers
 /// (`inet6:stream:` plus a full IPv6 address plus `@65535` is 58).
 pub const MAX_DISPLAY_LEN: usize = 64;
+
+/// The only process id an lnet address may carry: Lustre's
+/// `LUSTRE_SRV_LNET_PID`, which Motr hard-codes.
+pub const PID: u32 = 12345;
+/// Smallest portal the port mapping can encode.
+pub const PORTAL_MIN: u32 = 30;
+/// Largest portal the port mapping can encode (5 bits above `PORTAL_MIN`).
+pub const PORTAL_MAX: u32 = PORTAL_MIN + 31;
+/// Largest tmid the port mapping can encode (10 bits).
+pub const TMID_MAX: u32 = 1023;
+
+/// Address family of a native address: which IP version the host is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// `inet`: IPv4.
+    Inet,
+    /// `inet6`: IPv6.
+    Inet6,
+}
+
+impl Family {
+    /// The family an IP address belongs to, so that a native address built
+    /// from a socket address is consistent by construction.
+    pub fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => Self::Inet,
+            IpAddr::V6(_) => Self::Inet6,
+        }
+    }
+
+    /// The name used in the text form.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Inet => "inet",
+            Self::Inet6 => "inet6",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// An endpoint address in either form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -5,41 +5,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::str::FromStr;
 
 use super::error::{ErrorKind, ParseError};
-use super::{check_len, field, final_number, missing};
-
-/// Address family of a native address: which IP version the host is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Family {
-    /// `inet`: IPv4.
-    Inet,
-    /// `inet6`: IPv6.
-    Inet6,
-}
-
-impl Family {
-    /// The family an IP address belongs to, so that a native address built
-    /// from a socket address is consistent by construction.
-    pub fn of(ip: IpAddr) -> Self {
-        match ip {
-            IpAddr::V4(_) => Self::Inet,
-            IpAddr::V6(_) => Self::Inet6,
-        }
-    }
-
-    /// The name used in the text form.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Inet => "inet",
-            Self::Inet6 => "inet6",
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use super::{Family, check_len, field, final_number, missing};
 
 /// Socket type of a native address: which transport the peer listens on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

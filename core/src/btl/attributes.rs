@@ -26,9 +26,11 @@ bitflags! {
 pub struct Attributes {
     /// Component name, e.g. `self` or `tcp`.
     pub name: &'static str,
-    /// Largest message (header included) sent without a rendezvous.
+    /// Largest message (header included) sent without a rendezvous, and
+    /// the most one `sendi` takes.
     pub eager_limit: usize,
-    /// Largest payload of one `send`.
+    /// Largest payload of one `send` (and of `send_copy`); a larger
+    /// message moves by put.
     pub max_send_size: usize,
     /// Messages at least this long are better moved by put/get than by sends.
     pub rdma_pipeline_send_length: usize,

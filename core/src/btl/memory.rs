@@ -37,6 +37,16 @@ impl MemHandle {
     pub fn remote_key(self) -> RemoteKey {
         RemoteKey(u64::from(self.generation) << 16 | u64::from(self.index))
     }
+
+    /// `len` bytes of the region from `offset`, as put, get and in-place
+    /// sends name them (checked against the region when used).
+    pub const fn slice(self, offset: u64, len: u64) -> MemSlice {
+        MemSlice {
+            handle: self,
+            offset,
+            len,
+        }
+    }
 }
 
 /// A registered region as peers name it: generation and slot, 8 bytes.
@@ -44,6 +54,31 @@ impl MemHandle {
 pub struct RemoteKey(pub u64);
 
 impl RemoteKey {
+    /// Bytes a key takes in a message to a peer.
+    pub const LEN: usize = 8;
+
+    /// The key as a message carries it to the peers that will name the
+    /// region ([`from_bytes`](Self::from_bytes) reads it back).
+    pub const fn to_bytes(self) -> [u8; Self::LEN] {
+        self.0.to_le_bytes()
+    }
+
+    /// A key a peer sent with [`to_bytes`](Self::to_bytes); `None` unless
+    /// `bytes` is exactly [`LEN`](Self::LEN) long.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        Some(RemoteKey(u64::from_le_bytes(bytes.try_into().ok()?)))
+    }
+
+    /// `len` bytes of the peer's region from `offset` (checked by the peer
+    /// when used).
+    pub const fn slice(self, offset: u64, len: u64) -> RemoteSlice {
+        RemoteSlice {
+            key: self,
+            offset,
+            len,
+        }
+    }
+
     fn handle(self) -> Option<MemHandle> {
         let generation = u32::try_from(self.0 >> 16).ok()?;
         Some(MemHandle {
@@ -435,11 +470,39 @@ mod tests {
     use super::*;
 
     fn rs(h: MemHandle, offset: u64, len: u64) -> RemoteSlice {
-        RemoteSlice {
-            key: h.remote_key(),
-            offset,
-            len,
-        }
+        h.remote_key().slice(offset, len)
+    }
+
+    #[test]
+    fn keys_go_to_peers_as_eight_bytes_and_come_back() {
+        let mut a = [0u8; 4];
+        let mut regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 2]>::inline();
+        let h = regs.register(&mut a, Access::REMOTE_WRITE).expect("room");
+        let key = h.remote_key();
+        let shipped = key.to_bytes();
+        assert_eq!(RemoteKey::from_bytes(&shipped), Some(key));
+        assert_eq!(RemoteKey::from_bytes(&shipped[..7]), None, "too short");
+        assert_eq!(RemoteKey::from_bytes(&[0; 9]), None, "too long");
+        assert_eq!(
+            key.slice(1, 2),
+            RemoteSlice {
+                key,
+                offset: 1,
+                len: 2
+            }
+        );
+        assert_eq!(
+            h.slice(1, 3),
+            MemSlice {
+                handle: h,
+                offset: 1,
+                len: 3
+            }
+        );
+        assert_eq!(
+            regs.remote_write(key.slice(1, 3)).expect("in bounds").len(),
+            3
+        );
     }
 
     #[test]

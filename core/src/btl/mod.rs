@@ -28,7 +28,7 @@
 mod attributes;
 mod error;
 pub mod memory;
-mod tag;
+pub(crate) mod tag;
 
 pub use attributes::{Attributes, BtlFlags};
 pub use error::{BtlError, LostReason, RejectCode};
@@ -137,6 +137,16 @@ pub enum Event<'a> {
         /// Success, or why it failed.
         result: Result<(), BtlError>,
     },
+    /// A peer's [`put_notify`](Btl::put_notify) landed here: its data is
+    /// in `slice` of one of this process's registrations.
+    PutArrived {
+        /// The peer that put.
+        from: EndpointId,
+        /// Where the data lies.
+        slice: MemSlice,
+        /// The value the peer gave.
+        imm: u64,
+    },
     /// An error not tied to one operation (a peer lost, the BTL failed).
     Error(ErrorEvent),
 }
@@ -174,6 +184,15 @@ pub enum Completion {
         /// Success, or why it failed.
         result: Result<(), BtlError>,
     },
+    /// See [`Event::PutArrived`].
+    PutArrived {
+        /// The peer that put.
+        from: EndpointId,
+        /// Where the data lies.
+        slice: MemSlice,
+        /// The value the peer gave.
+        imm: u64,
+    },
     /// See [`Event::Error`].
     Error(ErrorEvent),
 }
@@ -194,6 +213,7 @@ impl From<Completion> for Event<'_> {
             },
             Completion::Put { op, ctx, result } => Event::PutComplete { op, ctx, result },
             Completion::Get { op, ctx, result } => Event::GetComplete { op, ctx, result },
+            Completion::PutArrived { from, slice, imm } => Event::PutArrived { from, slice, imm },
             Completion::Error(e) => Event::Error(e),
         }
     }
@@ -275,7 +295,11 @@ pub trait Btl {
 
     /// Sends `header` then `payload` at once without a descriptor, or fails
     /// with `OutOfResource` when it cannot go now (no fragment, no credit):
-    /// the caller then falls back to `prepare_src` + `send`.
+    /// the caller then falls back to `prepare_src` + `send`, as
+    /// [`send_copy`](Self::send_copy) does. At most
+    /// [`Attributes::eager_limit`] bytes in all (`TooLarge` beyond). A
+    /// message to a peer still being connected waits for the connection,
+    /// as a queued `send` does.
     ///
     /// A success means the BTL has taken the message: both buffers are the
     /// caller's again, and no event follows. The message is delivered
@@ -292,6 +316,45 @@ pub trait Btl {
         order: Order,
         flags: DescFlags,
     ) -> Result<(), BtlError>;
+
+    /// Sends a copy of `data` as one message with `tag`: through
+    /// [`sendi`](Self::sendi) when it fits ([`Attributes::eager_limit`])
+    /// and goes at once, else through `prepare_src` + `send`, whose
+    /// descriptor the module owns and frees. No event follows a success.
+    ///
+    /// `OutOfResource` is backpressure: the module has no room for it now
+    /// (no fragment, or the peer's queue is full, because the peer takes
+    /// messages more slowly than they are sent). Serve the module (poll its
+    /// events: replies hand credits and fragments back) and send again.
+    /// Beyond [`Attributes::max_send_size`] it is `TooLarge`: move that
+    /// much with a put.
+    fn send_copy(&mut self, endpoint: EndpointId, tag: Tag, data: &[u8]) -> Result<(), BtlError> {
+        let (eager, max) = {
+            let a = self.attributes();
+            (a.eager_limit, a.max_send_size)
+        };
+        if data.len() <= eager {
+            match self.sendi(endpoint, &[], data, tag, Order::ANY, DescFlags::empty()) {
+                Err(BtlError::OutOfResource) => {}
+                taken => return taken,
+            }
+        }
+        if data.len() > max {
+            return Err(BtlError::TooLarge {
+                len: data.len() as u64,
+                max: max as u64,
+            });
+        }
+        let desc = self.prepare_src(endpoint, data, 0, Order::ANY, DescFlags::BTL_OWNERSHIP)?;
+        match self.send(endpoint, desc, tag) {
+            Ok(SendStatus::Completed(Some(desc))) => self.free(desc),
+            Ok(_) => Ok(()),
+            Err(refused) => {
+                let _ = self.free(refused.desc);
+                Err(refused.error)
+            }
+        }
+    }
 
     /// Hands `region` to the module for put, get and in-place sends, until
     /// [`deregister_mem`](Self::deregister_mem); a refused region comes back
@@ -318,6 +381,22 @@ pub trait Btl {
         endpoint: EndpointId,
         local: MemSlice,
         remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError>;
+
+    /// As [`put`](Self::put), and the peer is told: once the data is in
+    /// its memory it gets an [`Event::PutArrived`] naming where the data
+    /// lies and carrying `imm`, as an RDMA write with immediate data tells
+    /// its target. The put completes here once the peer has taken the
+    /// notice. Like a message, the notice spends one of the peer's
+    /// credits until it polls the event. `NotSupported` from a peer too
+    /// old to know it.
+    fn put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
         ctx: u64,
     ) -> Result<OpId, BtlError>;
 

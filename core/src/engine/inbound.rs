@@ -7,7 +7,7 @@ use crate::endpoint::EndpointId;
 use crate::time::Instant;
 use crate::wire::{
     self, AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HeaderRepr, HelloAckRepr, HelloRepr,
-    Limits, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
+    Limits, NotifyRepr, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 use super::framing::{Datagram, Framing, Stream};
@@ -80,17 +80,17 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
         }
         // A fresh reader per datagram, each one frame from its start,
         // whose checksum parse_datagram has just checked.
-        if let Some(frag) = l.read_datagram(limits) {
-            self.shared.drop_received(frag);
-        }
+        let dropped = l.read_datagram(limits);
+        let peer = l.peer();
+        self.release_dropped(peer, dropped);
         let Some(taken) = self.read_all(link, datagram) else {
             return;
         };
         if taken < datagram.len()
             && let Some(l) = self.links.get_mut(link.0)
         {
-            // Waiting for a receive fragment, which holds nothing yet: the
-            // datagram is dropped and comes again.
+            // Waiting for a receive fragment or an event place, which holds
+            // nothing yet: the datagram is dropped and comes again.
             let (_, receiving) = l.reader_mut();
             *receiving = Receiving::None;
         }
@@ -130,6 +130,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             return Ok((input.len(), false));
         };
         let (reader, receiving) = l.reader_mut();
+        if let Receiving::WaitingEventRoom { seq, notify } = *receiving {
+            if !shared.events.owe() {
+                return Ok((0, false));
+            }
+            *receiving = Receiving::Control(ControlIn::Notify { seq, notify });
+        }
         if let Receiving::WaitingFragment { tag, seq, len } = *receiving {
             let Ok(frag) = shared.take_receive_fragment(len) else {
                 return Ok((0, false));
@@ -246,6 +252,17 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 seq: header.seq,
                 done: DoneRepr::parse(chunk(fixed)?),
             }),
+            // Its event's place is kept now; none free: the frame waits in
+            // the stream (a datagram is dropped and comes again).
+            PacketType::Notify => {
+                let (seq, notify) = (header.seq, NotifyRepr::parse(chunk(fixed)?));
+                if !shared.events.owe() {
+                    *receiving = Receiving::WaitingEventRoom { seq, notify };
+                    reader.set_target(PayloadTarget::Discard);
+                    return Ok(());
+                }
+                control(ControlIn::Notify { seq, notify })
+            }
             PacketType::Send => {
                 let tag = Tag(SendRepr::parse(chunk(fixed)?).map_err(bad)?.tag);
                 let len = usize::try_from(payload_left).map_err(|_| CloseReason::ProtocolError)?;

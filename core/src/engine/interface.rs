@@ -4,8 +4,8 @@
 //! it concerns, and moves the peer's queues.
 
 use crate::btl::{
-    Access, Attributes, Btl, BtlError, Event, Incoming, LostReason, MemError, MemHandle, MemSlice,
-    OpId, RegisterError, RejectCode, RemoteSlice, SendError, SendStatus, Tag,
+    Access, Attributes, Btl, BtlError, Completion, Event, Incoming, LostReason, MemError,
+    MemHandle, MemSlice, OpId, RegisterError, RejectCode, RemoteSlice, SendError, SendStatus, Tag,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
@@ -225,7 +225,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             });
         }
         let peer = self.peers.get(p).ok_or(BtlError::Unreachable)?;
-        if !peer.ready_for_sendi() {
+        if !peer.takes_sendi() {
             return Err(BtlError::OutOfResource);
         }
         peer.accepts(len)?;
@@ -247,7 +247,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         if let Some(peer) = self.peers.get_mut(p)
             && let Err(desc) = peer.queue_send(desc)
         {
-            // Not when ready: nothing was queued.
+            // Not when it takes sendi: the queue had room.
             let _ = desc.free(self.shared.pools());
             return Err(BtlError::OutOfResource);
         }
@@ -297,7 +297,23 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         ctx: u64,
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
-        let (id, _) = self.start_op(OpKind::Put, p, local, remote, ctx)?;
+        let (id, _) = self.start_op(OpKind::Put, p, local, remote, ctx, None)?;
+        Ok(id)
+    }
+
+    fn put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        if !self.peers.get(p).is_some_and(|peer| peer.takes_notices()) {
+            return Err(BtlError::NotSupported);
+        }
+        let (id, _) = self.start_op(OpKind::Put, p, local, remote, ctx, Some(imm))?;
         Ok(id)
     }
 
@@ -309,7 +325,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         ctx: u64,
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
-        let (op, under_way) = self.start_op(OpKind::Get, p, local, remote, ctx)?;
+        let (op, under_way) = self.start_op(OpKind::Get, p, local, remote, ctx, None)?;
         if !under_way {
             // Ended at once (empty, or refused): nothing to ask the peer.
             return Ok(op);
@@ -348,7 +364,16 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
                 let data = self.shared.pools.view().bytes(frag).ok()?.get(..len)?;
                 Some(Event::Received(Incoming { from, tag, data }))
             }
-            Pending::Done(c) => Some(c.into()),
+            Pending::Done(c) => {
+                // A notice's credit goes back as a message's does, once the
+                // upper layer has seen it.
+                if let Completion::PutArrived { from, .. } = c
+                    && let Some(peer) = self.peers.get_mut(from)
+                {
+                    peer.give_back_credit(self.shared.now);
+                }
+                Some(c.into())
+            }
         }
     }
 
@@ -430,8 +455,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         Ok(OpId(id))
     }
 
-    /// Checks a put's or get's ranges and starts it; its id, and whether it
-    /// is still under way (not ended at once, empty or refused).
+    /// Checks a put's or get's ranges and starts it, a put with the value
+    /// `notice` for its target's event if it has one; its id, and whether
+    /// it is still under way (not ended at once, empty or refused).
     fn start_op(
         &mut self,
         kind: OpKind,
@@ -439,6 +465,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         local: MemSlice,
         remote: RemoteSlice,
         ctx: u64,
+        notice: Option<u64>,
     ) -> Result<(OpId, bool), BtlError> {
         self.shared.regs.slice(local)?;
         if local.len != remote.len {
@@ -454,9 +481,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             .peers
             .get(p)
             .map_or(1, |peer| peer.put_chunk(&self.shared));
-        let op = Op::new(kind, p, ctx, id, Some(local), remote, local.len, chunk);
+        let op = Op::new(kind, p, ctx, id, Some(local), remote, local.len, chunk).noticed(notice);
         self.shared.ops.start(i, op);
-        if local.len == 0 {
+        if local.len == 0 && notice.is_none() {
             self.shared.ops.finish(i, Ok(()), &mut self.shared.events);
             return Ok((OpId(id), false));
         }

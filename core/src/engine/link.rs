@@ -13,8 +13,8 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HelloAckRepr, HelloRepr, Limits, PutRepr,
-    RejectRepr,
+    AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HelloAckRepr, HelloRepr, Limits,
+    NotifyRepr, PutRepr, RejectRepr,
 };
 
 use super::config::EngineConfig;
@@ -77,6 +77,13 @@ pub enum Receiving {
         /// Bytes in so far.
         have: u64,
     },
+    /// A put's notice waiting for a place in the event queue.
+    WaitingEventRoom {
+        /// Its sequence number.
+        seq: u64,
+        /// The notice.
+        notify: NotifyRepr,
+    },
     /// A SEND or PUT received before: its payload is dropped unread, and
     /// the peer is owed an acknowledgement (it evidently missed one).
     Duplicate,
@@ -119,6 +126,13 @@ pub enum ControlIn {
         /// Which.
         done: DoneRepr,
     },
+    /// One of the peer's puts has landed; its event's place is kept.
+    Notify {
+        /// Its sequence number.
+        seq: u64,
+        /// The notice.
+        notify: NotifyRepr,
+    },
 }
 
 /// A link's deadlines.
@@ -145,6 +159,8 @@ pub enum Handshaken {
 pub struct Dropped {
     /// A receive fragment a SEND was arriving in.
     pub fragment: Option<Fragment>,
+    /// An event place kept for a notice that was arriving.
+    pub event_place: bool,
     /// A retained packet of the peer that was partly written.
     pub unpinned: Option<u64>,
 }
@@ -272,12 +288,21 @@ impl<const W: usize> Link<W> {
 
     /// Starts reading a new datagram: a fresh reader for one frame whose
     /// checksum the caller checked.
-    pub fn read_datagram(&mut self, limits: Limits) -> Option<Fragment> {
+    pub fn read_datagram(&mut self, limits: Limits) -> Dropped {
         self.reader = StreamReader::for_checked_frame(limits);
+        self.stop_receiving()
+    }
+
+    /// Drops the frame being received: what it holds is for the caller to
+    /// release.
+    fn stop_receiving(&mut self) -> Dropped {
+        let mut dropped = Dropped::default();
         match core::mem::replace(&mut self.receiving, Receiving::None) {
-            Receiving::Send { frag, .. } => Some(frag),
-            _ => None,
+            Receiving::Send { frag, .. } => dropped.fragment = Some(frag),
+            Receiving::Control(ControlIn::Notify { .. }) => dropped.event_place = true,
+            _ => {}
         }
+        dropped
     }
 
     /// The write queue.
@@ -380,22 +405,20 @@ impl<const W: usize> Link<W> {
     pub fn end(&mut self, reason: CloseReason, by_peer: bool) -> Dropped {
         self.state = LinkState::Closing;
         self.end = Some((reason, by_peer));
-        let unpinned = self.outbox.clear();
-        let fragment = match core::mem::replace(&mut self.receiving, Receiving::None) {
-            Receiving::Send { frag, .. } => Some(frag),
-            _ => None,
-        };
-        Dropped { fragment, unpinned }
+        self.closed_now()
     }
 
     /// What is left when the driver reports the link closed.
     pub fn closed(mut self) -> Dropped {
+        self.closed_now()
+    }
+
+    fn closed_now(&mut self) -> Dropped {
         let unpinned = self.outbox.clear();
-        let fragment = match core::mem::replace(&mut self.receiving, Receiving::None) {
-            Receiving::Send { frag, .. } => Some(frag),
-            _ => None,
-        };
-        Dropped { fragment, unpinned }
+        Dropped {
+            unpinned,
+            ..self.stop_receiving()
+        }
     }
 
     /// Why the link is closing, once it is.

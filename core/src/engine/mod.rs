@@ -48,6 +48,7 @@ pub mod peer;
 pub mod rtt;
 mod shared;
 pub mod storage;
+pub mod tables;
 #[cfg(test)]
 mod testkit;
 mod timers;
@@ -59,14 +60,12 @@ pub use framing::{Datagram, Framing, Stream};
 pub use ops::OpSlot;
 pub use packet::{HEADER_RESERVE, MAX_SEGMENTS, Segments};
 pub use peer::MAX_PEER_LINKS;
-pub use storage::{Capacities, Inline, Lent, Storage, Tables};
+pub use storage::{Lent, Storage};
+pub use tables::{Capacities, Inline, Tables};
 
 use heapless::Vec;
 
-use crate::btl::{
-    Access, Attributes, BtlError, BtlFlags, LostReason, Registrations, RejectCode, RemoteKey,
-    RemoteSlice,
-};
+use crate::btl::{Access, Attributes, BtlError, BtlFlags, LostReason, Registrations, RejectCode};
 use crate::endpoint::{EndpointId, EndpointSlot, EndpointTable, ProcName};
 use crate::mca::Exclusivity;
 use crate::pool::{Fragment, FragmentClass, FragmentPools};
@@ -231,6 +230,18 @@ pub struct Engine<S: Storage, F: Framing = Stream, const W: usize = 64> {
     /// Links made so far: their order of age.
     serial: u32,
     finalized: bool,
+}
+
+impl<S: Storage, F: Framing, const W: usize> core::fmt::Debug for Engine<S, F, W> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Engine")
+            .field("name", &self.attributes.name)
+            .field("me", &self.shared.config.me)
+            .field("framing", &self.framing)
+            .field("usage", &self.usage())
+            .field("finalized", &self.finalized)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
@@ -855,11 +866,15 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         }
     }
 
-    /// What an ended link leaves: the receive fragment it was filling goes
-    /// back, and its peer may let go of a packet it was writing.
+    /// What an ended link leaves: the receive fragment it was filling and
+    /// the event place it kept go back, and its peer may let go of a packet
+    /// it was writing.
     fn release_dropped(&mut self, peer: Option<EndpointId>, dropped: Dropped) {
         if let Some(frag) = dropped.fragment {
             self.shared.drop_received(frag);
+        }
+        if dropped.event_place {
+            self.shared.events.forgive();
         }
         if let Some(seq) = dropped.unpinned
             && let Some(peer) = peer.and_then(|p| self.peers.get_mut(p))
@@ -1186,18 +1201,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
 
     /// Starts serving `get` of peer `from` into its target process.
     fn serve_for(&mut self, from: EndpointId, get: GetRepr) -> Result<(), RejectCode> {
-        let target = ProcName::new(get.target_job, get.target_rank);
+        let (src, dst, target) = ops::get_parts(&get);
         let to = self.reach(target).ok_or(RejectCode::NoTarget)?;
-        let src = RemoteSlice {
-            key: RemoteKey(get.src_handle),
-            offset: get.src_offset,
-            len: get.len,
-        };
-        let dst = RemoteSlice {
-            key: RemoteKey(get.dst_handle),
-            offset: get.dst_offset,
-            len: get.len,
-        };
         let local = self
             .shared
             .regs

@@ -20,10 +20,25 @@ use crate::btl::{
     Access, BtlError, Completion, MemSlice, OpId, RejectCode, RemoteKey, RemoteSlice,
 };
 use crate::endpoint::{EndpointId, ProcName};
-use crate::wire::{DoneRepr, GetRepr, PutRepr, RejectRepr};
+use crate::wire::{DoneRepr, GetRepr, NotifyRepr, PutRepr, RejectRepr};
 
 /// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
 pub(crate) const GET_REPLY: u64 = 1 << 63;
+
+/// What a GET asks for: its source in the process it is sent to, its
+/// destination in the target process, and the target.
+pub(crate) fn get_parts(get: &GetRepr) -> (RemoteSlice, RemoteSlice, ProcName) {
+    let slice = |handle, offset| RemoteSlice {
+        key: RemoteKey(handle),
+        offset,
+        len: get.len,
+    };
+    (
+        slice(get.src_handle, get.src_offset),
+        slice(get.dst_handle, get.dst_offset),
+        ProcName::new(get.target_job, get.target_rank),
+    )
+}
 
 /// What an operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +83,45 @@ pub struct Op {
     pub count: u32,
     /// Index of the next PUT packet.
     pub next_index: u32,
+    /// A put's notice to its target, if it asked for one.
+    pub notice: Option<Notice>,
+}
+
+/// A put's notice to its target ([`Btl::put_notify`]): its value, and how
+/// far it got. It goes after the put's last data, and the put is done
+/// once the target has acknowledged it.
+///
+/// [`Btl::put_notify`]: crate::btl::Btl::put_notify
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Notice {
+    /// The value for the target's event.
+    pub imm: u64,
+    /// Handed to a packet.
+    pub sent: bool,
+    /// Acknowledged by the target.
+    pub taken: bool,
+}
+
+/// What an operation hands its peer's window next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// A PUT packet: its header fields, its data and the slot of its
+    /// operation.
+    Put {
+        /// The header fields.
+        put: PutRepr,
+        /// The data.
+        data: MemSlice,
+        /// The operation's slot.
+        op: u16,
+    },
+    /// A put's notice, after its last data.
+    Notice {
+        /// The packet.
+        notify: NotifyRepr,
+        /// The operation's slot.
+        op: u16,
+    },
 }
 
 impl Op {
@@ -97,12 +151,31 @@ impl Op {
             done: 0,
             count: u32::try_from(len.div_ceil(chunk.max(1)).max(1)).unwrap_or(u32::MAX),
             next_index: 0,
+            notice: None,
         }
     }
 
-    /// Whether it still has data to hand to packets.
+    /// The same operation telling its target with `imm`, if given (a put).
+    pub fn noticed(self, imm: Option<u64>) -> Self {
+        Op {
+            notice: imm.map(|imm| Notice {
+                imm,
+                sent: false,
+                taken: false,
+            }),
+            ..self
+        }
+    }
+
+    /// Whether it still has data, or its notice, to hand to packets.
     fn is_sending(&self) -> bool {
-        matches!(self.kind, OpKind::Put | OpKind::Serve) && self.queued < self.len
+        matches!(self.kind, OpKind::Put | OpKind::Serve)
+            && (self.queued < self.len || self.notice.is_some_and(|n| !n.sent))
+    }
+
+    /// Whether all its bytes are done and its notice, if any, taken.
+    fn is_done(&self) -> bool {
+        self.done >= self.len && self.notice.is_none_or(|n| n.taken)
     }
 }
 
@@ -282,9 +355,9 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
             .any(|(_, o)| o.local.is_some_and(|l| l.handle == handle))
     }
 
-    /// Hands out the next PUT packet to `peer`, of at most `chunk` bytes:
-    /// its header fields, its data and the slot of its operation.
-    pub fn next_put(&mut self, peer: EndpointId, chunk: u64) -> Option<(PutRepr, MemSlice, u16)> {
+    /// Hands out what goes next to `peer`: a PUT packet of at most `chunk`
+    /// bytes, or the notice that follows a put's last one.
+    pub fn next_put(&mut self, peer: EndpointId, chunk: u64) -> Option<Next> {
         if self.sending == 0 {
             return None;
         }
@@ -296,39 +369,98 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
                 Slot::Op(op) if op.peer == peer && op.is_sending() => Some((i, op)),
                 _ => None,
             })?;
-        let local = op.local?;
-        let len = chunk.max(1).min(op.len - op.queued);
-        let put = PutRepr {
-            xfer_id: op.id,
-            handle: op.remote.key.0,
-            offset: op.remote.offset + op.queued,
-            total_len: op.len,
-            index: op.next_index,
-            count: op.count,
+        let next = if op.queued < op.len {
+            let local = op.local?;
+            let len = chunk.max(1).min(op.len - op.queued);
+            let put = PutRepr {
+                xfer_id: op.id,
+                handle: op.remote.key.0,
+                offset: op.remote.offset + op.queued,
+                total_len: op.len,
+                index: op.next_index,
+                count: op.count,
+            };
+            let data = MemSlice {
+                handle: local.handle,
+                offset: local.offset + op.queued,
+                len,
+            };
+            op.queued += len;
+            op.next_index += 1;
+            Next::Put {
+                put,
+                data,
+                op: i as u16,
+            }
+        } else {
+            let notice = op.notice.as_mut()?;
+            notice.sent = true;
+            Next::Notice {
+                notify: NotifyRepr {
+                    xfer_id: op.id,
+                    handle: op.remote.key.0,
+                    offset: op.remote.offset,
+                    len: op.len,
+                    imm: notice.imm,
+                },
+                op: i as u16,
+            }
         };
-        let data = MemSlice {
-            handle: local.handle,
-            offset: local.offset + op.queued,
-            len,
-        };
-        op.queued += len;
-        op.next_index += 1;
         let done_sending = !op.is_sending();
         self.sending -= usize::from(done_sending);
-        Some((put, data, i as u16))
+        Some(next)
     }
 
     /// Whether a PUT packet handed out by [`next_put`](Self::next_put) could
     /// not go after all: its data is handed out again.
     pub fn unput(&mut self, i: usize, len: u64) {
-        if let Some(OpSlot(Slot::Op(op))) = self.slots_mut().get_mut(i) {
-            let was = op.is_sending();
+        self.hand_back(i, |op| {
             op.queued -= len.min(op.queued);
             op.next_index = op.next_index.saturating_sub(1);
+        });
+    }
+
+    /// Whether a notice handed out by [`next_put`](Self::next_put) could not
+    /// go after all (no credit): it is handed out again.
+    pub fn unnotice(&mut self, i: usize) {
+        self.hand_back(i, |op| {
+            if let Some(n) = op.notice.as_mut() {
+                n.sent = false;
+            }
+        });
+    }
+
+    fn hand_back(&mut self, i: usize, undo: impl FnOnce(&mut Op)) {
+        if let Some(OpSlot(Slot::Op(op))) = self.slots_mut().get_mut(i) {
+            let was = op.is_sending();
+            undo(op);
             if !was && op.is_sending() {
                 self.sending += 1;
             }
         }
+    }
+
+    /// The notice of the put in slot `i` was acknowledged (or failed), if
+    /// it is still transfer `id` of `peer`; how the put ended, if it did.
+    pub fn notice_taken<E: BorrowMut<[EventSlot]>>(
+        &mut self,
+        i: usize,
+        peer: EndpointId,
+        id: u64,
+        result: Result<(), BtlError>,
+        events: &mut Events<E>,
+    ) -> Option<Ended> {
+        let op = match &mut self.slots_mut().get_mut(i)?.0 {
+            Slot::Op(op) if op.id == id && op.peer == peer => op,
+            _ => return None,
+        };
+        if let Some(n) = op.notice.as_mut() {
+            n.taken = true;
+        }
+        if result.is_err() || op.is_done() {
+            return self.finish(i, result, events);
+        }
+        None
     }
 
     /// `len` bytes of the operation in slot `i` were acknowledged (a put's
@@ -349,7 +481,7 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
             _ => return None,
         };
         op.done = op.done.saturating_add(len);
-        if result.is_err() || op.done >= op.len {
+        if result.is_err() || op.is_done() {
             return self.finish(i, result, events);
         }
         None
@@ -504,7 +636,15 @@ mod tests {
             Op::new(OpKind::Put, P, 7, id, Some(local(h, 10)), remote(10), 10, 4),
         );
         let mut pieces = std::vec::Vec::new();
-        while let Some((put, data, slot)) = ops.next_put(P, 4) {
+        while let Some(next) = ops.next_put(P, 4) {
+            let Next::Put {
+                put,
+                data,
+                op: slot,
+            } = next
+            else {
+                panic!("no notice was asked for: {next:?}");
+            };
             assert_eq!(usize::from(slot), i);
             pieces.push((put.offset, put.index, put.count, data.len));
         }
@@ -530,6 +670,69 @@ mod tests {
         ));
         assert_eq!(ops.len(), 0);
         assert_eq!(ops.finish(i, Ok(()), &mut ev), None, "ends once");
+    }
+
+    #[test]
+    fn a_notice_follows_the_last_data_and_the_put_ends_once_it_is_taken() {
+        let mut ops = Ops::new([OpSlot::EMPTY; 2]);
+        let mut ev = events();
+        let h = handle();
+        let i = ops.free_slot().expect("room");
+        let id = ops.new_id();
+        assert!(ev.owe());
+        let op = Op::new(OpKind::Put, P, 7, id, Some(local(h, 6)), remote(6), 6, 4);
+        ops.start(i, op.noticed(Some(0xfeed)));
+        assert!(matches!(ops.next_put(P, 4), Some(Next::Put { .. })));
+        assert!(matches!(ops.next_put(P, 4), Some(Next::Put { .. })));
+        let notify = NotifyRepr {
+            xfer_id: id,
+            handle: 9,
+            offset: 100,
+            len: 6,
+            imm: 0xfeed,
+        };
+        let op_slot = i as u16;
+        assert_eq!(
+            ops.next_put(P, 4),
+            Some(Next::Notice {
+                notify,
+                op: op_slot
+            })
+        );
+        assert_eq!(ops.next_put(P, 4), None, "one notice");
+        ops.unnotice(i);
+        assert_eq!(
+            ops.next_put(P, 4),
+            Some(Next::Notice {
+                notify,
+                op: op_slot
+            }),
+            "handed out again when it could not go"
+        );
+        assert_eq!(
+            ops.credit(i, P, id, 6, Ok(()), &mut ev),
+            None,
+            "the data is in, the notice is not yet taken"
+        );
+        assert_eq!(
+            ops.notice_taken(i, P, id, Ok(()), &mut ev),
+            Some(Ended::Reported)
+        );
+        assert!(matches!(
+            ev.pop(),
+            Some(Pending::Done(Completion::Put { result: Ok(()), .. }))
+        ));
+        // An empty put with a notice is the notice alone.
+        let i = ops.free_slot().expect("room");
+        let id = ops.new_id();
+        assert!(ev.owe());
+        let op = Op::new(OpKind::Put, P, 0, id, Some(local(h, 0)), remote(0), 0, 4);
+        ops.start(i, op.noticed(Some(1)));
+        assert!(matches!(ops.next_put(P, 4), Some(Next::Notice { .. })));
+        assert_eq!(
+            ops.notice_taken(i, P, id, Err(BtlError::NotSupported), &mut ev),
+            Some(Ended::Reported)
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@ use crate::desc::Descriptor;
 use crate::pool::PoolsRef;
 use crate::wire::{
     self, AckRepr, CHECKSUM_LEN, CloseRepr, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN,
-    HeaderRepr, HelloAckRepr, HelloRepr, PacketRepr, PacketType, PutRepr, RejectRepr, SendRepr,
+    HeaderRepr, HelloAckRepr, HelloRepr, NotifyRepr, PacketRepr, PacketType, PutRepr, RejectRepr,
+    SendRepr,
 };
 
 /// Bytes a descriptor keeps in front of its payload for the engine's
@@ -113,6 +114,8 @@ pub enum ControlPacket {
     /// Tells the peer a get it asked for on behalf of a third process has
     /// landed.
     Done(DoneRepr),
+    /// Tells the peer a put of this side's has landed in its memory.
+    Notify(NotifyRepr),
 }
 
 impl ControlPacket {
@@ -121,6 +124,7 @@ impl ControlPacket {
             ControlPacket::Get(g) => PacketRepr::Get(g),
             ControlPacket::Reject(r) => PacketRepr::Reject(r),
             ControlPacket::Done(d) => PacketRepr::Done(d),
+            ControlPacket::Notify(n) => PacketRepr::Notify(n),
         }
     }
 }

@@ -18,21 +18,22 @@
 
 use heapless::{Deque, Vec};
 
-use crate::btl::{Access, BtlError, LostReason, RejectCode, RemoteKey, RemoteSlice, Side, Tag};
+use crate::btl::{Access, BtlError, Completion, LostReason, RejectCode, RemoteKey, Side, Tag};
 use crate::desc::Descriptor;
 use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, RejectRepr, SendRepr,
+    CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, NotifyRepr, RejectRepr, SendRepr,
 };
 
 use super::acks::AckOwed;
 use super::config::EngineConfig;
 use super::credits::Credits;
+use super::events::Pending;
 use super::framing::Framing;
 use super::link::{ControlIn, Receiving};
-use super::ops::{GET_REPLY, Mail, OpKind};
+use super::ops::{GET_REPLY, Mail, Next, OpKind, get_parts};
 use super::outbox::Retained;
 use super::packet::{
     Answer, ControlFrame, ControlPacket, HEADER_RESERVE, Outgoing, Queued, ack_frame,
@@ -112,6 +113,8 @@ enum Held {
     Get(GetRepr),
     Reject(RejectRepr),
     Done(DoneRepr),
+    /// A put's notice; its event's place is kept.
+    Notify(NotifyRepr),
 }
 
 /// What the peer's HELLO said, as the peer keeps it.
@@ -125,7 +128,12 @@ pub struct Hello {
     pub initial_credits: u32,
     /// Whether both sides check CRC trailers.
     pub checksum: bool,
+    /// Whether it takes a put's notice (NOTIFY, from minor version 1).
+    pub notices: bool,
 }
+
+/// The minor protocol version that brought NOTIFY.
+const NOTIFY_SINCE: u8 = 1;
 
 impl Hello {
     /// The facts of `hello`, with trailers as the handshake agreed.
@@ -135,6 +143,7 @@ impl Hello {
             max_body: hello.max_body,
             initial_credits: hello.initial_credits,
             checksum,
+            notices: hello.version_minor >= NOTIFY_SINCE,
         }
     }
 }
@@ -179,9 +188,11 @@ pub struct Peer<const W: usize> {
     /// Retained packets partly written on a link, and those of them the
     /// peer has acknowledged since: kept until their last byte is written.
     pinned: Vec<(u64, Option<Outgoing>), MAX_PEER_LINKS>,
-    /// Largest body the peer accepts; CRC trailers to and from it.
+    /// Largest body the peer accepts; CRC trailers to and from it;
+    /// whether it takes a put's notice.
     peer_max_body: u64,
     checksum: bool,
+    notices: bool,
     credits: Credits,
     acks: AckOwed,
     last_heard: Instant,
@@ -225,6 +236,7 @@ impl<const W: usize> Peer<W> {
             pinned: Vec::new(),
             peer_max_body: crate::wire::MIN_MAX_BODY,
             checksum: false,
+            notices: true,
             credits: Credits::default(),
             acks: AckOwed::default(),
             last_heard: Instant::ZERO,
@@ -434,6 +446,7 @@ impl<const W: usize> Peer<W> {
         self.was_open = true;
         self.epoch = Some(hello.epoch);
         self.checksum = hello.checksum;
+        self.notices = hello.notices;
         self.peer_max_body = hello.max_body;
         self.credits.open(hello.initial_credits);
         self.last_heard = now;
@@ -627,14 +640,12 @@ impl<const W: usize> Peer<W> {
                 shared.complete_send(self.id, desc, Err(error));
             }
         }
-        let mut held: Vec<Fragment, W> = Vec::new();
+        let mut held: Vec<Held, W> = Vec::new();
         self.recv.drain_held(|_, h| {
-            if let Held::Send { frag, .. } = h {
-                let _ = held.push(frag);
-            }
+            let _ = held.push(h);
         });
-        for frag in held {
-            shared.drop_received(frag);
+        for h in held {
+            self.drop_held(h, shared);
         }
         shared.ops.fail_peer(self.id, error, &mut shared.events);
         if error != BtlError::Finalized {
@@ -834,14 +845,29 @@ impl<const W: usize> Peer<W> {
         self.queue.push_back(Queued::Get(get)).is_ok()
     }
 
-    /// Whether a message can go at once: the peer is open, nothing waits
-    /// ahead of it, and credit and window room are there.
-    pub fn ready_for_sendi(&self) -> bool {
-        self.state == PeerState::Open
-            && self.queue.is_empty()
-            && self.answers.is_empty()
-            && self.credits.has_credit()
-            && !self.send.is_full()
+    /// Whether `sendi` takes a message for the peer: an open peer's goes
+    /// at once (nothing waits ahead of it, credit and window room are
+    /// there), so that a sender ahead of its peer learns at once; one being
+    /// connected waits for the connection in the queue, while it has room,
+    /// as the first messages of every connection do.
+    pub fn takes_sendi(&self) -> bool {
+        match self.state {
+            PeerState::Open => {
+                self.queue.is_empty()
+                    && self.answers.is_empty()
+                    && self.credits.has_credit()
+                    && !self.send.is_full()
+            }
+            PeerState::Idle | PeerState::Connecting { .. } => !self.queue.is_full(),
+            PeerState::Lost(_) => false,
+        }
+    }
+
+    /// Whether the peer takes a put's notice: it knows NOTIFY, or has not
+    /// said yet (a put to a peer being connected is checked when its
+    /// notice is due).
+    pub fn takes_notices(&self) -> bool {
+        self.notices
     }
 
     /// Whether the peer accepts a message of `len` bytes, once it has said
@@ -937,13 +963,32 @@ impl<const W: usize> Peer<W> {
                 _ => {}
             }
             let chunk = self.put_chunk(shared);
-            let (put, data, op) = shared.ops.next_put(self.id, chunk)?;
-            let out = Outgoing::put(&put, data, op);
-            match self.send.push(out, shared.now) {
-                Ok(seq) => return Some((seq, self.send_link(true))),
-                Err(_) => {
-                    shared.ops.unput(usize::from(op), data.len);
+            match shared.ops.next_put(self.id, chunk)? {
+                Next::Put { put, data, op } => {
+                    let out = Outgoing::put(&put, data, op);
+                    match self.send.push(out, shared.now) {
+                        Ok(seq) => return Some((seq, self.send_link(true))),
+                        Err(_) => {
+                            shared.ops.unput(usize::from(op), data.len);
+                            return None;
+                        }
+                    }
+                }
+                Next::Notice { op, .. } if !self.takes_notices() => {
+                    let error = Err(BtlError::NotSupported);
+                    shared
+                        .ops
+                        .finish(usize::from(op), error, &mut shared.events);
+                }
+                // A notice spends a credit, as a message does: its event
+                // takes a place at the peer until it is polled.
+                Next::Notice { op, .. } if !self.credits.has_credit() => {
+                    shared.ops.unnotice(usize::from(op));
                     return None;
+                }
+                Next::Notice { notify, .. } => {
+                    self.credits.spend();
+                    return self.push(Outgoing::control(ControlPacket::Notify(notify)), shared);
                 }
             }
         }
@@ -1073,6 +1118,17 @@ impl<const W: usize> Peer<W> {
                     &mut shared.events,
                 );
             }
+            Outgoing::Control {
+                packet: ControlPacket::Notify(n),
+                ..
+            } => {
+                if let Some(i) = shared.ops.find(OpKind::Put, self.id, n.xfer_id) {
+                    let events = &mut shared.events;
+                    shared
+                        .ops
+                        .notice_taken(i, self.id, n.xfer_id, result, events);
+                }
+            }
             Outgoing::Control { .. } => {}
         }
     }
@@ -1198,25 +1254,24 @@ impl<const W: usize> Peer<W> {
                 Some((seq, Held::Reject(reject)))
             }
             Receiving::Control(ControlIn::Done { seq, done }) => Some((seq, Held::Done(done))),
+            Receiving::Control(ControlIn::Notify { seq, notify }) => {
+                Some((seq, Held::Notify(notify)))
+            }
             _ => None,
         };
         let Some((seq, item)) = held else {
             return self.on_ack(ack, header.credits, framing, shared);
         };
-        let is_send = matches!(item, Held::Send { .. });
+        let spends_credit = matches!(item, Held::Send { .. } | Held::Notify(_));
         match self.recv.receive(seq, item) {
-            // Every new SEND spends one credit: a peer that sends past what
-            // this side granted breaks the protocol (its SENDs would fill
-            // the fragments every other peer needs).
-            Ok(_) if is_send && !self.credits.receive(shared.config.initial_credits) => {
+            // Every new SEND or NOTIFY spends one credit: a peer that sends
+            // past what this side granted breaks the protocol (it would fill
+            // the fragments and event places every other peer needs).
+            Ok(_) if spends_credit && !self.credits.receive(shared.config.initial_credits) => {
                 return Err(CloseReason::ProtocolError);
             }
             Ok(_) => {}
-            Err(refused) => {
-                if let Held::Send { frag, .. } = refused.into_item() {
-                    shared.drop_received(frag);
-                }
-            }
+            Err(refused) => self.drop_held(refused.into_item(), shared),
         }
         self.acks.owe(now, false);
         while let Some((_, item)) = self.recv.pop() {
@@ -1225,6 +1280,16 @@ impl<const W: usize> Peer<W> {
         // The body before the acknowledgement: a REJECT must fail its put
         // before the ack of the refused packets could complete it.
         self.on_ack(ack, header.credits, framing, shared)
+    }
+
+    /// Lets go of what a packet that will not be delivered holds: a SEND's
+    /// fragment, a notice's event place.
+    fn drop_held<S: Storage>(&mut self, item: Held, shared: &mut Shared<S>) {
+        match item {
+            Held::Send { frag, .. } => shared.drop_received(frag),
+            Held::Notify(_) => shared.events.forgive(),
+            _ => {}
+        }
     }
 
     /// Acts on a packet delivered in order.
@@ -1264,6 +1329,30 @@ impl<const W: usize> Peer<W> {
                     shared.ops.finish(i, Ok(()), &mut shared.events);
                 }
             }
+            Held::Notify(n) => {
+                // Of a put this side refused, or naming memory it may not
+                // write: the REJECT said what happened, and no event is due.
+                let landed = shared.regs.check_remote(
+                    RemoteKey(n.handle).slice(n.offset, n.len),
+                    Access::REMOTE_WRITE,
+                );
+                match landed {
+                    Ok(slice) if self.last_rejected != Some(n.xfer_id) => {
+                        let from = self.id;
+                        shared
+                            .events
+                            .push_owed(Pending::Done(Completion::PutArrived {
+                                from,
+                                slice,
+                                imm: n.imm,
+                            }));
+                    }
+                    _ => {
+                        shared.events.forgive();
+                        self.give_back_credit(shared.now);
+                    }
+                }
+            }
         }
     }
 
@@ -1276,17 +1365,7 @@ impl<const W: usize> Peer<W> {
                 code,
             })
         };
-        let src = RemoteSlice {
-            key: RemoteKey(get.src_handle),
-            offset: get.src_offset,
-            len: get.len,
-        };
-        let dst = RemoteSlice {
-            key: RemoteKey(get.dst_handle),
-            offset: get.dst_offset,
-            len: get.len,
-        };
-        let target = ProcName::new(get.target_job, get.target_rank);
+        let (src, dst, target) = get_parts(&get);
         if target == shared.config.me {
             // Into another of this process's registrations: one copy.
             let answer = match shared.regs.copy(Side::Remote(src), Side::Remote(dst)) {

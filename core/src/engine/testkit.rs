@@ -12,7 +12,8 @@ use super::framing::Framing;
 use super::ops::Ops;
 use super::peer::{Hello, Opened};
 use super::shared::Shared;
-use super::storage::{Storage, Tables};
+use super::storage::Storage;
+use super::tables::Tables;
 use super::{Engine, LinkId, rtt::RttConfig};
 use crate::btl::{BtlError, Completion, RegSlot, Registrations, Tag};
 use crate::desc::{DescFlags, Descriptor, Order};
@@ -106,6 +107,7 @@ pub(crate) fn hello(epoch: u64, credits: u32) -> Hello {
         max_body: 1 << 20,
         initial_credits: credits,
         checksum: false,
+        notices: true,
     }
 }
 
@@ -148,6 +150,8 @@ pub(crate) enum Seen {
     Error(BtlError),
     /// A put or get ended so.
     Op(Result<(), BtlError>),
+    /// A peer's put landed, with this value.
+    Arrived(u64),
 }
 
 /// The events queued so far, oldest first; their fragments and
@@ -172,6 +176,7 @@ pub(crate) fn drain_events(shared: &mut Shared<Boxed>) -> Vec<Seen> {
             Pending::Done(Completion::Put { result, .. } | Completion::Get { result, .. }) => {
                 Seen::Op(result)
             }
+            Pending::Done(Completion::PutArrived { imm, .. }) => Seen::Arrived(imm),
         });
     }
     out

@@ -115,8 +115,13 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
     /// queues, so a send made between two polls cannot take that place and
     /// make the completion (and the descriptor) vanish.
     fn has_room(&self) -> bool {
+        self.has_room_for(1)
+    }
+
+    /// Whether `n` more events fit the queue.
+    fn has_room_for(&self, n: usize) -> bool {
         let reserved = matches!(self.delivered, Some((_, Payload::Descriptor(_))));
-        self.queue.len() + usize::from(reserved) < QUEUE
+        self.queue.len() + usize::from(reserved) + n <= QUEUE
     }
 
     /// Releases what the previous `poll_event` lent out: a sendi slot goes
@@ -391,6 +396,45 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             ctx,
             true,
         )
+    }
+
+    fn put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.check(endpoint)?;
+        self.regs.slice(local)?;
+        // This process is the target too: its event and the put's.
+        if !self.has_room_for(2) {
+            return Err(BtlError::OutOfResource);
+        }
+        let landed = self.regs.check_remote(remote, Access::REMOTE_WRITE);
+        let op = self.rdma(
+            endpoint,
+            Side::Local(local),
+            Side::Remote(remote),
+            ctx,
+            true,
+        )?;
+        if let (Ok(slice), Some(Pending::Done(Completion::Put { result: Ok(()), .. }))) =
+            (landed, self.queue.back())
+        {
+            let arrived = Completion::PutArrived {
+                from: ME,
+                slice,
+                imm,
+            };
+            // Room for both was checked: the target's event goes first.
+            if let Some(put) = self.queue.pop_back() {
+                let _ = self.queue.push_back(Pending::Done(arrived));
+                let _ = self.queue.push_back(put);
+            }
+        }
+        Ok(op)
     }
 
     fn get(

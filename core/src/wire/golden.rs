@@ -77,6 +77,13 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         code: RejectCode::OutOfBounds,
     });
     let done = PacketRepr::Done(DoneRepr { xfer_id: 0x1003 });
+    let notify = PacketRepr::Notify(NotifyRepr {
+        xfer_id: 0x1001,
+        handle: 0xabcd,
+        offset: 0,
+        len: 10000,
+        imm: 0x0102_0304,
+    });
     let hello = PacketRepr::Hello(HELLO_A);
     std::vec![
         ("hello", HeaderRepr::new(&hello), hello),
@@ -106,6 +113,7 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         ("close", reliable(&close, 11), close),
         ("reject", reliable(&reject, 12), reject),
         ("done", reliable(&done, 13), done),
+        ("notify", reliable(&notify, 14), notify),
     ]
 }
 
@@ -235,6 +243,7 @@ fn golden_lengths() {
             ("close", 40),
             ("reject", 48),
             ("done", 40),
+            ("notify", 72),
         ]
     );
 }

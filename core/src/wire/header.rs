@@ -17,7 +17,7 @@ use bitflags::bitflags;
 use super::field::{Fields, FieldsMut, check_reserved};
 use super::{
     AckRepr, CHECKSUM_LEN, CloseRepr, DoneRepr, GetRepr, HEADER_LEN, HelloAckRepr, HelloRepr,
-    Limits, PacketRepr, PutRepr, RejectRepr, SendRepr, WireError,
+    Limits, NotifyRepr, PacketRepr, PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 const TYPE: usize = 0;
@@ -51,11 +51,14 @@ pub enum PacketType {
     Reject = 8,
     /// Reports a GET for a third process complete at its target.
     Done = 9,
+    /// Tells the target of a PUT that its data has landed (since minor
+    /// version 1).
+    Notify = 10,
 }
 
 impl PacketType {
     /// Every packet type, in type-number order.
-    pub const ALL: [PacketType; 9] = [
+    pub const ALL: [PacketType; 10] = [
         Self::Hello,
         Self::HelloAck,
         Self::Send,
@@ -65,6 +68,7 @@ impl PacketType {
         Self::Close,
         Self::Reject,
         Self::Done,
+        Self::Notify,
     ];
 
     /// The type with wire number `raw`, if there is one.
@@ -79,6 +83,7 @@ impl PacketType {
             7 => Self::Close,
             8 => Self::Reject,
             9 => Self::Done,
+            10 => Self::Notify,
             _ => return None,
         })
     }
@@ -95,6 +100,7 @@ impl PacketType {
             Self::Close => "CLOSE",
             Self::Reject => "REJECT",
             Self::Done => "DONE",
+            Self::Notify => "NOTIFY",
         }
     }
 
@@ -127,6 +133,7 @@ impl PacketType {
             Self::Close => CloseRepr::LEN,
             Self::Reject => RejectRepr::LEN,
             Self::Done => DoneRepr::LEN,
+            Self::Notify => NotifyRepr::LEN,
         }
     }
 

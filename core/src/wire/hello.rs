@@ -25,9 +25,10 @@ use super::field::{Fields, FieldsMut, check_reserved};
 pub const MAGIC: [u8; 4] = *b"BTL\0";
 /// Major protocol version: peers with different majors cannot talk.
 pub const VERSION_MAJOR: u8 = 1;
-/// Minor protocol version: a higher minor only adds what a lower one can
-/// ignore, so peers with the same major talk whatever their minors.
-pub const VERSION_MINOR: u8 = 0;
+/// Minor protocol version: a higher minor only adds what a peer uses with
+/// those that announce it (minor 1 added NOTIFY), so peers with the same
+/// major talk whatever their minors.
+pub const VERSION_MINOR: u8 = 1;
 /// Bytes of the per-connection random nonce that the job-key proof binds.
 pub const NONCE_LEN: usize = 16;
 

@@ -7,7 +7,7 @@
 //! nine types ([`PacketType`]): the handshake ([`HelloRepr`],
 //! [`HelloAckRepr`] with its [`hello_proof`]), active messages
 //! ([`SendRepr`]), bulk transfers ([`PutRepr`], [`GetRepr`],
-//! [`RejectRepr`], [`DoneRepr`]), acknowledgements ([`AckRepr`]) and [`CloseRepr`]. The
+//! [`RejectRepr`], [`DoneRepr`], [`NotifyRepr`]), acknowledgements ([`AckRepr`]) and [`CloseRepr`]. The
 //! book's protocol chapter specifies each byte, with golden vectors that
 //! the tests check against this code.
 //!
@@ -61,6 +61,7 @@ mod header;
 mod hello;
 mod hello_ack;
 mod limits;
+mod notify;
 mod packet;
 mod proof;
 mod put;
@@ -82,6 +83,7 @@ pub use header::{Flags, Header, HeaderRepr, PacketType};
 pub use hello::{Capabilities, HelloRepr, MAGIC, NONCE_LEN, VERSION_MAJOR, VERSION_MINOR};
 pub use hello_ack::HelloAckRepr;
 pub use limits::{Limits, MAX_MAX_BODY, MIN_MAX_BODY};
+pub use notify::NotifyRepr;
 pub use packet::{PacketRepr, emit, emit_prefix, parse, parse_datagram};
 pub use proof::{PROOF_CONTEXT, PROOF_LEN, hello_proof, verify_proof};
 pub use put::PutRepr;

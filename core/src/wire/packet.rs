@@ -4,7 +4,8 @@
 use super::checksum::{Crc32c, check_trailer};
 use super::{
     AckRepr, CHECKSUM_LEN, CloseRepr, DoneRepr, Flags, GetRepr, HEADER_LEN, Header, HeaderRepr,
-    HelloAckRepr, HelloRepr, Limits, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
+    HelloAckRepr, HelloRepr, Limits, NotifyRepr, PacketType, PutRepr, RejectRepr, SendRepr,
+    WireError,
 };
 
 /// A decoded packet body of any type, borrowing its payload from the frame.
@@ -39,6 +40,8 @@ pub enum PacketRepr<'a> {
     Reject(RejectRepr),
     /// DONE.
     Done(DoneRepr),
+    /// NOTIFY.
+    Notify(NotifyRepr),
 }
 
 impl<'a> PacketRepr<'a> {
@@ -54,6 +57,7 @@ impl<'a> PacketRepr<'a> {
             Self::Close(_) => PacketType::Close,
             Self::Reject(_) => PacketType::Reject,
             Self::Done(_) => PacketType::Done,
+            Self::Notify(_) => PacketType::Notify,
         }
     }
 
@@ -111,6 +115,7 @@ impl<'a> PacketRepr<'a> {
             PacketType::Close => Self::Close(CloseRepr::parse(exact(body, bad_length)?)?),
             PacketType::Reject => Self::Reject(RejectRepr::parse(exact(body, bad_length)?)?),
             PacketType::Done => Self::Done(DoneRepr::parse(exact(body, bad_length)?)),
+            PacketType::Notify => Self::Notify(NotifyRepr::parse(exact(body, bad_length)?)),
         })
     }
 
@@ -127,6 +132,7 @@ impl<'a> PacketRepr<'a> {
             Self::Close(r) => r.emit(chunk(buf)?),
             Self::Reject(r) => r.emit(chunk(buf)?),
             Self::Done(r) => r.emit(chunk(buf)?),
+            Self::Notify(r) => r.emit(chunk(buf)?),
         }
         Ok(self.fixed_len())
     }

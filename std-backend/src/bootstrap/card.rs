@@ -7,10 +7,18 @@
 //! tcp 10.1.0.1/24 40123
 //! udp 10.1.0.1/24 40124
 //! ```
+//!
+//! A contact may also be written as an endpoint address in Motr's forms
+//! ([`btl_core::addr`]): `inet:tcp:10.1.0.1@40123` (`stream`/`tcp` for
+//! the tcp component, `dgram`/`udp` for udp), or an lnet address such as
+//! `10.1.0.1@tcp:12345:34:123`, which names the TCP port its portal and
+//! transfer machine map to. Such a contact carries no subnet, so its
+//! prefix is the whole address (`/32`, `/128`).
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
+use btl_core::addr::{EndpointAddr, SockType};
 use btl_core::endpoint::ProcName;
 
 /// One place a process listens: component, address with the prefix length
@@ -58,6 +66,36 @@ pub enum CardError {
     Empty,
 }
 
+/// Why an endpoint address cannot be a contact.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// The text is not an endpoint address.
+    #[error("{0}")]
+    Parse(btl_core::addr::ParseError),
+    /// An lnet address whose transfer machine is `*`: it names no port.
+    #[error("{0}")]
+    NoPort(btl_core::addr::LnetPortError),
+}
+
+impl Contact {
+    /// The contact an endpoint address in Motr's forms names: the tcp
+    /// component for a stream address (and any lnet address), udp for a
+    /// datagram one, with the prefix of the whole address.
+    pub fn from_address(text: &str) -> Result<Contact, AddressError> {
+        let parsed = EndpointAddr::parse(text).map_err(AddressError::Parse)?;
+        let addr = parsed.to_socket_addr().map_err(AddressError::NoPort)?;
+        let component = match parsed.sock_type() {
+            SockType::Stream => "tcp",
+            SockType::Dgram => "udp",
+        };
+        Ok(Contact {
+            component: component.to_string(),
+            addr,
+            prefix: if addr.is_ipv4() { 32 } else { 128 },
+        })
+    }
+}
+
 impl Card {
     /// A card without contacts.
     pub fn new(proc: ProcName) -> Self {
@@ -100,6 +138,14 @@ impl Card {
             let words: Vec<&str> = content.split_whitespace().collect();
             match words.as_slice() {
                 ["proc", name] => cards.push(Card::new(parse_proc(name).ok_or_else(syntax)?)),
+                [address] => {
+                    let contact = Contact::from_address(address).map_err(|_| syntax())?;
+                    cards
+                        .last_mut()
+                        .ok_or(CardError::NoProc { line })?
+                        .contacts
+                        .push(contact);
+                }
                 [component, addr, port] => {
                     let contact = parse_contact(component, addr, port).ok_or_else(syntax)?;
                     cards
@@ -198,6 +244,42 @@ mod tests {
         assert_eq!(cards.len(), 2);
         assert_eq!(cards[1].proc, ProcName::new(1, 1));
         assert_eq!(cards[1].contacts[0].addr.port(), 5001);
+    }
+
+    #[test]
+    fn contacts_may_be_endpoint_addresses() {
+        let text = "proc 7.3\ninet:tcp:10.1.0.1@40123\ninet6:dgram:fd00::5@9\n10.0.2.15@tcp:12345:34:123\n";
+        let card = Card::parse(text).expect("parses");
+        let seen: Vec<(&str, String, u8)> = card
+            .contacts
+            .iter()
+            .map(|c| (c.component.as_str(), c.addr.to_string(), c.prefix))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("tcp", "10.1.0.1:40123".to_string(), 32),
+                ("udp", "[fd00::5]:9".to_string(), 128),
+                // tmid 123 | 1 << 10 | (34 - 30) << 11
+                ("tcp", "10.0.2.15:9339".to_string(), 32),
+            ]
+        );
+        // Printed in the card's own form, it reads back the same.
+        assert_eq!(Card::parse(&card.to_string()), Ok(card));
+        assert!(matches!(
+            Contact::from_address("0@lo:12345:34:*"),
+            Err(AddressError::NoPort(_))
+        ));
+        assert!(matches!(
+            Contact::from_address("inet:sctp:10.0.0.1@1"),
+            Err(AddressError::Parse(_))
+        ));
+        for bad in ["proc 1.0\ninet:tcp:10.0.0.1", "proc 1.0\n0@lo:12345:34:*"] {
+            assert!(
+                matches!(Card::parse(bad), Err(CardError::Syntax { .. })),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! may want UDP's to differ from TCP's.
 
 use btl_core::endpoint::ProcName;
+use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
 use btl_core::mca::{
     AccessError, BTL_FRAMEWORK, ParamId, ParamKind, ParamSpec, Params, RegisterError,
@@ -11,12 +12,8 @@ use btl_core::mca::{
 use btl_core::pool::{FragmentPoolsConfig, PoolParams};
 use btl_core::time::Duration;
 
+use crate::transports::Ports;
 use crate::transports::interfaces::Selection;
-use crate::transports::listen::Ports;
-
-/// Headroom each fragment of a socket module keeps for the engine's
-/// packet header (the largest, a SEND's: 32 + 8 bytes).
-pub const HEADER_RESERVE: usize = 40;
 
 /// Parameters [`socket_param_specs`] makes.
 pub const SOCKET_PARAMS: usize = 5;
@@ -50,7 +47,7 @@ pub const fn socket_param_specs(component: &'static str) -> [ParamSpec; SOCKET_P
 /// listens, its pools and its engine.
 #[derive(Debug, Clone, Copy)]
 pub struct SocketParams {
-    socket: [ParamId; SOCKET_PARAMS],
+    socket: Registered<SOCKET_PARAMS>,
     pools: PoolParams,
     engine: EngineParams,
 }
@@ -80,7 +77,7 @@ impl SocketParams {
         engine: &'static [ParamSpec; ENGINE_PARAMS],
     ) -> Result<Self, RegisterError> {
         Ok(SocketParams {
-            socket: register_specs(params, socket)?,
+            socket: Registered::register(params, socket)?,
             pools: PoolParams::register(params, pools)?,
             engine: EngineParams::register(params, engine)?,
         })
@@ -88,28 +85,28 @@ impl SocketParams {
 
     /// The values, or what is wrong with them, in words.
     pub fn read(&self, params: &dyn Params) -> Result<SocketSettings, String> {
-        let list = |i: usize| -> Result<String, String> {
+        let socket = &self.socket;
+        let list = |name| -> Result<String, String> {
             params
-                .list(self.socket[i])
+                .list(socket.id(name))
                 .map(|l| l.as_str().to_string())
                 .map_err(|e| e.to_string())
         };
-        let port = |i: usize| -> Result<u16, String> {
-            let v = params.int(self.socket[i]).map_err(|e| e.to_string())?;
+        let port = |name| -> Result<u16, String> {
+            let v = params.int(socket.id(name)).map_err(|e| e.to_string())?;
             u16::try_from(v).map_err(|_| format!("port {v} out of range"))
         };
+        let lookup_ms = params
+            .int(socket.id("lookup_timeout"))
+            .map_err(|e| e.to_string())?;
         Ok(SocketSettings {
-            selection: Selection::new(&list(0)?, &list(1)?).map_err(|e| e.to_string())?,
+            selection: Selection::new(&list("if_include")?, &list("if_exclude")?)
+                .map_err(|e| e.to_string())?,
             ports: Ports {
-                min: port(2)?,
-                range: port(3)?,
+                min: port("port_min")?,
+                range: port("port_range")?,
             },
-            lookup_timeout: std::time::Duration::from_millis(
-                params
-                    .int(self.socket[4])
-                    .map_err(|e| e.to_string())?
-                    .max(0) as u64,
-            ),
+            lookup_timeout: std::time::Duration::from_millis(lookup_ms.max(0) as u64),
             pools: self
                 .pools
                 .read(params, HEADER_RESERVE)
@@ -155,7 +152,7 @@ pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; ENGINE_P
 /// The registered engine parameters of one component.
 #[derive(Debug, Clone, Copy)]
 pub struct EngineParams {
-    ids: [ParamId; ENGINE_PARAMS],
+    ids: Registered<ENGINE_PARAMS>,
 }
 
 impl EngineParams {
@@ -165,46 +162,70 @@ impl EngineParams {
         specs: &'static [ParamSpec; ENGINE_PARAMS],
     ) -> Result<Self, RegisterError> {
         Ok(EngineParams {
-            ids: register_specs(params, specs)?,
+            ids: Registered::register(params, specs)?,
         })
     }
 
     /// An engine configuration with these values; the process name is a
     /// placeholder that the module sets.
     pub fn read(&self, params: &dyn Params) -> Result<EngineConfig, AccessError> {
-        let ms = |i: usize| -> Result<Duration, AccessError> {
+        let ids = &self.ids;
+        let ms = |name| -> Result<Duration, AccessError> {
             Ok(Duration::from_millis(
-                u64::try_from(params.int(self.ids[i])?).unwrap_or(0),
+                u64::try_from(params.int(ids.id(name))?).unwrap_or(0),
             ))
         };
-        let count = |i: usize| -> Result<u16, AccessError> {
-            Ok(u16::try_from(params.int(self.ids[i])?).unwrap_or(u16::MAX))
+        let count = |name| -> Result<u16, AccessError> {
+            Ok(u16::try_from(params.int(ids.id(name))?).unwrap_or(u16::MAX))
         };
         let mut config = EngineConfig::new(ProcName::new(0, 0));
-        config.peer_timeout = ms(0)?;
-        config.keepalive = ms(1)?;
-        config.handshake_timeout = ms(2)?;
-        config.checksum = params.bool(self.ids[3])?;
-        config.refused_timeout = ms(4)?;
-        config.handshake_budget = count(5)?;
-        config.handshake_budget_per_source = count(6)?;
+        config.peer_timeout = ms("peer_timeout")?;
+        config.keepalive = ms("keepalive")?;
+        config.handshake_timeout = ms("handshake_timeout")?;
+        config.checksum = params.bool(ids.id("checksum"))?;
+        config.refused_timeout = ms("refused_timeout")?;
+        config.handshake_budget = count("handshake_budget")?;
+        config.handshake_budget_per_source = count("handshake_budget_per_source")?;
         Ok(config)
     }
 }
 
-/// Registers every spec of `specs`, in order.
-pub fn register_specs<const N: usize>(
-    params: &mut dyn Params,
+/// A component's specs, registered: their handles, taken by the specs'
+/// short names (`peer_timeout`), so that what is read never depends on
+/// where a spec stands in its table.
+#[derive(Debug, Clone, Copy)]
+pub struct Registered<const N: usize> {
     specs: &'static [ParamSpec; N],
-) -> Result<[ParamId; N], RegisterError> {
-    let mut ids = Vec::with_capacity(N);
-    for spec in specs {
-        ids.push(params.register(spec)?);
+    ids: [ParamId; N],
+}
+
+impl<const N: usize> Registered<N> {
+    /// Registers every spec of `specs`.
+    pub fn register(
+        params: &mut dyn Params,
+        specs: &'static [ParamSpec; N],
+    ) -> Result<Self, RegisterError> {
+        let mut ids = Vec::with_capacity(N);
+        for spec in specs {
+            ids.push(params.register(spec)?);
+        }
+        let ids = ids
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one id per spec"));
+        Ok(Registered { specs, ids })
     }
-    // N specs gave N ids.
-    Ok(ids
-        .try_into()
-        .unwrap_or_else(|_| unreachable!("one id per spec")))
+
+    /// The handle of the spec whose short name is `name`.
+    ///
+    /// # Panics
+    ///
+    /// If no spec has that name: the names are this crate's own, so that
+    /// is a bug in it, which the components' tests meet.
+    pub fn id(&self, name: &str) -> ParamId {
+        let at = self.specs.iter().position(|s| s.name.name == name);
+        let at = at.unwrap_or_else(|| panic!("no parameter `{name}` among the specs"));
+        self.ids[at]
+    }
 }
 
 /// A job key as the engine keeps it, or why it cannot be one.

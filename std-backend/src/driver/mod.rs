@@ -2,7 +2,7 @@
 //! and a poller ([`module`]), the network it moves bytes through ([`net`]:
 //! the operating system's, or a simulated one), and a thread that can
 //! serve a module for callers that do not poll ([`progress_thread`], woken
-//! as [`wake`] says). What serves every transport alike lives here: the
+//! as `wake` says). What serves every transport alike lives here: the
 //! engine's storage on the heap ([`heap`]), and the counting of refused
 //! strangers ([`refusals`]).
 
@@ -11,4 +11,4 @@ pub mod module;
 pub mod net;
 pub mod progress_thread;
 pub mod refusals;
-pub mod wake;
+mod wake;

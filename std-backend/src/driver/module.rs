@@ -215,6 +215,26 @@ pub enum ReachError {
     },
 }
 
+impl<T: Transport> std::fmt::Debug for Module<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("engine", &self.engine)
+            .field("served_by_a_thread", &self.poller.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`Module::wait_for`] came back without what it waited for.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    /// Nothing it took came within the time given.
+    #[error("nothing came within {0:?}")]
+    TimedOut(Duration),
+    /// The poller failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
 /// What [`Module::flush`] could not deliver before its timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{outstanding} sends, puts or gets not yet acknowledged after {waited:?}")]
@@ -609,6 +629,45 @@ impl<T: Transport> Module<T> {
     }
 }
 
+impl<T: Transport> Module<T> {
+    /// Serves the module until `take` takes one of its events, for at most
+    /// `timeout`: each event goes to `take` in turn, and the first `Some`
+    /// it returns is the answer. The events it passes over are gone (it
+    /// was theirs to see), so `take` is where a caller also counts
+    /// completions or notes errors while it waits, say, for the reply of
+    /// one tag:
+    ///
+    /// ```no_run
+    /// # fn f(module: &mut btl_std::TcpModule) -> Result<(), btl_std::WaitError> {
+    /// use btl_std::{Event, Tag};
+    /// let reply = module.wait_for(std::time::Duration::from_secs(5), |e| match e {
+    ///     Event::Received(m) if m.tag == Tag(0x81) => Some(m.data.to_vec()),
+    ///     _ => None,
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_for<R>(
+        &mut self,
+        timeout: Duration,
+        mut take: impl FnMut(Event<'_>) -> Option<R>,
+    ) -> Result<R, WaitError> {
+        let start = Instant::now();
+        loop {
+            self.progress();
+            while let Some(event) = self.poll_event() {
+                if let Some(taken) = take(event) {
+                    return Ok(taken);
+                }
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(WaitError::TimedOut(waited));
+            }
+            self.wait(timeout - waited)?;
+        }
+    }
+}
+
 impl<T: Transport> Btl for Module<T> {
     type Memory = Vec<u8>;
 
@@ -746,6 +805,17 @@ impl<T: Transport> Btl for Module<T> {
         ctx: u64,
     ) -> Result<OpId, BtlError> {
         self.engine.put(endpoint, local, remote, ctx)
+    }
+
+    fn put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.engine.put_notify(endpoint, local, remote, imm, ctx)
     }
 
     fn get(

@@ -3,7 +3,7 @@
 //! phases). The thread waits in the poller (spinning first while that
 //! pays, as [`Module::wait`] does) until a socket, a timer of the engine or
 //! a caller needs it, moves the protocol forward, and calls a handler with
-//! each event. When a caller wakes it is [`crate::driver::wake`]'s to say.
+//! each event. When a caller wakes it is the `wake` module's to say.
 //!
 //! The module lives behind one lock, shared by the thread and callers
 //! ([`Served::with`]). The handler is called with the lock released, so it
@@ -119,6 +119,9 @@ impl Taken {
             }
             Event::GetComplete { op, ctx, result } => {
                 Taken::Completion(Completion::Get { op, ctx, result })
+            }
+            Event::PutArrived { from, slice, imm } => {
+                Taken::Completion(Completion::PutArrived { from, slice, imm })
             }
             Event::Error(e) => Taken::Completion(Completion::Error(e)),
         }

@@ -18,8 +18,8 @@ use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Capacities, ConnectFailure, ConnectRequest, Datagram, LinkId};
 use btl_core::mca::{
-    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
-    ParamSpec, Params, RegisterError, Version,
+    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind, ParamSpec,
+    Params, RegisterError, Version,
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 use btl_core::time::Instant;
@@ -27,15 +27,15 @@ use btl_core::time::Instant;
 use crate::bootstrap::{Bootstrap, Card, Contact};
 use crate::bootstrap::{LookupError, PeerContacts};
 use crate::config::socket_params::{
-    ENGINE_PARAMS, SOCKET_PARAMS, SocketParams, engine_param_specs, register_specs,
-    socket_param_specs,
+    ENGINE_PARAMS, Registered, SOCKET_PARAMS, SocketParams, engine_param_specs, socket_param_specs,
 };
 use crate::driver::heap::HeapEngine;
 use crate::driver::module::{EventOf, Module, Transport, source_of};
 use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Watch};
 use crate::driver::refusals::{Refusals, Refused};
+use crate::transports::Ports;
 use crate::transports::interfaces::{self, Selection};
-use crate::transports::listen::{Ports, listen_all};
+use crate::transports::listen::listen_all;
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "udp";
@@ -421,7 +421,7 @@ pub struct UdpComponent {
 #[derive(Debug, Clone, Copy)]
 struct UdpIds {
     socket: SocketParams,
-    own: [ParamId; 1],
+    own: Registered<1>,
 }
 
 /// Everything a UDP module needs from the parameters.
@@ -496,7 +496,7 @@ impl Component for UdpComponent {
                 &UDP_POOL_PARAMS,
                 &UDP_ENGINE_PARAMS,
             )?,
-            own: register_specs(params, &UDP_PARAMS)?,
+            own: Registered::register(params, &UDP_PARAMS)?,
         });
         Ok(())
     }
@@ -508,7 +508,7 @@ impl Component for UdpComponent {
         let na =
             |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("udp: {what}"));
         let settings = ids.socket.read(params).map_err(|e| na(&e))?;
-        let mtu = params.int(ids.own[0]).map_err(|e| na(&e))?;
+        let mtu = params.int(ids.own.id("mtu")).map_err(|e| na(&e))?;
         let udp = UdpConfig {
             selection: settings.selection,
             ports: settings.ports,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use btl_core::btl::{Btl, MemHandle, MemSlice, RemoteSlice};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::engine::HEADER_RESERVE;
 use btl_std::bootstrap::SharedDir;
 use btl_std::transports::interfaces::Selection;
 use btl_std::transports::tcp::TcpSetup;
@@ -17,7 +18,7 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 
 pub fn pools() -> btl_core::pool::FragmentPoolsConfig {
     let payload = |p: usize| btl_core::pool::FragmentPoolConfig {
-        fragment_size: p + 40,
+        fragment_size: p + HEADER_RESERVE,
         num: 32,
         max: 64,
         inc: 16,

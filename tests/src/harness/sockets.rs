@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::rtt::RttConfig;
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
@@ -89,7 +90,7 @@ fn engine() -> EngineConfig {
 
 fn pools(max_send: usize) -> FragmentPoolsConfig {
     let class = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + 40,
+        fragment_size: payload + HEADER_RESERVE,
         num: 64,
         max: 64,
         inc: 16,

@@ -55,9 +55,10 @@ use core::marker::PhantomData;
 
 use heapless::Vec;
 
-use btl_core::btl::{Btl, BtlError};
+use btl_core::btl::BtlError;
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::{ConnectFailure, Datagram, Engine, LinkId, Source, Storage};
+use btl_core::engine::driver::Io;
+use btl_core::engine::{ConnectFailure, ConnectRequest, Datagram, Engine, LinkId, Source, Storage};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
 
@@ -208,31 +209,45 @@ impl<const N: usize, const MTU: usize> Queue<N, MTU> {
 /// `&mut E`, `Box<E>`). The pair takes about `2 * N * MTU` bytes plus the
 /// engines it holds by value.
 ///
-/// One [`round`](Self::round): the clock advances by the tick; engines
-/// whose timer is due get `handle_timeout`; engines are `progress`ed;
-/// connect requests get the side's link (`handle_connected` if it has none
-/// yet: over datagrams both directions share one association); then, in
-/// passes until nothing moves, each side's datagrams go through the fault
-/// generator into the queue towards the other, each side takes what its
-/// queue holds (`handle_accepted` first if it has no link), and the links
-/// the engines are done with are closed. A paused or killed side takes no
-/// part; what is sent to a paused side waits in its queue, what is sent
-/// to a dead one is lost.
+/// One [`round`](Self::round): the clock advances by the tick; then, in
+/// passes until nothing moves, each side takes what its queue holds
+/// (`handle_accepted` first if it has no link) and its engine runs the
+/// driver loop every driver runs ([`Engine::serve`]: timers, in the first
+/// pass only; connect requests, which get the side's link, made by
+/// `handle_connected` if it has none yet, since over datagrams both
+/// directions share one association; its datagrams, each through the
+/// fault generator into the queue towards the other side; the links it is
+/// done with; its queues). A paused or killed side takes no part; what is
+/// sent to a paused side waits in its queue, what is sent to a dead one
+/// is lost.
 pub struct DatagramPair<E, const N: usize, const MTU: usize, S = E> {
     engines: [S; 2],
-    names: [ProcName; 2],
+    net: Network<N, MTU>,
     peers: [Option<EndpointId>; 2],
-    links: [Option<LinkId>; 2],
     paused: [bool; 2],
+    tick: Duration,
+    _engine: PhantomData<fn() -> E>,
+}
+
+/// Everything of a [`DatagramPair`] but its engines: the two addresses'
+/// association, the queues between them and their faults, and the clock.
+struct Network<const N: usize, const MTU: usize> {
+    names: [ProcName; 2],
+    links: [Option<LinkId>; 2],
     dead: [bool; 2],
     /// Datagrams towards each side.
     queues: [Queue<N, MTU>; 2],
     faults: Faults,
     stats: NetStats,
     now: Instant,
-    tick: Duration,
     random: SplitMix64,
-    _engine: PhantomData<fn() -> E>,
+}
+
+/// One side's end of the network: what [`Engine::serve`] asks of a
+/// driver, for that side's engine.
+struct Port<'a, const N: usize, const MTU: usize> {
+    net: &'a mut Network<N, MTU>,
+    side: Side,
 }
 
 impl<St: Storage, const W: usize, const N: usize, const MTU: usize, S>
@@ -246,25 +261,27 @@ where
         const { assert!(N <= u16::MAX as usize, "slot numbers are u16") };
         DatagramPair {
             engines: [a, b],
-            names,
-            peers: [None; 2],
-            links: [None; 2],
-            paused: [false; 2],
-            dead: [false; 2],
-            queues: [Queue::new(), Queue::new()],
-            faults: Faults::NONE,
-            stats: NetStats {
-                sent: 0,
-                delivered: 0,
-                lost: 0,
-                overflowed: 0,
-                duplicated: 0,
-                reordered: 0,
-                oversized: 0,
+            net: Network {
+                names,
+                links: [None; 2],
+                dead: [false; 2],
+                queues: Network::EMPTY_QUEUES,
+                faults: Faults::NONE,
+                stats: NetStats {
+                    sent: 0,
+                    delivered: 0,
+                    lost: 0,
+                    overflowed: 0,
+                    duplicated: 0,
+                    reordered: 0,
+                    oversized: 0,
+                },
+                now: Instant::ZERO,
+                random: SplitMix64(seed),
             },
-            now: Instant::ZERO,
+            peers: [None; 2],
+            paused: [false; 2],
             tick: DEFAULT_TICK,
-            random: SplitMix64(seed),
             _engine: PhantomData,
         }
     }
@@ -272,7 +289,7 @@ where
     /// Makes each engine know the other (`add_procs`); returns the endpoint
     /// of B at A and of A at B.
     pub fn introduce(&mut self) -> Result<[EndpointId; 2], BtlError> {
-        let out = introduce(&mut self.engines, self.names)?;
+        let out = introduce(&mut self.engines, self.net.names)?;
         self.peers = out.map(Some);
         Ok(out)
     }
@@ -304,27 +321,27 @@ where
 
     /// `side`'s link to the other side, if it has one.
     pub fn link(&self, side: Side) -> Option<LinkId> {
-        self.links[side.index()]
+        self.net.links[side.index()]
     }
 
     /// What the network does from now on.
     pub fn set_faults(&mut self, faults: Faults) {
-        self.faults = faults;
+        self.net.faults = faults;
     }
 
     /// What the network did so far.
     pub fn stats(&self) -> NetStats {
-        self.stats
+        self.net.stats
     }
 
     /// Datagrams waiting for `side`.
     pub fn in_flight(&self, side: Side) -> usize {
-        self.queues[side.index()].len()
+        self.net.queues[side.index()].len()
     }
 
     /// The fake clock, in nanoseconds.
     pub fn now(&self) -> Instant {
-        self.now
+        self.net.now
     }
 
     /// Sets how far each round moves the clock (1 µs unless set).
@@ -334,10 +351,7 @@ where
 
     /// 16 fresh nonce bytes from the seeded generator.
     pub fn nonce(&mut self) -> [u8; NONCE_LEN] {
-        let mut n = [0; NONCE_LEN];
-        n[..8].copy_from_slice(&self.random.next().to_le_bytes());
-        n[8..].copy_from_slice(&self.random.next().to_le_bytes());
-        n
+        self.net.nonce()
     }
 
     /// Stops driving `side`; what is sent to it waits in its queue (and is
@@ -355,8 +369,8 @@ where
     /// in flight to it is lost, and so is everything sent to it later. The
     /// other side is not told: it finds out by its timeouts.
     pub fn kill(&mut self, side: Side) {
-        self.dead[side.index()] = true;
-        self.queues[side.index()].clear();
+        self.net.dead[side.index()] = true;
+        self.net.queues[side.index()].clear();
     }
 
     /// Starts `side` again, from the same address, as a new start of the
@@ -366,14 +380,14 @@ where
     /// it finds out from the new start's HELLO. Returns the endpoint
     /// through which the new engine reaches the other side.
     pub fn restart(&mut self, side: Side, engine: S) -> Result<EndpointId, BtlError> {
-        if !self.dead[side.index()] {
+        if !self.net.dead[side.index()] {
             self.kill(side);
         }
         self.engines[side.index()] = engine;
-        self.links[side.index()] = None;
-        self.dead[side.index()] = false;
+        self.net.links[side.index()] = None;
+        self.net.dead[side.index()] = false;
         self.paused[side.index()] = false;
-        let (other, now) = (self.names[side.other().index()], self.now);
+        let (other, now) = (self.net.names[side.other().index()], self.net.now);
         let endpoint = introduce_restarted(self.engine_mut(side), other, now)?;
         self.peers[side.index()] = Some(endpoint);
         Ok(endpoint)
@@ -381,19 +395,23 @@ where
 
     /// Whether `side` was killed.
     pub fn is_dead(&self, side: Side) -> bool {
-        self.dead[side.index()]
+        self.net.dead[side.index()]
     }
 
     fn active(&self, side: Side) -> bool {
-        !self.paused[side.index()] && !self.dead[side.index()]
+        !self.paused[side.index()] && !self.net.dead[side.index()]
     }
 
     /// Hands `bytes` to `to` as a datagram from the other side's address
     /// (bypassing faults and queue), as a forger on the path would.
     pub fn inject(&mut self, to: Side, bytes: &[u8]) -> Result<(), BtlError> {
-        let now = self.now;
-        let link = self.link_or_accept(to).ok_or(BtlError::OutOfResource)?;
-        self.engine_mut(to)
+        let engine = self.engines[to.index()].borrow_mut();
+        let now = self.net.now;
+        let link = self
+            .net
+            .link_or_accept(to, engine)
+            .ok_or(BtlError::OutOfResource)?;
+        engine
             .handle_datagram(link, bytes, now)
             .map_err(|_| BtlError::Unreachable)
     }
@@ -401,33 +419,25 @@ where
     /// One round of the driver (see the type's documentation); returns
     /// how many datagrams moved.
     pub fn round(&mut self) -> u64 {
-        self.now += self.tick;
-        let now = self.now;
-        for side in Side::BOTH {
-            if !self.active(side) {
-                continue;
-            }
-            let e = self.engine_mut(side);
-            if e.poll_timeout().is_some_and(|t| t <= now) {
-                e.handle_timeout(now);
-            }
-            e.progress();
-            self.serve_connects(side);
-        }
+        self.net.now += self.tick;
+        let now = self.net.now;
         let mut moved = 0;
-        for _ in 0..PASSES {
-            let mut pass = 0;
+        for pass in 0..PASSES {
+            let before = self.net.stats.sent + self.net.stats.delivered;
             for side in Side::BOTH {
-                if self.active(side) {
-                    pass += self.transmit(side);
+                if !self.active(side) {
+                    continue;
                 }
+                let engine = self.engines[side.index()].borrow_mut();
+                self.net.receive(side, engine);
+                let mut port = Port {
+                    net: &mut self.net,
+                    side,
+                };
+                // Timers once a round; the passes carry what they set off.
+                engine.serve(&mut port, now, pass == 0);
             }
-            for side in Side::BOTH {
-                if self.active(side) {
-                    pass += self.receive(side);
-                    self.serve_closes(side);
-                }
-            }
+            let pass = self.net.stats.sent + self.net.stats.delivered - before;
             moved += pass;
             if pass == 0 {
                 break;
@@ -439,47 +449,70 @@ where
     /// Runs rounds until one moves nothing and no datagram is in flight;
     /// returns how many ran, or `None` if `max_rounds` were not enough.
     pub fn run_until_idle(&mut self, max_rounds: u32) -> Option<u32> {
-        (1..=max_rounds).find(|_| self.round() == 0 && self.queues.iter().all(|q| q.len() == 0))
+        (1..=max_rounds).find(|_| self.round() == 0 && self.net.queues.iter().all(|q| q.len() == 0))
     }
+}
 
-    fn serve_connects(&mut self, side: Side) {
-        let now = self.now;
-        for _ in 0..MAX_POLLS {
-            let Some(req) = self.engine_mut(side).poll_connect() else {
-                break;
-            };
-            if req.proc != self.names[side.other().index()] {
-                self.engine_mut(side)
-                    .handle_connect_failed(req, ConnectFailure::Unreachable, now);
-                continue;
-            }
-            // One association per pair of addresses: a link that exists
-            // (accepted from the peer) carries the handshake already.
-            if self.links[side.index()].is_some() {
-                continue;
-            }
-            let nonce = self.nonce();
-            match self.engine_mut(side).handle_connected(req, nonce, now) {
-                Ok(link) => self.links[side.index()] = Some(link),
-                Err(_) => self.engine_mut(side).handle_connect_failed(
-                    req,
-                    ConnectFailure::Unreachable,
-                    now,
-                ),
-            }
+impl<St: Storage, const W: usize, const N: usize, const MTU: usize> Io<Engine<St, Datagram, W>>
+    for Port<'_, N, MTU>
+{
+    /// Over datagrams both directions share one association: a connect
+    /// request gets the side's link, made now if it has none yet (one
+    /// accepted from the peer carries the handshake already).
+    fn connect(&mut self, engine: &mut Engine<St, Datagram, W>, req: ConnectRequest, now: Instant) {
+        let net = &mut *self.net;
+        let i = self.side.index();
+        if req.proc != net.names[self.side.other().index()] {
+            engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
+            return;
+        }
+        if net.links[i].is_some() {
+            return;
+        }
+        match engine.handle_connected(req, net.nonce(), now) {
+            Ok(link) => net.links[i] = Some(link),
+            Err(_) => engine.handle_connect_failed(req, ConnectFailure::Unreachable, now),
         }
     }
 
-    /// `side`'s datagrams into the network; returns how many.
-    fn transmit(&mut self, side: Side) -> u64 {
+    fn write(&mut self, engine: &mut Engine<St, Datagram, W>, _now: Instant) {
+        self.net.transmit(self.side, engine);
+    }
+
+    fn close(&mut self, engine: &mut Engine<St, Datagram, W>, link: LinkId, now: Instant) {
+        engine.handle_closed(link, now);
+        let links = &mut self.net.links[self.side.index()];
+        if *links == Some(link) {
+            *links = None;
+        }
+    }
+}
+
+impl<const N: usize, const MTU: usize> Network<N, MTU> {
+    /// Both queues empty, as a constant: built in place, not on the stack
+    /// of `new` (they are large).
+    const EMPTY_QUEUES: [Queue<N, MTU>; 2] = [Queue::new(), Queue::new()];
+
+    /// 16 fresh nonce bytes from the seeded generator.
+    fn nonce(&mut self) -> [u8; NONCE_LEN] {
+        let mut n = [0; NONCE_LEN];
+        n[..8].copy_from_slice(&self.random.next().to_le_bytes());
+        n[8..].copy_from_slice(&self.random.next().to_le_bytes());
+        n
+    }
+
+    /// `side`'s datagrams from `engine` into the network.
+    fn transmit<St: Storage, const W: usize>(
+        &mut self,
+        side: Side,
+        engine: &mut Engine<St, Datagram, W>,
+    ) {
         let Some(link) = self.links[side.index()] else {
-            return 0;
+            return;
         };
         let to = side.other();
-        let mut sent = 0;
         for _ in 0..MAX_POLLS {
             let Self {
-                engines,
                 queues,
                 random,
                 faults,
@@ -487,7 +520,6 @@ where
                 dead,
                 ..
             } = self;
-            let engine = engines[side.index()].borrow_mut();
             let queue = &mut queues[to.index()];
             let (len, fate) = {
                 let Some(t) = engine.poll_transmit(link) else {
@@ -521,7 +553,6 @@ where
                 (len, fate)
             };
             engine.handle_written(link, len);
-            sent += 1;
             stats.sent += 1;
             match fate {
                 Placed::Lost => stats.lost += 1,
@@ -540,7 +571,6 @@ where
                 }
             }
         }
-        sent
     }
 
     /// Queues the datagram in `slot` towards `to`, maybe ahead of some.
@@ -580,16 +610,16 @@ where
         self.enqueue(to, copy);
     }
 
-    /// `side` takes what its queue holds; returns how many.
-    fn receive(&mut self, side: Side) -> u64 {
+    /// `side`'s `engine` takes what its queue holds.
+    fn receive<St: Storage, const W: usize>(
+        &mut self,
+        side: Side,
+        engine: &mut Engine<St, Datagram, W>,
+    ) {
         let now = self.now;
-        let mut taken = 0;
         while self.queues[side.index()].len() > 0 {
-            let link = self.link_or_accept(side);
-            let Self {
-                engines, queues, ..
-            } = self;
-            let queue = &mut queues[side.index()];
+            let link = self.link_or_accept(side, engine);
+            let queue = &mut self.queues[side.index()];
             let slot = queue.order.remove(0);
             let _ = queue.free.push(slot);
             let Some(link) = link else {
@@ -597,60 +627,44 @@ where
                 continue;
             };
             let datagram = &queue.slots[usize::from(slot)];
-            let _ = engines[side.index()].borrow_mut().handle_datagram(
-                link,
-                &datagram.bytes[..datagram.len],
-                now,
-            );
+            let _ = engine.handle_datagram(link, &datagram.bytes[..datagram.len], now);
             self.stats.delivered += 1;
-            taken += 1;
         }
-        taken
     }
 
     /// `side`'s link, accepted now (a datagram from a new address) if it
     /// has none.
-    fn link_or_accept(&mut self, side: Side) -> Option<LinkId> {
+    fn link_or_accept<St: Storage, const W: usize>(
+        &mut self,
+        side: Side,
+        engine: &mut Engine<St, Datagram, W>,
+    ) -> Option<LinkId> {
         if let Some(link) = self.links[side.index()] {
             return Some(link);
         }
-        let now = self.now;
-        let nonce = self.nonce();
         let from = Source(side.other().index() as u64);
-        let link = self
-            .engine_mut(side)
-            .handle_accepted(from, nonce, now)
-            .ok()?;
+        let nonce = self.nonce();
+        let link = engine.handle_accepted(from, nonce, self.now).ok()?;
         self.links[side.index()] = Some(link);
         Some(link)
-    }
-
-    fn serve_closes(&mut self, side: Side) {
-        let now = self.now;
-        for _ in 0..MAX_POLLS {
-            let Some(link) = self.engine_mut(side).poll_close() else {
-                break;
-            };
-            self.engine_mut(side).handle_closed(link, now);
-            if self.links[side.index()] == Some(link) {
-                self.links[side.index()] = None;
-            }
-        }
     }
 }
 
 impl<E, const N: usize, const MTU: usize, S> core::fmt::Debug for DatagramPair<E, N, MTU, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("DatagramPair")
-            .field("names", &self.names)
-            .field("links", &self.links)
+            .field("names", &self.net.names)
+            .field("links", &self.net.links)
             .field(
                 "in_flight",
-                &[self.queues[0].order.len(), self.queues[1].order.len()],
+                &[
+                    self.net.queues[0].order.len(),
+                    self.net.queues[1].order.len(),
+                ],
             )
-            .field("faults", &self.faults)
-            .field("stats", &self.stats)
-            .field("now", &self.now)
+            .field("faults", &self.net.faults)
+            .field("stats", &self.net.stats)
+            .field("now", &self.net.now)
             .finish_non_exhaustive()
     }
 }

@@ -64,9 +64,12 @@ use core::borrow::BorrowMut;
 use core::marker::PhantomData;
 use core::ops::AddAssign;
 
-use btl_core::btl::{Btl, BtlError};
+use btl_core::btl::BtlError;
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::{ConnectFailure, Engine, LinkError, LinkId, Source, Storage, Stream};
+use btl_core::engine::driver::Io;
+use btl_core::engine::{
+    ConnectFailure, ConnectRequest, Engine, LinkError, LinkId, Source, Storage, Stream,
+};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
 
@@ -315,30 +318,49 @@ impl<const N: usize> Slot<N> {
 /// inline, so the pair takes about `2 * N * CONNS` bytes plus the engines
 /// it holds by value).
 ///
-/// One [`round`](Self::round): the clock advances by the tick; engines
-/// whose timer is due get `handle_timeout`; engines are `progress`ed; new
-/// connections are opened (`poll_connect`, then `handle_connected` on the
-/// asking side and `handle_accepted` on the other, each with a fresh
-/// nonce); then, in passes until nothing moves (at most
-/// [`set_passes`](Self::set_passes) of them), each end's bytes are written
-/// into the pipe towards the other end as far as it has room, each end
-/// reads what its pipe holds, an end whose peer has closed learns so
-/// (`handle_closed`) once it has read everything before that, and the
-/// links the engines are done with are closed (`poll_close`). A paused or
-/// killed side takes no part in any of it.
+/// One [`round`](Self::round): the clock advances by the tick; sides
+/// driven again accept what was opened towards them meanwhile; then, in
+/// passes until nothing moves (at most [`set_passes`](Self::set_passes) of
+/// them), every end reads what its pipe holds (and learns of the other
+/// end's close, `handle_closed`, once it has read everything before it),
+/// and each engine runs the loop every driver runs ([`Engine::serve`]):
+/// its timers, in the first pass only; the connections it asks for
+/// (`handle_connected` on its side, `handle_accepted` on the other, each
+/// with a fresh nonce); its bytes, into the pipes towards the other ends
+/// as far as they have room; the links it is done with; its queues. A
+/// paused or killed side takes no part in any of it. The steps are public
+/// too ([`serve_connects`](Self::serve_connects),
+/// [`shuttle`](Self::shuttle), [`serve_closes`](Self::serve_closes), ...),
+/// for tests that need one particular interleaving.
 pub struct StreamPair<E, const N: usize, const CONNS: usize, S = E> {
     engines: [S; 2],
-    names: [ProcName; 2],
+    wires: Wires<N, CONNS>,
     peers: [Option<EndpointId>; 2],
+    tick: Duration,
+    passes: u32,
+    _engine: PhantomData<fn() -> E>,
+}
+
+/// Everything of a [`StreamPair`] but its engines: the connections and
+/// their pipes, which sides are driven, the clock and the nonces.
+struct Wires<const N: usize, const CONNS: usize> {
+    names: [ProcName; 2],
     paused: [bool; 2],
     dead: [bool; 2],
     slots: [Slot<N>; CONNS],
     next_conn: u64,
     now: Instant,
-    tick: Duration,
-    passes: u32,
     nonces: SplitMix64,
-    _engine: PhantomData<fn() -> E>,
+}
+
+/// One side's ends of the connections: what [`Engine::serve`] asks of a
+/// driver, for that side's engine. `other` is the other side's engine,
+/// which accepts the connections this side opens.
+struct Port<'a, E, const N: usize, const CONNS: usize> {
+    wires: &'a mut Wires<N, CONNS>,
+    side: Side,
+    other: &'a mut E,
+    activity: Activity,
 }
 
 impl<St: Storage, const W: usize, const N: usize, const CONNS: usize, S>
@@ -353,16 +375,18 @@ where
     pub const fn new(a: S, b: S, names: [ProcName; 2], seed: u64) -> Self {
         StreamPair {
             engines: [a, b],
-            names,
+            wires: Wires {
+                names,
+                paused: [false; 2],
+                dead: [false; 2],
+                slots: Wires::<N, CONNS>::EMPTY_SLOTS,
+                next_conn: 0,
+                now: Instant::ZERO,
+                nonces: SplitMix64(seed),
+            },
             peers: [None; 2],
-            paused: [false; 2],
-            dead: [false; 2],
-            slots: [const { Slot::EMPTY }; CONNS],
-            next_conn: 0,
-            now: Instant::ZERO,
             tick: DEFAULT_TICK,
             passes: DEFAULT_PASSES,
-            nonces: SplitMix64(seed),
             _engine: PhantomData,
         }
     }
@@ -370,7 +394,7 @@ where
     /// Makes each engine know the other (`add_procs`); returns the endpoint
     /// of B at A and of A at B, which [`peer`](Self::peer) also gives.
     pub fn introduce(&mut self) -> Result<[EndpointId; 2], BtlError> {
-        let out = introduce(&mut self.engines, self.names)?;
+        let out = introduce(&mut self.engines, self.wires.names)?;
         self.peers = out.map(Some);
         Ok(out)
     }
@@ -383,7 +407,7 @@ where
 
     /// The process name of `side`.
     pub fn name(&self, side: Side) -> ProcName {
-        self.names[side.index()]
+        self.wires.names[side.index()]
     }
 
     /// The engine of `side`.
@@ -420,13 +444,13 @@ where
 
     /// The fake clock, in nanoseconds.
     pub fn now(&self) -> Instant {
-        self.now
+        self.wires.now
     }
 
     /// Moves the clock on by `ns` without a round (the next round's
     /// timeouts see it).
     pub fn advance(&mut self, by: Duration) {
-        self.now += by;
+        self.wires.now += by;
     }
 
     /// Sets how far each round moves the clock (1 µs unless set).
@@ -443,29 +467,24 @@ where
     /// 16 fresh nonce bytes from the seeded generator: distinct from every
     /// other nonce this pair hands out.
     pub fn nonce(&mut self) -> [u8; NONCE_LEN] {
-        let mut n = [0; NONCE_LEN];
-        // Two draws: the first halves alone never repeat (within 2^63
-        // nonces), since the generator's outputs do not.
-        n[..8].copy_from_slice(&self.nonces.next().to_le_bytes());
-        n[8..].copy_from_slice(&self.nonces.next().to_le_bytes());
-        n
+        self.wires.nonce()
     }
 
     /// Stops driving `side`: no bytes in or out, no accepts, closes,
     /// timeouts or progress; what is sent to it waits in its pipes (and,
     /// once they are full, in the senders).
     pub fn pause(&mut self, side: Side) {
-        self.paused[side.index()] = true;
+        self.wires.paused[side.index()] = true;
     }
 
     /// Drives `side` again after [`pause`](Self::pause).
     pub fn resume(&mut self, side: Side) {
-        self.paused[side.index()] = false;
+        self.wires.paused[side.index()] = false;
     }
 
     /// Whether `side` is paused.
     pub fn is_paused(&self, side: Side) -> bool {
-        self.paused[side.index()]
+        self.wires.paused[side.index()]
     }
 
     /// Kills `side` without a goodbye: its connections are reset (what was
@@ -474,43 +493,16 @@ where
     /// the dead engine is never driven again. Connections asked for later
     /// towards it fail (`handle_connect_failed`).
     pub fn kill(&mut self, side: Side) {
-        self.dead[side.index()] = true;
-        let now = self.now;
-        let Self {
-            engines,
-            slots,
-            paused,
-            dead,
-            ..
-        } = self;
-        for slot in slots.iter_mut() {
-            let Some(meta) = slot.meta.as_mut() else {
+        self.wires.dead[side.index()] = true;
+        for i in 0..CONNS {
+            let Some(meta) = self.wires.slots[i].meta else {
                 continue;
             };
-            let Some(role) = Role::BOTH
+            let killed = Role::BOTH
                 .into_iter()
-                .find(|r| meta.ends[r.index()].side() == Some(side))
-            else {
-                continue;
-            };
-            if meta.closed.iter().all(Option::is_some) {
-                continue;
-            }
-            meta.closed[role.index()].get_or_insert(Closure::Reset);
-            slot.to[0].clear();
-            slot.to[1].clear();
-            let other = role.other().index();
-            if meta.closed[other].is_some() {
-                continue;
-            }
-            match meta.ends[other] {
-                End::Link(s, link) => {
-                    if !paused[s.index()] && !dead[s.index()] {
-                        engines[s.index()].borrow_mut().handle_closed(link, now);
-                        meta.closed[other] = Some(Closure::Reset);
-                    }
-                }
-                End::Accepting(_) | End::External => meta.closed[other] = Some(Closure::Reset),
+                .find(|r| meta.ends[r.index()].side() == Some(side));
+            if killed.is_some() && !meta.closed.iter().all(Option::is_some) {
+                self.reset(i, killed);
             }
         }
     }
@@ -520,35 +512,11 @@ where
     /// that is driven is told at once (`handle_closed`); a paused one
     /// learns when it is next driven. Both processes live on.
     pub fn break_connection(&mut self, conn: ConnId) -> Result<(), PairError> {
-        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
-        let now = self.now;
-        let Self {
-            engines,
-            slots,
-            paused,
-            dead,
-            ..
-        } = self;
-        let slot = &mut slots[i];
-        slot.to[0].clear();
-        slot.to[1].clear();
-        let Some(meta) = slot.meta.as_mut() else {
-            return Ok(());
-        };
-        for r in 0..2 {
-            if meta.closed[r].is_some() {
-                continue;
-            }
-            match meta.ends[r] {
-                End::Link(s, link) => {
-                    if !paused[s.index()] && !dead[s.index()] {
-                        engines[s.index()].borrow_mut().handle_closed(link, now);
-                        meta.closed[r] = Some(Closure::Reset);
-                    }
-                }
-                End::Accepting(_) | End::External => meta.closed[r] = Some(Closure::Reset),
-            }
-        }
+        let i = self
+            .wires
+            .slot_of(conn)
+            .ok_or(PairError::UnknownConnection)?;
+        self.reset(i, None);
         Ok(())
     }
 
@@ -559,13 +527,13 @@ where
     /// reaches the other side. Give the new engine another epoch, as a
     /// driver does on a real restart.
     pub fn restart(&mut self, side: Side, engine: S) -> Result<EndpointId, BtlError> {
-        if !self.dead[side.index()] {
+        if !self.wires.dead[side.index()] {
             self.kill(side);
         }
         self.engines[side.index()] = engine;
-        self.dead[side.index()] = false;
-        self.paused[side.index()] = false;
-        let (other, now) = (self.names[side.other().index()], self.now);
+        self.wires.dead[side.index()] = false;
+        self.wires.paused[side.index()] = false;
+        let (other, now) = (self.wires.names[side.other().index()], self.wires.now);
         let endpoint = introduce_restarted(self.engine_mut(side), other, now)?;
         self.peers[side.index()] = Some(endpoint);
         Ok(endpoint)
@@ -573,11 +541,7 @@ where
 
     /// Whether `side` was killed.
     pub fn is_dead(&self, side: Side) -> bool {
-        self.dead[side.index()]
-    }
-
-    fn active(&self, side: Side) -> bool {
-        !self.paused[side.index()] && !self.dead[side.index()]
+        self.wires.dead[side.index()]
     }
 
     // ----- rounds ------------------------------------------------------
@@ -585,25 +549,22 @@ where
     /// One round of the driver (see the type's documentation); returns
     /// what moved.
     pub fn round(&mut self) -> Activity {
-        self.now += self.tick;
-        self.serve_timeouts();
-        for side in Side::BOTH {
-            if self.active(side) {
-                self.engine_mut(side).progress();
-            }
-        }
+        self.wires.now += self.tick;
+        let now = self.wires.now;
         let mut activity = self.serve_accepts();
-        activity += self.serve_connects();
-        for _ in 0..self.passes {
-            let mut pass = Activity::default();
-            for i in 0..CONNS {
-                for to in Role::BOTH {
-                    pass += self.shuttle_slot(i, to);
+        for pass in 0..self.passes {
+            let mut moved = self.serve_reads();
+            for side in Side::BOTH {
+                if !self.wires.active(side) {
+                    continue;
                 }
+                let (engine, mut port) = self.port(side);
+                // Timers once a round; the passes carry what they set off.
+                engine.serve(&mut port, now, pass == 0);
+                moved += port.activity;
             }
-            pass += self.serve_closes();
-            activity += pass;
-            if pass.is_idle() {
+            activity += moved;
+            if moved.is_idle() {
                 break;
             }
         }
@@ -619,10 +580,10 @@ where
     /// Calls `handle_timeout` on each driven engine whose timer
     /// (`poll_timeout`) is due; returns how many.
     pub fn serve_timeouts(&mut self) -> u32 {
-        let now = self.now;
+        let now = self.wires.now;
         let mut n = 0;
         for side in Side::BOTH {
-            if !self.active(side) {
+            if !self.wires.active(side) {
                 continue;
             }
             let e = self.engine_mut(side);
@@ -638,17 +599,18 @@ where
     pub fn serve_accepts(&mut self) -> Activity {
         let mut activity = Activity::default();
         for i in 0..CONNS {
-            let Some(meta) = self.slots[i].meta else {
+            let Some(meta) = self.wires.slots[i].meta else {
                 continue;
             };
             for role in Role::BOTH {
                 let r = role.index();
                 if let End::Accepting(side) = meta.ends[r]
                     && meta.closed[r].is_none()
-                    && self.active(side)
+                    && self.wires.active(side)
                 {
-                    let (end, closed) = self.accept(side);
-                    if let Some(m) = self.slots[i].meta.as_mut() {
+                    let engine = self.engines[side.index()].borrow_mut();
+                    let (end, closed) = self.wires.accept(side, engine);
+                    if let Some(m) = self.wires.slots[i].meta.as_mut() {
                         m.ends[r] = end;
                         m.closed[r] = closed;
                     }
@@ -667,50 +629,14 @@ where
     /// A request for a process other than the other side's, towards a dead
     /// side, or finding no free slot fails (`handle_connect_failed`).
     pub fn serve_connects(&mut self) -> Activity {
-        let mut activity = Activity::default();
-        for side in Side::BOTH {
-            if !self.active(side) {
-                continue;
-            }
+        self.each_port(|engine, port, now| {
             for _ in 0..MAX_POLLS {
-                let Some(req) = self.engine_mut(side).poll_connect() else {
+                let Some(req) = engine.poll_connect() else {
                     break;
                 };
-                let now = self.now;
-                let target = side.other();
-                let slot = self.free_slot();
-                let reachable = req.proc == self.names[target.index()] && !self.is_dead(target);
-                let Some(i) = slot.filter(|_| reachable) else {
-                    self.engine_mut(side).handle_connect_failed(
-                        req,
-                        ConnectFailure::Unreachable,
-                        now,
-                    );
-                    activity.closed += 1;
-                    continue;
-                };
-                let nonce = self.nonce();
-                let link = match self.engine_mut(side).handle_connected(req, nonce, now) {
-                    Ok(link) => link,
-                    Err(_) => {
-                        self.engine_mut(side).handle_connect_failed(
-                            req,
-                            ConnectFailure::Unreachable,
-                            now,
-                        );
-                        activity.closed += 1;
-                        continue;
-                    }
-                };
-                activity.opened += 1;
-                let (end, closed) = self.accept(target);
-                if closed.is_none() && matches!(end, End::Link(..)) {
-                    activity.opened += 1;
-                }
-                self.install(i, [End::Link(side, link), end], [None, closed]);
+                port.connect(engine, req, now);
             }
-        }
-        activity
+        })
     }
 
     /// Moves bytes towards the `to` end of `conn` once: what the other end
@@ -718,47 +644,56 @@ where
     /// if `to` is closed), the `to` end reads what the pipe holds, and it
     /// learns of the other end's close once it has read everything.
     pub fn shuttle(&mut self, conn: ConnId, to: Role) -> Result<Activity, PairError> {
-        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
-        Ok(self.shuttle_slot(i, to))
+        let i = self
+            .wires
+            .slot_of(conn)
+            .ok_or(PairError::UnknownConnection)?;
+        let mut activity = Activity::default();
+        let meta = self.wires.slots[i]
+            .meta
+            .ok_or(PairError::UnknownConnection)?;
+        let from = to.other();
+        if let End::Link(side, link) = meta.ends[from.index()]
+            && self.wires.active(side)
+        {
+            let engine = self.engines[side.index()].borrow_mut();
+            activity.written += self.wires.slots[i].write_from(from, engine, link);
+        }
+        activity += self.read_at(i, to);
+        Ok(activity)
+    }
+
+    /// Every end reads what its pipe holds, and learns of the other end's
+    /// close once it has read everything before it.
+    pub fn serve_reads(&mut self) -> Activity {
+        let mut activity = Activity::default();
+        for i in 0..CONNS {
+            for to in Role::BOTH {
+                activity += self.read_at(i, to);
+            }
+        }
+        activity
     }
 
     /// Closes the links the driven engines are done with (`poll_close`):
     /// `handle_closed` on that end at once (unread bytes towards it are
     /// dropped); the other end learns once it has read what came before.
     pub fn serve_closes(&mut self) -> Activity {
-        let mut activity = Activity::default();
-        let now = self.now;
-        for side in Side::BOTH {
-            if !self.active(side) {
-                continue;
-            }
+        self.each_port(|engine, port, now| {
             for _ in 0..MAX_POLLS {
-                let Some(link) = self.engine_mut(side).poll_close() else {
+                let Some(link) = engine.poll_close() else {
                     break;
                 };
-                let end = End::Link(side, link);
-                let found = self.slots.iter_mut().find_map(|s| {
-                    let meta = s.meta.as_mut()?;
-                    let r = (0..2).find(|&r| meta.ends[r] == end && meta.closed[r].is_none())?;
-                    meta.closed[r] = Some(Closure::Closed);
-                    s.to[r].clear();
-                    Some(())
-                });
-                // Asked again for a link already closed: nothing to do.
-                if found.is_some() {
-                    self.engine_mut(side).handle_closed(link, now);
-                    activity.closed += 1;
-                }
+                port.close(engine, link, now);
             }
-        }
-        activity
+        })
     }
 
     // ----- connections ---------------------------------------------------
 
     /// Every connection whose slot has not been reused, open or closed.
     pub fn connections(&self) -> impl Iterator<Item = Connection> + '_ {
-        self.slots.iter().filter_map(Self::view)
+        self.wires.slots.iter().filter_map(Slot::view)
     }
 
     /// The connection `id`, if its slot has not been reused.
@@ -787,19 +722,19 @@ where
         if self.is_dead(target) {
             return Err(PairError::Dead(target));
         }
-        let i = self.free_slot().ok_or(PairError::NoConnectionSlot)?;
-        let (end, closed) = if self.active(target) {
-            let nonce = self.nonce();
-            let now = self.now;
-            let link = self
-                .engine_mut(target)
+        let i = self.wires.free_slot().ok_or(PairError::NoConnectionSlot)?;
+        let (end, closed) = if self.wires.active(target) {
+            let nonce = self.wires.nonce();
+            let now = self.wires.now;
+            let link = self.engines[target.index()]
+                .borrow_mut()
                 .handle_accepted(EXTERNAL, nonce, now)
                 .map_err(PairError::Link)?;
             (End::Link(target, link), None)
         } else {
             (End::Accepting(target), None)
         };
-        Ok(self.install(i, [End::External, end], [None, closed]))
+        Ok(self.wires.install(i, [End::External, end], [None, closed]))
     }
 
     /// Appends `bytes` to the pipe towards the `to` end of `conn`, as if
@@ -807,8 +742,11 @@ where
     /// whatever is in flight ([`Connection::whole`] tells whether that ends
     /// between frames).
     pub fn inject(&mut self, conn: ConnId, to: Role, bytes: &[u8]) -> Result<usize, PairError> {
-        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
-        let slot = &mut self.slots[i];
+        let i = self
+            .wires
+            .slot_of(conn)
+            .ok_or(PairError::UnknownConnection)?;
+        let slot = &mut self.wires.slots[i];
         if slot.meta.is_some_and(|m| {
             m.closed[to.index()].is_some() || m.closed[to.other().index()].is_some()
         }) {
@@ -820,16 +758,22 @@ where
     /// The pipe towards the `to` end of `conn`: for the caller playing an
     /// external end, or a test that tampers with the stream.
     pub fn pipe_mut(&mut self, conn: ConnId, to: Role) -> Result<&mut Pipe<N>, PairError> {
-        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
-        Ok(&mut self.slots[i].to[to.index()])
+        let i = self
+            .wires
+            .slot_of(conn)
+            .ok_or(PairError::UnknownConnection)?;
+        Ok(&mut self.wires.slots[i].to[to.index()])
     }
 
     /// Closes the external end of `conn`: what waits towards it is dropped,
     /// and the engine's end learns of the close once it has read what came
     /// before.
     pub fn close_external(&mut self, conn: ConnId) -> Result<(), PairError> {
-        let i = self.slot_of(conn).ok_or(PairError::UnknownConnection)?;
-        let slot = &mut self.slots[i];
+        let i = self
+            .wires
+            .slot_of(conn)
+            .ok_or(PairError::UnknownConnection)?;
+        let slot = &mut self.wires.slots[i];
         let meta = slot.meta.as_mut().ok_or(PairError::UnknownConnection)?;
         let r = (0..2)
             .find(|&r| meta.ends[r] == End::External)
@@ -843,16 +787,210 @@ where
 
     // ----- internals -----------------------------------------------------
 
-    fn view(slot: &Slot<N>) -> Option<Connection> {
-        let meta = slot.meta?;
-        Some(Connection {
-            id: meta.id,
-            ends: meta.ends,
-            closed: meta.closed,
-            in_flight: [slot.to[0].len(), slot.to[1].len()],
-            whole: meta.whole,
-            carried: meta.carried,
-        })
+    /// `side`'s engine, and its port onto the wires with the other engine.
+    fn port(
+        &mut self,
+        side: Side,
+    ) -> (
+        &mut Engine<St, Stream, W>,
+        Port<'_, Engine<St, Stream, W>, N, CONNS>,
+    ) {
+        let [a, b] = &mut self.engines;
+        let (this, other) = match side {
+            Side::A => (a, b),
+            Side::B => (b, a),
+        };
+        let port = Port {
+            wires: &mut self.wires,
+            side,
+            other: other.borrow_mut(),
+            activity: Activity::default(),
+        };
+        (this.borrow_mut(), port)
+    }
+
+    /// Runs `serve` with each driven side's engine and port; what moved.
+    fn each_port(
+        &mut self,
+        mut serve: impl FnMut(
+            &mut Engine<St, Stream, W>,
+            &mut Port<'_, Engine<St, Stream, W>, N, CONNS>,
+            Instant,
+        ),
+    ) -> Activity {
+        let now = self.wires.now;
+        let mut activity = Activity::default();
+        for side in Side::BOTH {
+            if self.wires.active(side) {
+                let (engine, mut port) = self.port(side);
+                serve(engine, &mut port, now);
+                activity += port.activity;
+            }
+        }
+        activity
+    }
+
+    /// The `to` end of slot `i` reads what its pipe holds, and learns of
+    /// the other end's close once it has read everything before it (a
+    /// paused engine does neither).
+    fn read_at(&mut self, i: usize, to: Role) -> Activity {
+        let mut activity = Activity::default();
+        let now = self.wires.now;
+        let Some(meta) = self.wires.slots[i].meta else {
+            return activity;
+        };
+        let (t, f) = (to.index(), to.other().index());
+        if meta.closed[t].is_some() {
+            return activity;
+        }
+        let engine = match meta.ends[t] {
+            End::Link(side, link) if self.wires.active(side) => {
+                Some((self.engines[side.index()].borrow_mut(), link))
+            }
+            End::Link(..) => return activity,
+            End::Accepting(_) | End::External => None,
+        };
+        let slot = &mut self.wires.slots[i];
+        let Some(meta) = slot.meta.as_mut() else {
+            return activity;
+        };
+        let pipe = &mut slot.to[t];
+        if let Some((engine, link)) = engine {
+            if !pipe.is_empty() {
+                match read_link(&mut *engine, link, pipe, now) {
+                    Ok(n) => {
+                        activity.read += n;
+                        meta.carried[t] += n as u64;
+                    }
+                    // The engine no longer knows the link.
+                    Err(_) => {
+                        meta.closed[t] = Some(Closure::Closed);
+                        activity.closed += 1;
+                        return activity;
+                    }
+                }
+            }
+            if meta.closed[f].is_some() && pipe.is_empty() {
+                engine.handle_closed(link, now);
+            }
+        }
+        if meta.closed[f].is_some() && pipe.is_empty() {
+            meta.closed[t] = Some(Closure::EndOfStream);
+            activity.closed += 1;
+        }
+        activity
+    }
+
+    /// Resets slot `i`: what is in flight either way is lost, and each
+    /// open end is closed, an engine's end told at once if it is driven.
+    /// The end of `killed`, if given, is marked reset without being told.
+    fn reset(&mut self, i: usize, killed: Option<Role>) {
+        let now = self.wires.now;
+        let Self { engines, wires, .. } = self;
+        let active = [wires.active(Side::A), wires.active(Side::B)];
+        let slot = &mut wires.slots[i];
+        slot.to[0].clear();
+        slot.to[1].clear();
+        let Some(meta) = slot.meta.as_mut() else {
+            return;
+        };
+        if let Some(role) = killed {
+            meta.closed[role.index()].get_or_insert(Closure::Reset);
+        }
+        for r in 0..2 {
+            if meta.closed[r].is_some() {
+                continue;
+            }
+            match meta.ends[r] {
+                End::Link(s, link) => {
+                    if active[s.index()] {
+                        engines[s.index()].borrow_mut().handle_closed(link, now);
+                        meta.closed[r] = Some(Closure::Reset);
+                    }
+                }
+                End::Accepting(_) | End::External => meta.closed[r] = Some(Closure::Reset),
+            }
+        }
+    }
+}
+
+impl<St: Storage, const W: usize, const N: usize, const CONNS: usize> Io<Engine<St, Stream, W>>
+    for Port<'_, Engine<St, Stream, W>, N, CONNS>
+{
+    /// A connection to the other side, accepted there now (or once it is
+    /// driven again); one for any other process, towards a dead side, or
+    /// finding no free slot fails.
+    fn connect(&mut self, engine: &mut Engine<St, Stream, W>, req: ConnectRequest, now: Instant) {
+        let wires = &mut *self.wires;
+        let target = self.side.other();
+        let reachable = req.proc == wires.names[target.index()] && !wires.dead[target.index()];
+        let slot = wires.free_slot().filter(|_| reachable);
+        let opened = slot.map(|i| (i, engine.handle_connected(req, wires.nonce(), now)));
+        let Some((i, Ok(link))) = opened else {
+            engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
+            self.activity.closed += 1;
+            return;
+        };
+        self.activity.opened += 1;
+        let (end, closed) = wires.accept(target, self.other);
+        if closed.is_none() && matches!(end, End::Link(..)) {
+            self.activity.opened += 1;
+        }
+        wires.install(i, [End::Link(self.side, link), end], [None, closed]);
+    }
+
+    /// Each of the side's open ends writes into the pipe towards the other
+    /// end as far as it has room (or drops its bytes if that end closed).
+    fn write(&mut self, engine: &mut Engine<St, Stream, W>, _now: Instant) {
+        for slot in &mut self.wires.slots {
+            let Some(meta) = slot.meta else {
+                continue;
+            };
+            for from in Role::BOTH {
+                if let End::Link(side, link) = meta.ends[from.index()]
+                    && side == self.side
+                {
+                    self.activity.written += slot.write_from(from, engine, link);
+                }
+            }
+        }
+    }
+
+    /// The side's end closes at once (unread bytes towards it are
+    /// dropped); the other end learns once it has read what came before.
+    fn close(&mut self, engine: &mut Engine<St, Stream, W>, link: LinkId, now: Instant) {
+        let end = End::Link(self.side, link);
+        let found = self.wires.slots.iter_mut().find_map(|s| {
+            let meta = s.meta.as_mut()?;
+            let r = (0..2).find(|&r| meta.ends[r] == end && meta.closed[r].is_none())?;
+            meta.closed[r] = Some(Closure::Closed);
+            s.to[r].clear();
+            Some(())
+        });
+        // Asked again for a link already closed: nothing to do.
+        if found.is_some() {
+            engine.handle_closed(link, now);
+            self.activity.closed += 1;
+        }
+    }
+}
+
+impl<const N: usize, const CONNS: usize> Wires<N, CONNS> {
+    /// Every slot empty, as a constant: built in place, not on the stack
+    /// of `new` (the pipes are large).
+    const EMPTY_SLOTS: [Slot<N>; CONNS] = [const { Slot::EMPTY }; CONNS];
+
+    fn active(&self, side: Side) -> bool {
+        !self.paused[side.index()] && !self.dead[side.index()]
+    }
+
+    fn nonce(&mut self) -> [u8; NONCE_LEN] {
+        let mut n = [0; NONCE_LEN];
+        // Two draws: the first halves alone never repeat (within 2^63
+        // nonces), since the generator's outputs do not.
+        n[..8].copy_from_slice(&self.nonces.next().to_le_bytes());
+        n[8..].copy_from_slice(&self.nonces.next().to_le_bytes());
+        n
     }
 
     fn slot_of(&self, id: ConnId) -> Option<usize> {
@@ -894,92 +1032,74 @@ where
         id
     }
 
-    /// The accepting end of a new connection towards `side`: accepted now
-    /// if `side` is driven, else when it is again.
-    fn accept(&mut self, side: Side) -> (End, Option<Closure>) {
+    /// The accepting end of a new connection towards `side`, whose engine
+    /// is `engine`: accepted now if `side` is driven, else when it is
+    /// again.
+    fn accept<St: Storage, const W: usize>(
+        &mut self,
+        side: Side,
+        engine: &mut Engine<St, Stream, W>,
+    ) -> (End, Option<Closure>) {
         if !self.active(side) {
             return (End::Accepting(side), None);
         }
         let nonce = self.nonce();
-        let now = self.now;
         let from = Source(side.other().index() as u64);
-        match self.engine_mut(side).handle_accepted(from, nonce, now) {
+        match engine.handle_accepted(from, nonce, self.now) {
             Ok(link) => (End::Link(side, link), None),
             Err(_) => (End::Accepting(side), Some(Closure::Refused)),
         }
     }
+}
 
-    fn shuttle_slot(&mut self, i: usize, to: Role) -> Activity {
-        let mut activity = Activity::default();
-        let now = self.now;
-        let active = [self.active(Side::A), self.active(Side::B)];
-        let Self { engines, slots, .. } = self;
-        let slot = &mut slots[i];
-        let Some(meta) = slot.meta.as_mut() else {
-            return activity;
+impl<const N: usize> Slot<N> {
+    fn view(&self) -> Option<Connection> {
+        let meta = self.meta?;
+        Some(Connection {
+            id: meta.id,
+            ends: meta.ends,
+            closed: meta.closed,
+            in_flight: [self.to[0].len(), self.to[1].len()],
+            whole: meta.whole,
+            carried: meta.carried,
+        })
+    }
+
+    /// `engine`'s end `from` (its `link`) writes into the pipe towards the
+    /// other end as far as it has room, or drops its bytes if that end is
+    /// closed; the bytes it wrote. Nothing if `from` is closed.
+    fn write_from<St: Storage, const W: usize>(
+        &mut self,
+        from: Role,
+        engine: &mut Engine<St, Stream, W>,
+        link: LinkId,
+    ) -> usize {
+        let Some(meta) = self.meta.as_mut() else {
+            return 0;
         };
-        let (t, f) = (to.index(), to.other().index());
-        let pipe = &mut slot.to[t];
-        if meta.closed[f].is_none()
-            && let End::Link(side, link) = meta.ends[f]
-            && active[side.index()]
-        {
-            let keep = meta.closed[t].is_none();
-            let engine = engines[side.index()].borrow_mut();
-            let w = write_link(engine, link, keep.then_some(&mut *pipe));
-            if w.bytes > 0 && keep {
-                meta.whole[t] = w.whole;
-            }
-            activity.written += w.bytes;
+        let (f, t) = (from.index(), from.other().index());
+        if meta.closed[f].is_some() {
+            return 0;
         }
-        if meta.closed[t].is_some() {
-            return activity;
+        let keep = meta.closed[t].is_none();
+        let w = write_link(engine, link, keep.then_some(&mut self.to[t]));
+        if w.bytes > 0 && keep {
+            meta.whole[t] = w.whole;
         }
-        match meta.ends[t] {
-            End::Link(side, link) if active[side.index()] => {
-                let engine = engines[side.index()].borrow_mut();
-                if !pipe.is_empty() {
-                    match read_link(engine, link, pipe, now) {
-                        Ok(n) => {
-                            activity.read += n;
-                            meta.carried[t] += n as u64;
-                        }
-                        // The engine no longer knows the link.
-                        Err(_) => {
-                            meta.closed[t] = Some(Closure::Closed);
-                            activity.closed += 1;
-                            return activity;
-                        }
-                    }
-                }
-                if meta.closed[f].is_some() && pipe.is_empty() {
-                    engine.handle_closed(link, now);
-                    meta.closed[t] = Some(Closure::EndOfStream);
-                    activity.closed += 1;
-                }
-            }
-            End::Link(..) => {}
-            End::Accepting(_) | End::External => {
-                if meta.closed[f].is_some() && pipe.is_empty() {
-                    meta.closed[t] = Some(Closure::EndOfStream);
-                    activity.closed += 1;
-                }
-            }
-        }
-        activity
+        w.bytes
     }
 }
 
 impl<E, const N: usize, const CONNS: usize, S> core::fmt::Debug for StreamPair<E, N, CONNS, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("StreamPair")
-            .field("names", &self.names)
-            .field("now", &self.now)
-            .field("paused", &self.paused)
-            .field("dead", &self.dead)
+            .field("names", &self.wires.names)
+            .field("now", &self.wires.now)
+            .field("paused", &self.wires.paused)
+            .field("dead", &self.wires.dead)
             .field(
                 "connections",
-                &self.slots.iter().filter(|s| s.meta.is_some()).count(),
+                &self.wires.slots.iter().filter(|s| s.meta.is_some()).count(),
             )
             .finish_non_exhaustive()
     }

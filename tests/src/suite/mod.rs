@@ -45,20 +45,12 @@ pub fn register(
 
 /// A local slice of `handle`.
 pub fn local(handle: MemHandle, offset: u64, len: u64) -> MemSlice {
-    MemSlice {
-        handle,
-        offset,
-        len,
-    }
+    handle.slice(offset, len)
 }
 
 /// The slice of `handle` as the peer names it.
 pub fn remote(handle: MemHandle, offset: u64, len: u64) -> RemoteSlice {
-    RemoteSlice {
-        key: handle.remote_key(),
-        offset,
-        len,
-    }
+    handle.remote_key().slice(offset, len)
 }
 
 /// The whole registered region of `handle` at `side`, copied out.

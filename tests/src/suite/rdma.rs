@@ -1,13 +1,16 @@
 //! `put` and `get` between registered regions, from 1 byte to 64 MiB: the
 //! bytes land exactly where named and nowhere else, and each operation
 //! completes exactly once with its `ctx`. (Backends that split a transfer
-//! into packets arriving out of order are checked by the same result.)
+//! into packets arriving out of order are checked by the same result.) A
+//! put that asks for it tells its target once, after its data.
 
 use btl_core::btl::{Access, BtlError, MemHandle, OpId};
 
 use crate::data::pattern;
 use crate::suite::{local, region, register, remote};
-use crate::track::{Rdma, Seen, Tracker, assert_pools_idle, settle, start_rdma};
+use crate::track::{
+    Rdma, Seen, Tracker, assert_pools_idle, round, settle, start_put_notify, start_rdma,
+};
 use crate::world::{Side, World};
 
 /// The sizes tried below 64 MiB (which [`largest_put_and_get`] does once).
@@ -240,6 +243,80 @@ pub fn many_outstanding_complete_once(world: &mut dyn World) {
     assert!(
         region(world, Side::A, a_dst) == pattern(4, (N * LEN) as usize),
         "gets landed"
+    );
+    assert_pools_idle(world, &tracker);
+}
+
+/// Puts that ask for a notice, of 0 bytes, 1 byte and a few packets' worth:
+/// the target learns of each exactly once, after its data has landed
+/// (its event names where, and carries the value given), and the put
+/// completes at the origin. A put the target refuses tells it nothing.
+pub fn put_notify_tells_the_target_once(world: &mut dyn World) {
+    let len = 3 * 65536 + 5;
+    let a = register(world, Side::A, len, Access::empty(), Some(11));
+    let b = register(world, Side::B, len, Access::REMOTE_WRITE, None);
+    let readonly = register(world, Side::B, 64, Access::REMOTE_READ, None);
+    let mut tracker = Tracker::new(world);
+    let target = tracker.home(Side::B);
+    for (i, n) in [0u64, 1, len as u64 - 7].into_iter().enumerate() {
+        let imm = 0xA11C_E000 + i as u64;
+        let op = start_put_notify(
+            world,
+            &mut tracker,
+            Side::A,
+            local(a, 7, n),
+            remote(b, 3, n),
+            imm,
+            i as u64,
+        );
+        settle(world, &mut tracker);
+        // The notice may trail the put's completion by a round.
+        for _ in 0..world.capabilities().linger_rounds {
+            round(world, &mut tracker);
+        }
+        assert_eq!(completion(&tracker, Rdma::Put, op), (i as u64, Ok(())));
+        let arrived: Vec<_> = tracker
+            .take()
+            .into_iter()
+            .filter_map(|s| match s {
+                Seen::PutArrived { at, slice, imm, .. } => Some((at, slice, imm)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            arrived,
+            [(target, local(b, 3, n), imm)],
+            "one notice for the put of {n} bytes"
+        );
+        let src = world.btl(Side::A).region(a).expect("A's region")[7..7 + n as usize].to_vec();
+        let dst = world.btl(Side::B).region(b).expect("B's region");
+        assert!(dst[3..3 + n as usize] == src[..], "{n} bytes landed");
+    }
+    let op = start_put_notify(
+        world,
+        &mut tracker,
+        Side::A,
+        local(a, 0, 8),
+        remote(readonly, 0, 8),
+        1,
+        99,
+    );
+    settle(world, &mut tracker);
+    for _ in 0..world.capabilities().linger_rounds {
+        round(world, &mut tracker);
+    }
+    let (ctx, result) = completion(&tracker, Rdma::Put, op);
+    assert_eq!(ctx, 99);
+    assert!(
+        matches!(result, Err(BtlError::Rejected(_))),
+        "a put into read-only memory: {result:?}"
+    );
+    assert!(
+        !tracker
+            .seen
+            .iter()
+            .any(|s| matches!(s, Seen::PutArrived { .. })),
+        "a refused put tells its target nothing"
     );
     assert_pools_idle(world, &tracker);
 }

@@ -254,7 +254,7 @@ fn an_ended_link_hands_back_the_fragment_it_was_filling() {
     let dropped = a.end(CloseReason::Normal, true);
     let frag = dropped.fragment.expect("the fragment comes back");
     sh.drop_received(frag);
-    assert_eq!(dropped.unpinned, None);
+    assert_eq!((dropped.unpinned, dropped.event_place), (None, false));
     let end = a.link_end().expect("ended");
     assert!(end.by_peer);
     assert!(a.poll_close(), "nothing to write: closed at once");

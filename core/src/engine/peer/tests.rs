@@ -120,7 +120,7 @@ fn sends_go_as_credits_allow_and_complete_once_acknowledged() {
         let desc = message(&mut sh, 10, tag);
         p.queue_send(desc).expect("room in the queue");
     }
-    assert!(!p.ready_for_sendi(), "messages wait ahead");
+    assert!(!p.takes_sendi(), "messages wait ahead");
     let sent = packets(&mut p, &mut sh);
     assert_eq!(
         sent,
@@ -463,4 +463,93 @@ fn a_peer_that_outgrows_the_answers_it_is_owed_is_lost() {
     );
     p.answer(Answer::Done(DoneRepr { xfer_id: 99 }), &mut sh);
     assert_eq!(p.lost(), Some(LostReason::ProtocolViolation));
+}
+
+#[test]
+fn a_notice_follows_the_put_data_once_a_credit_allows() {
+    use crate::engine::ops::Op;
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 0, ms(0));
+    let src = sh
+        .regs
+        .register(std::vec![7u8; 10], Access::empty())
+        .expect("room");
+    let (i, id) = (sh.ops.free_slot().expect("room"), sh.ops.new_id());
+    assert!(sh.events.owe(), "the put's event place");
+    let remote = RemoteKey(42).slice(0, 10);
+    let op = Op::new(
+        OpKind::Put,
+        endpoint(0),
+        3,
+        id,
+        Some(src.slice(0, 10)),
+        remote,
+        10,
+        4,
+    );
+    sh.ops.start(i, op.noticed(Some(0x1234)));
+    assert_eq!(
+        packets(&mut p, &mut sh),
+        [(1, Some(link(0)))],
+        "the data goes without credit, the notice waits for one"
+    );
+    p.on_ack(ack(2), 0, &Stream, &mut sh).expect("a valid ack");
+    assert_eq!(drain_events(&mut sh), [], "not done before its notice");
+    assert_eq!(packets(&mut p, &mut sh), [], "still no credit");
+    p.on_ack(ack(2), 1, &Stream, &mut sh).expect("a grant");
+    assert_eq!(packets(&mut p, &mut sh), [(2, Some(link(0)))], "the notice");
+    p.on_ack(ack(3), 1, &Stream, &mut sh).expect("a valid ack");
+    assert_eq!(drain_events(&mut sh), [Seen::Op(Ok(()))]);
+}
+
+#[test]
+fn a_notice_raises_one_event_unless_its_put_could_not_land() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    let writable = sh
+        .regs
+        .register(std::vec![0u8; 64], Access::REMOTE_WRITE)
+        .expect("room");
+    let readonly = sh
+        .regs
+        .register(std::vec![0u8; 64], Access::REMOTE_READ)
+        .expect("room");
+    let notice = |seq: u64, handle: crate::btl::MemHandle, imm: u64| {
+        let notify = NotifyRepr {
+            xfer_id: seq,
+            handle: handle.remote_key().0,
+            offset: 8,
+            len: 16,
+            imm,
+        };
+        let header = HeaderRepr {
+            packet_type: PacketType::Notify,
+            flags: Flags::empty(),
+            credits: 0,
+            seq,
+            ack: 0,
+            body_len: NotifyRepr::LEN as u64,
+        };
+        (
+            header,
+            Receiving::Control(ControlIn::Notify { seq, notify }),
+        )
+    };
+    for (seq, handle, imm) in [(1, writable, 11), (2, readonly, 22)] {
+        // The read path keeps the event's place before the frame is whole.
+        assert!(sh.events.owe());
+        let (h, r) = notice(seq, handle, imm);
+        p.on_packet(&h, r, &Stream, &mut sh).expect("in the window");
+    }
+    assert_eq!(sh.events.owed(), 0, "both places filled or given back");
+    assert_eq!(
+        drain_events(&mut sh),
+        [Seen::Arrived(11)],
+        "memory it may not write raises nothing"
+    );
+    // A duplicate gives its place back.
+    assert!(sh.events.owe());
+    let (h, r) = notice(1, writable, 11);
+    p.on_packet(&h, r, &Stream, &mut sh).expect("a duplicate");
+    assert_eq!((sh.events.owed(), sh.events.len()), (0, 0));
 }

@@ -11,8 +11,8 @@ use btl_core::endpoint::ProcName;
 use btl_core::engine::Capacities;
 use btl_core::engine::config::EngineConfig;
 use btl_core::mca::{
-    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId, ParamKind,
-    ParamSpec, Params, RegisterError, Version,
+    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind, ParamSpec,
+    Params, RegisterError, Version,
 };
 use btl_core::pool::{PoolDefaults, pool_param_specs};
 
@@ -20,13 +20,12 @@ pub use transport::{LOOKUP_TIMEOUT, NAME, Tcp};
 
 use crate::bootstrap::Bootstrap;
 use crate::config::socket_params::{
-    ENGINE_PARAMS, SOCKET_PARAMS, SocketParams, engine_param_specs, register_specs,
-    socket_param_specs,
+    ENGINE_PARAMS, Registered, SOCKET_PARAMS, SocketParams, engine_param_specs, socket_param_specs,
 };
 use crate::driver::module::Module;
 use crate::driver::net::{Net, Os};
+use crate::transports::Ports;
 use crate::transports::interfaces::Selection;
-use crate::transports::listen::Ports;
 
 /// A module of the TCP component over the operating system's sockets.
 pub type TcpModule = Module<Tcp<Os>>;
@@ -114,7 +113,7 @@ pub struct TcpComponent {
 #[derive(Debug, Clone, Copy)]
 struct TcpIds {
     socket: SocketParams,
-    own: [ParamId; 4],
+    own: Registered<4>,
 }
 
 /// Everything a TCP module needs from the parameters; `build` adds the
@@ -192,7 +191,7 @@ impl Component for TcpComponent {
                 &TCP_POOL_PARAMS,
                 &TCP_ENGINE_PARAMS,
             )?,
-            own: register_specs(params, &TCP_PARAMS)?,
+            own: Registered::register(params, &TCP_PARAMS)?,
         });
         Ok(())
     }
@@ -204,16 +203,16 @@ impl Component for TcpComponent {
         let na =
             |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("tcp: {what}"));
         let settings = ids.socket.read(params).map_err(|e| na(&e))?;
-        let int = |i: usize| params.int(ids.own[i]).map_err(|e| na(&e));
-        let size = |i: usize| params.size(ids.own[i]).map_err(|e| na(&e));
+        let int = |name| params.int(ids.own.id(name)).map_err(|e| na(&e));
+        let size = |name| params.size(ids.own.id(name)).map_err(|e| na(&e));
         let tcp = TcpConfig {
             selection: settings.selection,
             ports: settings.ports,
             lookup_timeout: settings.lookup_timeout,
-            links: u8::try_from(int(0)?).unwrap_or(1),
-            sndbuf: usize::try_from(size(1)?).unwrap_or(0),
-            rcvbuf: usize::try_from(size(2)?).unwrap_or(0),
-            user_timeout: Duration::from_millis(u64::try_from(int(3)?).unwrap_or(0)),
+            links: u8::try_from(int("links")?).unwrap_or(1),
+            sndbuf: usize::try_from(size("sndbuf")?).unwrap_or(0),
+            rcvbuf: usize::try_from(size("rcvbuf")?).unwrap_or(0),
+            user_timeout: Duration::from_millis(u64::try_from(int("link_timeout")?).unwrap_or(0)),
             ..TcpConfig::default()
         };
         let (pools, engine) = (settings.pools, settings.engine);

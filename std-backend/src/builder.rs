@@ -1,0 +1,319 @@
+//! Opening a module in one expression: who this process is, how it finds
+//! its peers, and what it sets in code; the defaults, a parameter file and
+//! the environment (`BTL_TCP_IF_INCLUDE=eth0`) do the rest.
+//!
+//! ```no_run
+//! use btl_std::{ModuleBuilder, ProcName};
+//!
+//! let tcp = ModuleBuilder::new(ProcName::new(7, 0))
+//!     .shared_dir("/tmp/my-job")
+//!     .job_key(b"a secret of the job".to_vec())
+//!     .param("btl_tcp_if_include", "lo")
+//!     .tcp()?;
+//! # Ok::<(), btl_std::OpenError>(())
+//! ```
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use btl_core::endpoint::ProcName;
+use btl_core::loopback::{Loopback, SelfComponent};
+use btl_core::mca::{Component, Params, Source};
+use btl_core::pool::PoolCell;
+
+use crate::ParamRegistry;
+use crate::bootstrap::{Bootstrap, BootstrapError, SharedDir, StaticPeers};
+use crate::config::sources::{SourceError, apply_environment, apply_file, default_param_file};
+use crate::transports::tcp::{TcpComponent, TcpModule};
+use crate::transports::udp::{UdpComponent, UdpModule};
+
+/// The loopback module (`self`): messages, puts and gets within this
+/// process, 16 registrations and 256 events deep.
+pub type SelfModule = Loopback<Pin<Box<[PoolCell]>>, Vec<u8>, 16, 256>;
+
+/// Opens a module of process `me` ([`tcp`](Self::tcp),
+/// [`udp`](Self::udp), [`loopback`](Self::loopback)).
+///
+/// Parameters come, lowest first, from their defaults, a parameter file
+/// (the one given, else `$BTL_PARAM_FILE` or `~/.config/btl/params.conf`),
+/// the environment (`BTL_TCP_EAGER_LIMIT=64k`), and [`param`](Self::param)
+/// calls. Peers are found through the bootstrap given, else the static
+/// list in `BTL_PEERS` or `BTL_PEERS_FILE`.
+#[derive(Clone)]
+pub struct ModuleBuilder {
+    me: ProcName,
+    bootstrap: Option<Arc<dyn Bootstrap>>,
+    job_key: Option<Vec<u8>>,
+    params: Vec<(String, String)>,
+    param_file: Option<PathBuf>,
+    environment: bool,
+    loopback: bool,
+}
+
+/// Why a module could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No bootstrap was given and `BTL_PEERS`/`BTL_PEERS_FILE` name none.
+    #[error(
+        "no way to find peers: give a bootstrap (shared_dir, bootstrap) or set BTL_PEERS or BTL_PEERS_FILE"
+    )]
+    NoBootstrap,
+    /// The static peer list of the environment is wrong.
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    /// The parameter file or the environment holds something wrong.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A parameter set in code is unknown or its value invalid.
+    #[error("parameter {name}: {reason}")]
+    Param {
+        /// The parameter's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The component cannot run as configured.
+    #[error("{component}: {reason}")]
+    NotAvailable {
+        /// The component.
+        component: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Its sockets could not be opened.
+    #[error("{component}: {error}")]
+    Io {
+        /// The component.
+        component: &'static str,
+        /// What the system said.
+        error: std::io::Error,
+    },
+}
+
+impl ModuleBuilder {
+    /// A module of process `me`, every parameter as the defaults, file and
+    /// environment say.
+    pub fn new(me: ProcName) -> Self {
+        ModuleBuilder {
+            me,
+            bootstrap: None,
+            job_key: None,
+            params: Vec::new(),
+            param_file: None,
+            environment: true,
+            loopback: false,
+        }
+    }
+
+    /// Finds peers through `bootstrap` (and publishes this process there).
+    pub fn bootstrap(mut self, bootstrap: Arc<dyn Bootstrap>) -> Self {
+        self.bootstrap = Some(bootstrap);
+        self
+    }
+
+    /// Finds peers through a directory every process of the job reaches
+    /// ([`SharedDir`]).
+    pub fn shared_dir(self, dir: impl Into<PathBuf>) -> Self {
+        self.bootstrap(Arc::new(SharedDir::new(dir)))
+    }
+
+    /// The job's key, which every process proves it holds in its handshake.
+    pub fn job_key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.job_key = Some(key.into());
+        self
+    }
+
+    /// Sets parameter `name` (its full name, `btl_tcp_if_include`) to
+    /// `value`, above what the file and environment say.
+    pub fn param(mut self, name: &str, value: impl ToString) -> Self {
+        self.params.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Reads parameters from `path` instead of the default file.
+    pub fn param_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.param_file = Some(path.into());
+        self
+    }
+
+    /// Reads nothing from the environment: no `BTL_*` parameter, no default
+    /// parameter file, no static peer list.
+    pub fn ignore_environment(mut self) -> Self {
+        self.environment = false;
+        self
+    }
+
+    /// Keeps the module on loopback interfaces unless the file or the
+    /// environment chose interfaces: for a job on one host.
+    pub fn on_loopback(mut self) -> Self {
+        self.loopback = true;
+        self
+    }
+
+    /// Opens a TCP module.
+    pub fn tcp(self) -> Result<TcpModule, OpenError> {
+        let setup = self.setup(&mut TcpComponent::default())?;
+        let bootstrap = self.peers()?;
+        setup
+            .build(self.me, self.job_key.as_deref(), bootstrap)
+            .map_err(|error| OpenError::Io {
+                component: "tcp",
+                error,
+            })
+    }
+
+    /// Opens a UDP module.
+    pub fn udp(self) -> Result<UdpModule, OpenError> {
+        let setup = self.setup(&mut UdpComponent::default())?;
+        let bootstrap = self.peers()?;
+        setup
+            .build(self.me, self.job_key.as_deref(), bootstrap)
+            .map_err(|error| OpenError::Io {
+                component: "udp",
+                error,
+            })
+    }
+
+    /// Opens the loopback module, which reaches this process only.
+    pub fn loopback(self) -> Result<SelfModule, OpenError> {
+        let setup = self.setup(&mut SelfComponent::default())?;
+        setup
+            .build(PoolCell::boxed(setup.required_bytes()), self.me)
+            .map_err(|e| OpenError::NotAvailable {
+                component: "self",
+                reason: format!("{e:?}"),
+            })
+    }
+
+    /// The bootstrap given, else the environment's static list.
+    fn peers(&self) -> Result<Arc<dyn Bootstrap>, OpenError> {
+        if let Some(b) = &self.bootstrap {
+            return Ok(Arc::clone(b));
+        }
+        match self.environment.then(StaticPeers::from_env).flatten() {
+            Some(list) => Ok(Arc::new(list?)),
+            None => Err(OpenError::NoBootstrap),
+        }
+    }
+
+    /// Registers `component`'s parameters, applies the sources in their
+    /// order of precedence, and initialises it: its module's setup.
+    fn setup<C: Component>(&self, component: &mut C) -> Result<C::Module, OpenError> {
+        let name = component.name();
+        let na = |reason: String| OpenError::NotAvailable {
+            component: name,
+            reason,
+        };
+        let mut registry = Box::new(ParamRegistry::new());
+        let params: &mut dyn Params = registry.as_mut();
+        component.register(params).map_err(|e| na(e.to_string()))?;
+        let env = |var: &str| std::env::var(var).ok();
+        let file = match (&self.param_file, self.environment) {
+            (Some(path), _) => Some(path.clone()),
+            (None, true) => default_param_file(env),
+            (None, false) => None,
+        };
+        if let Some(path) = file {
+            // Names of other components' parameters are expected there.
+            apply_file(params, &path)?;
+        }
+        if self.environment {
+            apply_environment(params, env)?;
+        }
+        for (param, value) in &self.params {
+            params
+                .set_by_name(param, value, Source::Code)
+                .map_err(|e| OpenError::Param {
+                    name: param.clone(),
+                    reason: e.to_string(),
+                })?;
+        }
+        if self.loopback {
+            prefer_loopback(params, name);
+        }
+        component
+            .init(params)
+            .map_err(|e| na(e.to_string()))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| na("no module".to_owned()))
+    }
+}
+
+impl std::fmt::Debug for ModuleBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModuleBuilder")
+            .field("me", &self.me)
+            .field("bootstrap", &self.bootstrap.is_some())
+            .field("job_key", &self.job_key.is_some())
+            .field("params", &self.params)
+            .field("param_file", &self.param_file)
+            .field("environment", &self.environment)
+            .field("loopback", &self.loopback)
+            .finish()
+    }
+}
+
+/// `if_include` becomes `lo` for `component` unless some source chose
+/// interfaces.
+fn prefer_loopback(params: &mut dyn Params, component: &str) {
+    let name = |n: &str| format!("btl_{component}_{n}");
+    let untouched = |params: &dyn Params, n: &str| {
+        params
+            .find(&name(n))
+            .and_then(|id| params.param(id))
+            .is_none_or(|p| p.source == Source::Default)
+    };
+    if untouched(params, "if_include") && untouched(params, "if_exclude") {
+        let _ = params.set_by_name(&name("if_include"), "lo", Source::Code);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_needs_a_way_to_find_its_peers() {
+        let err = ModuleBuilder::new(ProcName::new(1, 0))
+            .ignore_environment()
+            .tcp()
+            .expect_err("no bootstrap");
+        assert!(matches!(err, OpenError::NoBootstrap), "{err}");
+    }
+
+    #[test]
+    fn parameters_set_in_code_are_checked_by_name_and_value() {
+        let dir = std::env::temp_dir().join(format!("btl-builder-{}", std::process::id()));
+        let builder = ModuleBuilder::new(ProcName::new(1, 0))
+            .ignore_environment()
+            .shared_dir(&dir);
+        let unknown = builder
+            .clone()
+            .param("btl_tcp_no_such_thing", "1")
+            .tcp()
+            .expect_err("an unknown name");
+        assert!(
+            matches!(&unknown, OpenError::Param { name, .. } if name == "btl_tcp_no_such_thing"),
+            "{unknown}"
+        );
+        let invalid = builder
+            .param("btl_tcp_links", "99")
+            .tcp()
+            .expect_err("out of range");
+        assert!(matches!(invalid, OpenError::Param { .. }), "{invalid}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_loopback_module_opens_without_peers() {
+        use btl_core::btl::Btl;
+        let me = ProcName::new(1, 0);
+        let module = ModuleBuilder::new(me)
+            .ignore_environment()
+            .loopback()
+            .expect("self");
+        assert_eq!(module.attributes().name, "self");
+    }
+}

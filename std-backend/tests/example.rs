@@ -1,0 +1,49 @@
+//! The request/reply example runs as a user would run it: two processes
+//! on loopback, a thousand requests answered, 4 MiB put and checked.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The example's binary, which `cargo test` builds beside the tests (and
+/// this builds when only this test was built).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = dir.join("examples").join(name);
+    if !path.is_file() {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-p", "btl-std", "--example", name]);
+        if dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("cargo runs");
+        assert!(status.success(), "building the example: {status}");
+    }
+    path
+}
+
+#[test]
+fn request_reply_answers_a_thousand_requests_and_checks_a_put() {
+    let path = example("request_reply");
+    let start = Instant::now();
+    let out = Command::new(&path)
+        .env("BTL_TCP_IF_INCLUDE", "lo")
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        "1000 requests answered; 4 MiB put and checked"
+    );
+    assert!(start.elapsed() < Duration::from_secs(60));
+}

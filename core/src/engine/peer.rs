@@ -623,30 +623,22 @@ impl<const W: usize> Peer<W> {
         self.probe_due = false;
         self.ack_due = false;
         // Packets the peer acknowledged while a link wrote them reached it.
-        for (_, detached) in core::mem::take(&mut self.pinned) {
+        let id = self.id;
+        for (_, detached) in self.pinned.drain(..) {
             if let Some(out) = detached {
-                self.release(out, Ok(()), shared);
+                release(id, out, Ok(()), shared);
             }
         }
-        let mut released: Vec<Outgoing, W> = Vec::new();
-        self.send.drain(|_, out| {
-            let _ = released.push(out);
-        });
-        for out in released {
-            self.release(out, Err(error), shared);
-        }
+        // Each packet is released where the window lets it go: collecting
+        // them first would move a window's worth of packets.
+        self.send
+            .drain(|_, out| release(id, out, Err(error), shared));
         while let Some(q) = self.queue.pop_front() {
             if let Queued::Send(desc) = q {
-                shared.complete_send(self.id, desc, Err(error));
+                shared.complete_send(id, desc, Err(error));
             }
         }
-        let mut held: Vec<Held, W> = Vec::new();
-        self.recv.drain_held(|_, h| {
-            let _ = held.push(h);
-        });
-        for h in held {
-            self.drop_held(h, shared);
-        }
+        self.recv.drain_held(|_, h| drop_held(h, shared));
         shared.ops.fail_peer(self.id, error, &mut shared.events);
         if error != BtlError::Finalized {
             shared.report_lost(self.id, error);
@@ -1092,44 +1084,8 @@ impl<const W: usize> Peer<W> {
         if let Some(i) = self.pinned.iter().position(|(s, _)| *s == seq) {
             let (_, detached) = self.pinned.swap_remove(i);
             if let Some(out) = detached {
-                self.release(out, Ok(()), shared);
+                release(self.id, out, Ok(()), shared);
             }
-        }
-    }
-
-    /// A retained packet is done with: its operation may complete.
-    fn release<S: Storage>(
-        &mut self,
-        out: Outgoing,
-        result: Result<(), BtlError>,
-        shared: &mut Shared<S>,
-    ) {
-        match out {
-            Outgoing::Send { desc, .. } => shared.complete_send(self.id, desc, result),
-            Outgoing::Put {
-                op, xfer_id, data, ..
-            } => {
-                shared.ops.credit(
-                    usize::from(op),
-                    self.id,
-                    xfer_id,
-                    data.len,
-                    result,
-                    &mut shared.events,
-                );
-            }
-            Outgoing::Control {
-                packet: ControlPacket::Notify(n),
-                ..
-            } => {
-                if let Some(i) = shared.ops.find(OpKind::Put, self.id, n.xfer_id) {
-                    let events = &mut shared.events;
-                    shared
-                        .ops
-                        .notice_taken(i, self.id, n.xfer_id, result, events);
-                }
-            }
-            Outgoing::Control { .. } => {}
         }
     }
 
@@ -1161,11 +1117,16 @@ impl<const W: usize> Peer<W> {
             return Ok(());
         }
         let now = shared.now;
-        let mut released: Vec<(u64, Outgoing), W> = Vec::new();
+        let (id, pinned) = (self.id, &mut self.pinned);
         let acked = self
             .send
             .on_ack(ack, now, |seq, out| {
-                let _ = released.push((seq, out));
+                match pinned.iter_mut().find(|(s, _)| *s == seq) {
+                    // Being written on a link: its bytes must stay until
+                    // the last one is written, for the stream's framing.
+                    Some((_, detached)) => *detached = Some(out),
+                    None => release(id, out, Ok(()), shared),
+                }
             })
             .map_err(|_| CloseReason::ProtocolError)?;
         match acked.rtt {
@@ -1179,14 +1140,6 @@ impl<const W: usize> Peer<W> {
                 if !self.resend.iter().any(|&s| s == seq) {
                     let _ = self.resend.push_back(seq);
                 }
-            }
-        }
-        for (seq, out) in released {
-            match self.pinned.iter_mut().find(|(s, _)| *s == seq) {
-                // Being written on a link: its bytes must stay until the
-                // last one is written, for the stream's framing.
-                Some((_, detached)) => *detached = Some(out),
-                None => self.release(out, Ok(()), shared),
             }
         }
         Ok(())
@@ -1271,7 +1224,7 @@ impl<const W: usize> Peer<W> {
                 return Err(CloseReason::ProtocolError);
             }
             Ok(_) => {}
-            Err(refused) => self.drop_held(refused.into_item(), shared),
+            Err(refused) => drop_held(refused.into_item(), shared),
         }
         self.acks.owe(now, false);
         while let Some((_, item)) = self.recv.pop() {
@@ -1280,16 +1233,6 @@ impl<const W: usize> Peer<W> {
         // The body before the acknowledgement: a REJECT must fail its put
         // before the ack of the refused packets could complete it.
         self.on_ack(ack, header.credits, framing, shared)
-    }
-
-    /// Lets go of what a packet that will not be delivered holds: a SEND's
-    /// fragment, a notice's event place.
-    fn drop_held<S: Storage>(&mut self, item: Held, shared: &mut Shared<S>) {
-        match item {
-            Held::Send { frag, .. } => shared.drop_received(frag),
-            Held::Notify(_) => shared.events.forgive(),
-            _ => {}
-        }
     }
 
     /// Acts on a packet delivered in order.
@@ -1399,6 +1342,47 @@ impl<const W: usize> Peer<W> {
     pub fn give_back_credit(&mut self, now: Instant) {
         self.credits.give_back();
         self.acks.owe(now, false);
+    }
+}
+
+/// Peer `id`'s retained packet `out` is done with, with `result`: its
+/// operation may complete.
+fn release<S: Storage>(
+    id: EndpointId,
+    out: Outgoing,
+    result: Result<(), BtlError>,
+    shared: &mut Shared<S>,
+) {
+    match out {
+        Outgoing::Send { desc, .. } => shared.complete_send(id, desc, result),
+        Outgoing::Put {
+            op, xfer_id, data, ..
+        } => {
+            let events = &mut shared.events;
+            shared
+                .ops
+                .credit(usize::from(op), id, xfer_id, data.len, result, events);
+        }
+        Outgoing::Control {
+            packet: ControlPacket::Notify(n),
+            ..
+        } => {
+            if let Some(i) = shared.ops.find(OpKind::Put, id, n.xfer_id) {
+                let events = &mut shared.events;
+                shared.ops.notice_taken(i, id, n.xfer_id, result, events);
+            }
+        }
+        Outgoing::Control { .. } => {}
+    }
+}
+
+/// Lets go of what a packet that will not be delivered holds: a SEND's
+/// fragment, a notice's event place.
+fn drop_held<S: Storage>(item: Held, shared: &mut Shared<S>) {
+    match item {
+        Held::Send { frag, .. } => shared.drop_received(frag),
+        Held::Notify(_) => shared.events.forgive(),
+        _ => {}
     }
 }
 

@@ -62,6 +62,18 @@ impl Capacities {
         events: 256,
         registrations: 64,
     };
+
+    /// Bytes the tables of an engine with window `W` and these capacities
+    /// take, registered memory held as `M`: what the caller lends (or a
+    /// host allocates) beside the engine value itself and its pools.
+    pub const fn table_bytes<const W: usize, M>(&self) -> usize {
+        use core::mem::size_of;
+        self.peers * (size_of::<EndpointSlot<Peer<W>>>() + size_of::<u16>() + size_of::<Start>())
+            + self.links * (size_of::<Entry<Link<W>>>() + size_of::<u16>())
+            + self.ops * size_of::<OpSlot>()
+            + self.events * size_of::<EventSlot>()
+            + self.registrations * size_of::<RegSlot<M>>()
+    }
 }
 
 /// Every table of an engine inline, sized by const generics: `P` peers,
@@ -141,5 +153,26 @@ impl<
 {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_bytes_are_what_inline_storage_takes() {
+        type Firmware = Inline<2, 2, 8, 4, 16, 4, &'static mut [u8]>;
+        let caps = Capacities {
+            peers: 2,
+            links: 2,
+            ops: 4,
+            events: 16,
+            registrations: 4,
+        };
+        assert_eq!(
+            caps.table_bytes::<8, &'static mut [u8]>(),
+            core::mem::size_of::<Firmware>()
+        );
     }
 }

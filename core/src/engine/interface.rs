@@ -418,13 +418,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             return self.get(source, local, src, ctx);
         }
         let p = self.check_endpoint(source)?;
-        if src.len != dst.len {
-            return Err(BtlError::Memory(MemError::OutOfBounds {
-                offset: dst.offset,
-                len: src.len,
-                size: dst.len,
-            }));
-        }
+        same_length(src.len, dst)?;
         let i = self.claim_op_slot()?;
         let id = self.shared.ops.new_id();
         let op = Op::new(OpKind::GetThirdParty, p, ctx, id, None, src, src.len, 1);
@@ -468,13 +462,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         notice: Option<u64>,
     ) -> Result<(OpId, bool), BtlError> {
         self.shared.regs.slice(local)?;
-        if local.len != remote.len {
-            return Err(BtlError::Memory(MemError::OutOfBounds {
-                offset: remote.offset,
-                len: local.len,
-                size: remote.len,
-            }));
-        }
+        same_length(local.len, remote)?;
         let i = self.claim_op_slot()?;
         let id = self.shared.ops.new_id();
         let chunk = self
@@ -576,3 +564,15 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
 }
 
 const _: () = assert!(MAX_PEER_LINKS <= 8, "link indexes are bits of a byte");
+
+/// A transfer of `len` bytes into or out of `remote` must fit it exactly.
+fn same_length(len: u64, remote: RemoteSlice) -> Result<(), BtlError> {
+    if len != remote.len {
+        return Err(BtlError::Memory(MemError::OutOfBounds {
+            offset: remote.offset,
+            len,
+            size: remote.len,
+        }));
+    }
+    Ok(())
+}

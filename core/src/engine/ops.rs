@@ -450,10 +450,7 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
         result: Result<(), BtlError>,
         events: &mut Events<E>,
     ) -> Option<Ended> {
-        let op = match &mut self.slots_mut().get_mut(i)?.0 {
-            Slot::Op(op) if op.id == id && op.peer == peer => op,
-            _ => return None,
-        };
+        let op = self.op_of(i, peer, id)?;
         if let Some(n) = op.notice.as_mut() {
             n.taken = true;
         }
@@ -476,15 +473,21 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
         result: Result<(), BtlError>,
         events: &mut Events<E>,
     ) -> Option<Ended> {
-        let op = match &mut self.slots_mut().get_mut(i)?.0 {
-            Slot::Op(op) if op.id == id && op.peer == peer => op,
-            _ => return None,
-        };
+        let op = self.op_of(i, peer, id)?;
         op.done = op.done.saturating_add(len);
         if result.is_err() || op.is_done() {
             return self.finish(i, result, events);
         }
         None
+    }
+
+    /// The operation in slot `i`, if it is still transfer `id` of `peer`
+    /// (a slot freed early and taken by another operation is not).
+    fn op_of(&mut self, i: usize, peer: EndpointId, id: u64) -> Option<&mut Op> {
+        match &mut self.slots_mut().get_mut(i)?.0 {
+            Slot::Op(op) if op.id == id && op.peer == peer => Some(op),
+            _ => None,
+        }
     }
 
     /// Ends the operation in slot `i` with `result`: a put or get of this

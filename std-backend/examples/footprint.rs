@@ -5,7 +5,7 @@
 //!
 //! Run it with `cargo run -p btl-std --example footprint`.
 
-use btl_core::engine::{Capacities, Engine, Lent, Stream};
+use btl_core::engine::{Capacities, Engine, HEADER_RESERVE, Lent, Stream};
 use btl_core::mca::{Component, Params};
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_std::ParamRegistry;
@@ -23,8 +23,8 @@ fn main() {
         };
         FragmentPoolsConfig {
             small: class(256, 8),
-            eager: class(1024 + 40, 4),
-            max: class(4096 + 40, 2),
+            eager: class(1024 + HEADER_RESERVE, 4),
+            max: class(4096 + HEADER_RESERVE, 2),
         }
     };
     let firmware = Capacities {

@@ -131,7 +131,8 @@ impl Capabilities {
 /// Two processes, their BTLs, and whatever carries bytes between them.
 ///
 /// A harness builds both BTLs, makes each reach the other (`add_procs`), and
-/// hands them out with registered memory lent for `'static` (tests leak it).
+/// hands them out; registered memory is owned (a [`Memory`] the BTL hands
+/// back at deregistration).
 /// The fault hooks have defaults that panic: a harness implements those its
 /// [`Capabilities`] declare, and the suite calls only those.
 pub trait World {

@@ -3,42 +3,12 @@
 //! allocator. (The engine's counterpart, over the in-memory stream pair,
 //! is in the btl-tests crate.)
 
-// Counting allocations needs a `GlobalAlloc`, which is an unsafe trait.
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{ProcName, Reachability};
 use btl_core::loopback::Loopback;
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig, PoolCell};
-
-struct Counting;
-
-thread_local! {
-    // Per thread, so that the test harness's own threads do not count.
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn allocations() -> usize {
-    ALLOCATIONS.with(Cell::get)
-}
-
-// SAFETY: forwards to the system allocator unchanged, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use btl_tests::alloc_count::{Counting, allocations};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;

@@ -2,11 +2,6 @@
 //! send, put, events and progress over TCP and UDP never touch the global
 //! allocator.
 
-// Counting allocations needs a `GlobalAlloc`, which is an unsafe trait.
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,31 +15,7 @@ use btl_std::bootstrap::SharedDir;
 use btl_std::transports::interfaces::Selection;
 use btl_std::transports::tcp::{TcpConfig, TcpSetup};
 use btl_std::transports::udp::{UdpConfig, UdpSetup};
-
-struct Counting;
-
-thread_local! {
-    // Per thread: the test harness's own threads do not count.
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn allocations() -> usize {
-    ALLOCATIONS.with(Cell::get)
-}
-
-// SAFETY: forwards to the system allocator unchanged, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use btl_tests::alloc_count::{Counting, allocations};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;

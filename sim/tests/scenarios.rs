@@ -6,8 +6,7 @@
 //! `BTL_SIM_SEED=<seed> cargo test -p btl-sim --test scenarios` replays
 //! it, and `BTL_SIM_SEEDS=<n>` runs more seeds (a soak), or
 //! `BTL_SIM_SEEDS=<first>-<last>` a range of them (a soak in parts, one
-//! process each: a host that crashes leaves its registered buffers behind,
-//! about 20 MiB a run over TCP, until its process ends).
+//! process each).
 #![cfg(not(loom))]
 
 use std::cell::RefCell;

@@ -250,11 +250,11 @@ impl fmt::Display for Duration {
         let n = self.nanos;
         if n == 0 {
             f.write_str("0 s")
-        } else if n % S == 0 {
+        } else if n.is_multiple_of(S) {
             write!(f, "{} s", n / S)
-        } else if n % MS == 0 {
+        } else if n.is_multiple_of(MS) {
             write!(f, "{} ms", n / MS)
-        } else if n % US == 0 {
+        } else if n.is_multiple_of(US) {
             write!(f, "{} us", n / US)
         } else {
             write!(f, "{n} ns")

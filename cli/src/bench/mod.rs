@@ -579,7 +579,7 @@ impl Side {
             // The clock is read only now and then: this loop is what a
             // latency measurement spins in.
             idle = if moved { 0 } else { idle + 1 };
-            if idle == 0 || idle % 4096 == 0 {
+            if idle == 0 || idle.is_multiple_of(4096) {
                 if idle == 0 {
                     last = Instant::now();
                 } else if last.elapsed() > STALL {

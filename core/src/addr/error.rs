@@ -144,10 +144,10 @@ impl fmt::Display for ParseError {
 
         write!(f, "at byte {}: ", self.offset)?;
         let t = Quoted(self);
-        if self.token_len == 0 {
-            if let Some(field) = self.kind.field() {
-                return write!(f, "the {field} is empty");
-            }
+        if self.token_len == 0
+            && let Some(field) = self.kind.field()
+        {
+            return write!(f, "the {field} is empty");
         }
         match self.kind {
             K::Empty => f.write_str("the address is empty"),

@@ -123,6 +123,21 @@ pub struct Transmit<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Source(pub u64);
 
+impl Source {
+    /// The source an IPv4 address names.
+    pub const fn ipv4(octets: [u8; 4]) -> Source {
+        Source(u32::from_be_bytes(octets) as u64)
+    }
+
+    /// The source an IPv6 address names: its /64 prefix, since one host
+    /// has a whole prefix to choose addresses from. The top bit keeps it
+    /// apart from every IPv4 source.
+    pub const fn ipv6(octets: [u8; 16]) -> Source {
+        let [a, b, c, d, e, f, g, h, ..] = octets;
+        Source(u64::from_be_bytes([a, b, c, d, e, f, g, h]) | 1 << 63)
+    }
+}
+
 /// Why a connection the engine asked for could not be opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectFailure {

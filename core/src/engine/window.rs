@@ -564,11 +564,11 @@ impl<T, const W: usize> SendWindow<T, W> {
             let offset = u64::from(bits.trailing_zeros());
             bits &= bits - 1;
             let seq = self.base + offset;
-            if let Some(sent) = &self.slots[slot_of::<W>(seq)] {
-                if pred(offset, sent) {
-                    hit = Some(seq);
-                    break;
-                }
+            if let Some(sent) = &self.slots[slot_of::<W>(seq)]
+                && pred(offset, sent)
+            {
+                hit = Some(seq);
+                break;
             }
         }
         let seq = hit?;

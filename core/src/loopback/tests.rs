@@ -415,10 +415,10 @@ fn the_tag_table_dispatches_polled_messages() {
         let mut log = Vec::new();
         let mut unhandled = 0;
         while let Some(ev) = btl.poll_event() {
-            if let Event::Received(m) = ev {
-                if !table.dispatch(&mut log, &m) {
-                    unhandled += 1;
-                }
+            if let Event::Received(m) = ev
+                && !table.dispatch(&mut log, &m)
+            {
+                unhandled += 1;
             }
         }
         assert_eq!((log, unhandled), (vec![3], 1));

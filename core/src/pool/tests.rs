@@ -437,27 +437,26 @@ fn threads_never_share_a_fragment() {
                 let mut held: Vec<Fragment> = Vec::new();
                 for round in 0..ROUNDS {
                     let stamp = (t << 24) | round;
-                    if round % 3 != 2 {
-                        if let Ok(mut f) = pool.alloc() {
-                            let prev = owners[f.index()].swap(t, Ordering::Relaxed);
-                            if prev != 0 {
-                                failed.store(true, Ordering::Relaxed);
-                            }
-                            pool.bytes_mut(&mut f).expect("own")[..4]
-                                .copy_from_slice(&stamp.to_le_bytes());
-                            held.push(f);
+                    if round % 3 != 2
+                        && let Ok(mut f) = pool.alloc()
+                    {
+                        let prev = owners[f.index()].swap(t, Ordering::Relaxed);
+                        if prev != 0 {
+                            failed.store(true, Ordering::Relaxed);
                         }
+                        pool.bytes_mut(&mut f).expect("own")[..4]
+                            .copy_from_slice(&stamp.to_le_bytes());
+                        held.push(f);
                     }
-                    if held.len() > 1 || round % 3 == 2 {
-                        if let Some(f) = held.pop() {
-                            let bytes = pool.bytes(&f).expect("own");
-                            let seen = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-                            if seen >> 24 != t || owners[f.index()].swap(0, Ordering::Relaxed) != t
-                            {
-                                failed.store(true, Ordering::Relaxed);
-                            }
-                            pool.free(f).expect("free");
+                    if (held.len() > 1 || round % 3 == 2)
+                        && let Some(f) = held.pop()
+                    {
+                        let bytes = pool.bytes(&f).expect("own");
+                        let seen = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                        if seen >> 24 != t || owners[f.index()].swap(0, Ordering::Relaxed) != t {
+                            failed.store(true, Ordering::Relaxed);
                         }
+                        pool.free(f).expect("free");
                     }
                 }
                 for f in held {

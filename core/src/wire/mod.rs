@@ -84,7 +84,9 @@ pub use hello::{Capabilities, HelloRepr, MAGIC, NONCE_LEN, VERSION_MAJOR, VERSIO
 pub use hello_ack::HelloAckRepr;
 pub use limits::{Limits, MAX_MAX_BODY, MIN_MAX_BODY};
 pub use notify::NotifyRepr;
-pub use packet::{PacketRepr, emit, emit_prefix, parse, parse_datagram};
+pub use packet::{
+    CLOSE_FRAME_LEN, PacketRepr, close_frame, emit, emit_prefix, parse, parse_datagram,
+};
 pub use proof::{PROOF_CONTEXT, PROOF_LEN, hello_proof, verify_proof};
 pub use put::PutRepr;
 pub use reject::{RejectCode, RejectRepr};

@@ -3,9 +3,9 @@
 
 use super::checksum::{Crc32c, check_trailer};
 use super::{
-    AckRepr, CHECKSUM_LEN, CloseRepr, DoneRepr, Flags, GetRepr, HEADER_LEN, Header, HeaderRepr,
-    HelloAckRepr, HelloRepr, Limits, NotifyRepr, PacketType, PutRepr, RejectRepr, SendRepr,
-    WireError,
+    AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, DoneRepr, Flags, GetRepr, HEADER_LEN, Header,
+    HeaderRepr, HelloAckRepr, HelloRepr, Limits, NotifyRepr, PacketType, PutRepr, RejectRepr,
+    SendRepr, WireError,
 };
 
 /// A decoded packet body of any type, borrowing its payload from the frame.
@@ -263,6 +263,21 @@ pub fn emit(
         *trailer = crc.trailer();
     }
     Ok(frame_len)
+}
+
+/// Bytes of a CLOSE frame without a trailer.
+pub const CLOSE_FRAME_LEN: usize = HEADER_LEN + CloseRepr::LEN;
+
+/// A whole CLOSE frame saying `reason`, without a trailer: what a driver
+/// writes on a connection the engine has no link for (every link slot is
+/// taken) before it drops it, so that the peer fails at once and knows why.
+pub fn close_frame(reason: CloseReason) -> [u8; CLOSE_FRAME_LEN] {
+    let packet = PacketRepr::Close(CloseRepr { reason });
+    let mut frame = [0u8; CLOSE_FRAME_LEN];
+    // A CLOSE without a trailer is exactly CLOSE_FRAME_LEN bytes, so the
+    // encoder has room and nothing to refuse.
+    let _ = emit(&HeaderRepr::new(&packet), &packet, &mut frame);
+    frame
 }
 
 /// Fails with [`WireError::HeaderMismatch`] unless `header` has the type and

@@ -872,3 +872,13 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_close_frame_is_one_whole_close_with_its_reason() {
+    for reason in [CloseReason::ResourceExhausted, CloseReason::Shutdown] {
+        let frame = close_frame(reason);
+        let (_, body, len) = parse(&frame, &LIMITS).expect("a valid frame");
+        assert_eq!(len, CLOSE_FRAME_LEN);
+        assert_eq!(body, PacketRepr::Close(CloseRepr { reason }));
+    }
+}

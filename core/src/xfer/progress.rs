@@ -490,11 +490,11 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
         cookie: u64,
     ) {
         let header = wire::msg_header(self.tag, cookie);
-        if self.staged.is_none() {
-            if let Some(sent) = self.try_sendi(btl, data, to, &header) {
-                self.complete(index, sent.map(|()| data.len).map_err(XferError::Btl));
-                return;
-            }
+        if self.staged.is_none()
+            && let Some(sent) = self.try_sendi(btl, data, to, &header)
+        {
+            self.complete(index, sent.map(|()| data.len).map_err(XferError::Btl));
+            return;
         }
         let prepared = btl.prepare_src_registered(
             to.endpoint,

@@ -166,11 +166,8 @@ impl<T: Transport> Io<StdEngine<T>> for Sockets<'_, T> {
 /// the handshake budget per source holds one host to its share.
 pub fn source_of(at: std::net::SocketAddr) -> Source {
     match at.ip() {
-        std::net::IpAddr::V4(ip) => Source(u64::from(u32::from(ip))),
-        std::net::IpAddr::V6(ip) => {
-            let [a, b, c, d, e, f, g, h, ..] = ip.octets();
-            Source(u64::from_be_bytes([a, b, c, d, e, f, g, h]) | 1 << 63)
-        }
+        std::net::IpAddr::V4(ip) => Source::ipv4(ip.octets()),
+        std::net::IpAddr::V6(ip) => Source::ipv6(ip.octets()),
     }
 }
 
@@ -266,7 +263,7 @@ impl WaitCosts {
     pub(crate) fn spin_now(&mut self) -> bool {
         self.waits = self.waits.wrapping_add(1);
         let favour = self.spinning_ns <= self.blocking_ns;
-        if self.waits % Self::PROBE == 0 {
+        if self.waits.is_multiple_of(Self::PROBE) {
             !favour
         } else {
             favour
@@ -441,7 +438,7 @@ impl<T: Transport> Module<T> {
         self.passes = self.passes.wrapping_add(1);
         let direct = <T::Net as Net>::READS_DIRECTLY
             && wait.is_none()
-            && self.passes % POLLER_EVERY != 0
+            && !self.passes.is_multiple_of(POLLER_EVERY)
             && self.transport.few_sockets();
         if direct {
             return Ok(self.direct_pass());

@@ -5,5 +5,6 @@
 
 pub mod datagram_pair;
 pub mod loopback;
+pub mod smoltcp;
 pub mod sockets;
 pub mod stream_pair;

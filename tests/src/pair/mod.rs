@@ -2,9 +2,11 @@
 //! ([`stream::StreamPair`]) or by a datagram network with faults
 //! ([`datagram::DatagramPair`]), each playing every part a socket loop
 //! would. They allocate nothing, and their clocks and nonces are
-//! deterministic, so a failure replays exactly.
+//! deterministic, so a failure replays exactly. [`ethernet::Wire`] is the
+//! cable between two smoltcp interfaces, for the engine over smoltcp.
 
 pub mod datagram;
+pub mod ethernet;
 pub mod pipe;
 pub mod stream;
 

@@ -162,10 +162,10 @@ pub fn replies_from_the_event_loop_are_accounted(world: &mut dyn World) {
             let Some(seen) = tracker.poll(world, b_home) else {
                 break;
             };
-            if let Seen::Received { tag, data, .. } = seen {
-                if *tag == request {
-                    owed.push_back(seq_of(data));
-                }
+            if let Seen::Received { tag, data, .. } = seen
+                && *tag == request
+            {
+                owed.push_back(seq_of(data));
             }
         }
         if !caps.same_btl {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use btl_core::endpoint::ProcName;
 use btl_core::engine::{ConnectFailure, ConnectRequest, LinkError, LinkId, Stream};
 use btl_core::time::Instant;
-use btl_core::wire::{self, CloseReason, CloseRepr, HEADER_LEN, HeaderRepr, PacketRepr};
+use btl_core::wire::{self, CloseReason};
 use ipnet::IpNet;
 
 use super::TcpConfig;
@@ -210,7 +210,7 @@ impl<N: Net> Tcp<N> {
                     // are held to the handshake budget). The peer is told
                     // why, so that it fails at once and says so.
                     let reason = CloseReason::ResourceExhausted;
-                    let _ = stream.write_vectored(&[io::IoSlice::new(&close_frame(reason))]);
+                    let _ = stream.write_vectored(&[io::IoSlice::new(&wire::close_frame(reason))]);
                     let what = match e {
                         LinkError::TooManyLinks => "every link slot in use",
                         _ => "refused by the engine",
@@ -332,15 +332,6 @@ fn failure(e: &io::Error) -> ConnectFailure {
         io::ErrorKind::ConnectionRefused => ConnectFailure::Refused,
         _ => ConnectFailure::Unreachable,
     }
-}
-
-/// A CLOSE frame saying `reason`: what a connection the engine has no
-/// link for is told before it is dropped.
-fn close_frame(reason: CloseReason) -> heapless::Vec<u8, { HEADER_LEN + CloseRepr::LEN }> {
-    let packet = PacketRepr::Close(CloseRepr { reason });
-    let mut frame = [0u8; HEADER_LEN + CloseRepr::LEN];
-    let len = wire::emit(&HeaderRepr::new(&packet), &packet, &mut frame).unwrap_or(0);
-    heapless::Vec::from_slice(&frame[..len]).unwrap_or_default()
 }
 
 impl<N: Net> Drop for Tcp<N> {

@@ -93,7 +93,7 @@ impl<N: Nonces, const LINKS: usize, const PEERS: usize> UdpDriver<N, LINKS, PEER
         sockets: &mut SocketSet<'_>,
         now: Instant,
     ) -> Polled {
-        let polled = ingress(iface, device, sockets, self.budget, now);
+        let polled = ingress(iface, device, sockets, self.budget, now, |_| {});
         self.receive(engine, sockets, now);
         engine.serve(
             &mut UdpIo {

@@ -139,19 +139,23 @@ fn address_of(peers: &[PeerAddr], proc: ProcName) -> Option<IpEndpoint> {
 }
 
 /// The interface's part of a poll before the sockets are read: frames from
-/// the device, within the budget.
+/// the device, within the budget, with `after_frame` run after each (so
+/// that a socket a frame freed can serve the next one).
 fn ingress<D: Device + ?Sized>(
     iface: &mut Interface,
     device: &mut D,
     sockets: &mut SocketSet<'_>,
     budget: Budget,
     now: Instant,
+    mut after_frame: impl FnMut(&mut SocketSet<'_>),
 ) -> Polled {
     let t = smol_instant(now);
     iface.poll_maintenance(t);
     for _ in 0..budget.ingress {
-        if iface.poll_ingress_single(t, device, sockets) == PollIngressSingleResult::None {
-            return Polled { more: false };
+        match iface.poll_ingress_single(t, device, sockets) {
+            PollIngressSingleResult::None => return Polled { more: false },
+            PollIngressSingleResult::PacketProcessed => {}
+            PollIngressSingleResult::SocketStateChanged => after_frame(sockets),
         }
     }
     Polled { more: true }

@@ -168,11 +168,14 @@ impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> TcpDriver<N, SOCKETS, 
         sockets: &mut SocketSet<'_>,
         now: Instant,
     ) -> Polled {
-        let polled = ingress(iface, device, sockets, self.budget, now);
+        let (slots, port) = (&mut self.slots, self.port);
+        let polled = ingress(iface, device, sockets, self.budget, now, |sockets| {
+            recycle(slots, port, sockets)
+        });
         for i in 0..self.slots.len() {
             self.read(i, engine, sockets, now);
         }
-        self.listen(sockets);
+        recycle(&mut self.slots, self.port, sockets);
         engine.serve(
             &mut TcpIo {
                 driver: self,
@@ -258,29 +261,12 @@ impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> TcpDriver<N, SOCKETS, 
                 _ => SlotState::Connecting { req, deadline },
             },
             SlotState::Open(link) => read_link(socket, link, engine, self.linger, now),
-            SlotState::Closing { deadline } => {
-                if matches!(socket.state(), State::Closed | State::TimeWait) || now >= deadline {
-                    socket.abort();
-                    SlotState::Idle
-                } else {
-                    SlotState::Closing { deadline }
-                }
-            }
-        };
-    }
-
-    /// Every idle slot listens, so that as many peers can connect at once
-    /// as there are sockets free.
-    fn listen(&mut self, sockets: &mut SocketSet<'_>) {
-        for slot in self.slots.iter_mut() {
-            if slot.state == SlotState::Idle {
-                let socket = sockets.get_mut::<Socket<'_>>(slot.handle);
+            SlotState::Closing { deadline } if now >= deadline => {
                 socket.abort();
-                if socket.listen(self.port).is_ok() {
-                    slot.state = SlotState::Listening;
-                }
+                SlotState::Idle
             }
-        }
+            SlotState::Closing { deadline } => SlotState::Closing { deadline },
+        };
     }
 
     fn ephemeral_port(&mut self) -> u16 {
@@ -291,6 +277,29 @@ impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> TcpDriver<N, SOCKETS, 
             port + 1
         };
         port
+    }
+}
+
+/// Every slot done with its connection (idle, or closing and closed)
+/// listens on `port`, so that as many peers can connect at once as there
+/// are sockets free. Run after each frame that changed a socket: a socket
+/// the last ACK of a connection freed takes the SYN that follows it in the
+/// same batch, rather than leave it to be refused.
+fn recycle(slots: &mut [TcpSlot], port: u16, sockets: &mut SocketSet<'_>) {
+    for slot in slots.iter_mut() {
+        let socket = sockets.get_mut::<Socket<'_>>(slot.handle);
+        let free = match slot.state {
+            SlotState::Idle => true,
+            SlotState::Closing { .. } => matches!(socket.state(), State::Closed | State::TimeWait),
+            _ => false,
+        };
+        if free {
+            socket.abort();
+            slot.state = match socket.listen(port) {
+                Ok(()) => SlotState::Listening,
+                Err(_) => SlotState::Idle,
+            };
+        }
     }
 }
 

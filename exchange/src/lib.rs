@@ -130,10 +130,10 @@ impl Outgoing {
     }
 }
 
-/// What an event asks of this side.
+/// What an event asks of this side, beyond an answer (which it leaves
+/// in `pending`).
 enum Action {
     Nothing,
-    Send(Outgoing),
     /// The peer's put landed in this slice of the region: check it.
     CheckPut {
         offset: u64,
@@ -237,7 +237,6 @@ impl Exchange {
             };
             match self.on_event(event)? {
                 Action::Nothing => {}
-                Action::Send(out) => self.pending = Some(out),
                 Action::CheckPut { offset, len } => {
                     let intact = self.check(btl, offset, len, Role::Lead).is_none();
                     self.pending = Some(Outgoing::new(VERDICT, &[u8::from(intact)]));
@@ -277,7 +276,10 @@ impl Exchange {
                     self.theirs = RemoteKey::from_bytes(m.data);
                     Ok(Action::Nothing)
                 }
-                PING if self.role == Role::Follow => Ok(Action::Send(Outgoing::new(PONG, m.data))),
+                PING if self.role == Role::Follow => {
+                    self.pending = Some(Outgoing::new(PONG, m.data));
+                    Ok(Action::Nothing)
+                }
                 PONG if self.role == Role::Lead && self.step == Step::Pings => {
                     let n = self.answered;
                     let size = PING_SIZES[n as usize % PING_SIZES.len()];

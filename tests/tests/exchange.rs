@@ -3,7 +3,7 @@
 //! UDP on an Ethernet cable (also a faulty one), and over the loopback.
 //! What a board and a Linux process say to each other, checked here first.
 
-use btl_core::btl::{Access, Btl};
+use btl_core::btl::Access;
 use btl_exchange::{Exchange, Role};
 use btl_tests::harness::smoltcp::{FAULTS, SmolTcpWorld, SmolUdpWorld};
 use btl_tests::harness::stream_pair::StreamPairWorld;

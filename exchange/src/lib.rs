@@ -8,7 +8,9 @@
 //! Each side registers one region of `2 × bulk` bytes and hands its
 //! handle to an [`Exchange`] with its [`Role`]. The region's first half
 //! receives the peer's put; the second half is what the peer gets. The
-//! conversation, after both sides have sent their region's key:
+//! lead sends its region's key first and the follower answers with its
+//! own, so that only the lead opens a connection (the follower may start
+//! first and wait). Then:
 //!
 //! ```text
 //!   lead                                  follow
@@ -30,6 +32,10 @@
 
 use btl_core::btl::{Btl, BtlError, Event, MemHandle, OpId, RemoteKey, Tag};
 use btl_core::endpoint::EndpointId;
+
+/// The job key both sides of an interop run hold (the engines check it in
+/// their handshake).
+pub const JOB_KEY: &[u8] = b"btl interop job key";
 
 /// A region's key, sent first by both sides.
 pub const KEY: Tag = Tag(0x90);
@@ -212,7 +218,11 @@ impl Exchange {
     /// what they allow. Call it after each progress of the BTL until
     /// [`is_done`](Self::is_done); the caller bounds the time.
     pub fn poll<B: Btl + ?Sized>(&mut self, btl: &mut B) -> Result<(), ExchangeError> {
-        if !self.key_sent
+        // The lead speaks first; the follower answers its key with its
+        // own, so that it never opens a connection itself: it may be
+        // started before the lead listens.
+        if self.role == Role::Lead
+            && !self.key_sent
             && sent(
                 btl,
                 self.peer,
@@ -274,6 +284,10 @@ impl Exchange {
             Event::Received(m) if m.from == self.peer => match m.tag {
                 KEY => {
                     self.theirs = RemoteKey::from_bytes(m.data);
+                    if self.role == Role::Follow {
+                        let key = self.region.remote_key().to_bytes();
+                        self.pending = Some(Outgoing::new(KEY, &key));
+                    }
                     Ok(Action::Nothing)
                 }
                 PING if self.role == Role::Follow => {

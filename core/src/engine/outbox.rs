@@ -159,9 +159,21 @@ impl<const W: usize> Outbox<W> {
             Some(peer) => self.forget_released(peer),
             None => self.reliable.clear(),
         }
-        if F::FRAMES_PER_TRANSMIT == 1 && self.writing.is_none() {
-            self.writing = self.pop_next();
-            self.written = 0;
+        if F::FRAMES_PER_TRANSMIT == 1 {
+            // The frame last offered, if the driver could not send it and
+            // said nothing (its socket was full), is offered again, unless
+            // the peer has let it go since: then the next one is.
+            let let_go = |frame: &Option<Frame>| match frame {
+                Some(Frame::Reliable(seq)) => peer.is_none_or(|p| p.retained(*seq).is_none()),
+                _ => false,
+            };
+            if let_go(&self.writing) {
+                self.writing = None;
+            }
+            if self.writing.is_none() {
+                self.writing = self.pop_next();
+                self.written = 0;
+            }
         }
         let mut out = Segments::new();
         let mut skip = self.written;

@@ -279,3 +279,29 @@ fn clearing_hands_back_the_packet_pinned() {
     assert!(outbox.is_empty());
     assert_eq!(outbox.clear(), None, "once");
 }
+
+#[test]
+fn a_datagram_offered_but_not_sent_and_then_let_go_is_skipped() {
+    // The driver's socket was full: it took the transmit but could not
+    // send it, and reported nothing. The packet is acknowledged meanwhile
+    // (an earlier copy arrived). The next transmit must go on with the
+    // packets after it, not offer nothing for ever.
+    let fix = Fixture::new();
+    let mut peer = Packets::new([1, 2], &fix);
+    let mut outbox = Outbox::<8>::new();
+    outbox.enqueue(1, &peer);
+    outbox.enqueue(2, &peer);
+    assert_eq!(
+        frames(&bytes_of::<8, Datagram>(&mut outbox, &peer, &fix)),
+        ["done 1"]
+    );
+    peer.release(1);
+    assert_eq!(
+        frames(&bytes_of::<8, Datagram>(&mut outbox, &peer, &fix)),
+        ["done 2"]
+    );
+    outbox.handle_written::<Datagram, _>(0, Some(&peer), fix.pools.view(), &fix.regs);
+    peer.release(2);
+    assert!(bytes_of::<8, Datagram>(&mut outbox, &peer, &fix).is_empty());
+    assert!(outbox.is_empty());
+}

@@ -9,40 +9,16 @@
 //! match, `DROP` and `TEE`); it cannot reorder.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Namespaces made so far by this process (unique names).
-static HOSTS: AtomicU32 = AtomicU32::new(0);
-
-/// Why the environment cannot run these tests, if it cannot.
-fn unsupported() -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("not root".into());
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(o) if o.status.success() => None,
-        _ => Some("no `ip` command (iproute2)".into()),
-    }
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use btl_tests::netns::{Namespaces, Reaper, finish, sh, unsupported};
 
 /// Hosts A and B, joined by links 1 and 2: `a1`–`b1` on 10.N.1.0/24 and
 /// `a2`–`b2` on 10.N.2.0/24, A at .1 and B at .2.
 struct Hosts {
+    /// Held for the hosts' lifetime: the namespaces go with it.
+    _namespaces: Namespaces,
     a: String,
     b: String,
     n: u32,
@@ -51,34 +27,8 @@ struct Hosts {
 
 impl Hosts {
     fn new() -> Self {
-        // A number no other test holds: its namespaces are made atomically
-        // by `ip netns add`, which fails when they exist.
-        let first = HOSTS.fetch_add(1, Ordering::Relaxed) + std::process::id();
-        let n = (0..150)
-            .map(|k| 100 + (first + k * 7) % 150)
-            .find(|n| {
-                let ok = |ns: &str| {
-                    Command::new("ip")
-                        .args(["netns", "add", ns])
-                        .output()
-                        .is_ok_and(|o| o.status.success())
-                };
-                if !ok(&format!("btl{n}a")) {
-                    return false;
-                }
-                if !ok(&format!("btl{n}b")) {
-                    let _ = Command::new("ip")
-                        .args(["netns", "del", &format!("btl{n}a")])
-                        .output();
-                    return false;
-                }
-                true
-            })
-            .expect("a free namespace number");
-        let (a, b) = (format!("btl{n}a"), format!("btl{n}b"));
-        for ns in [&a, &b] {
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
+        let ns = Namespaces::new(2);
+        let (a, b, n) = (ns.name(0).to_owned(), ns.name(1).to_owned(), ns.number());
         for link in 1..=2 {
             let (ea, eb) = (format!("a{link}x{n}"), format!("b{link}x{n}"));
             sh(&[
@@ -131,7 +81,13 @@ impl Hosts {
         }
         let dir = std::env::temp_dir().join(format!("btl-netns-{n}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        Hosts { a, b, n, dir }
+        Hosts {
+            _namespaces: ns,
+            a,
+            b,
+            n,
+            dir,
+        }
     }
 
     /// `btl ARGS` on host `ns` with `env`.
@@ -204,44 +160,13 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Kills a child when dropped.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits for `child` at most `limit`; its output, or a panic.
-fn finish(child: Child, limit: Duration) -> Output {
-    let mut reaper = Reaper(child);
-    let start = Instant::now();
-    loop {
-        if let Ok(Some(_)) = reaper.0.try_wait() {
-            let child =
-                std::mem::replace(&mut reaper.0, Command::new("true").spawn().expect("true"));
-            return child.wait_with_output().expect("output");
-        }
-        assert!(
-            start.elapsed() < limit,
-            "the run did not end within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 macro_rules! skip_unless_supported {
     () => {
-        if let Some(why) = unsupported() {
+        if let Some(why) = unsupported(false) {
             eprintln!("skipped: network namespaces need root and iproute2 ({why})");
             return;
         }

@@ -25,6 +25,8 @@ pub mod engine;
 pub mod loopback;
 pub mod mca;
 pub mod pool;
+#[cfg(feature = "embedded-io")]
+pub mod serial;
 #[cfg(feature = "smoltcp")]
 pub mod smoltcp;
 mod sync;

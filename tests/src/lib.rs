@@ -20,6 +20,7 @@
 pub mod alloc_count;
 pub mod data;
 pub mod harness;
+pub mod netns;
 pub mod pair;
 pub mod rogue;
 pub mod suite;

@@ -10,6 +10,21 @@ use super::storage::Storage;
 use super::{ConnectRequest, Engine, LinkId};
 use crate::btl::Btl;
 use crate::time::Instant;
+use crate::wire::NONCE_LEN;
+
+/// Where a driver finds the 16 fresh random bytes each new link's
+/// handshake needs (the engine has no randomness): a hardware RNG on a
+/// board, the OS elsewhere. Any `FnMut() -> [u8; 16]` is one.
+pub trait Nonces {
+    /// The next nonce.
+    fn nonce(&mut self) -> [u8; NONCE_LEN];
+}
+
+impl<F: FnMut() -> [u8; NONCE_LEN]> Nonces for F {
+    fn nonce(&mut self) -> [u8; NONCE_LEN] {
+        self()
+    }
+}
 
 /// What a driver does for an engine `E`.
 pub trait Io<E: ?Sized> {

@@ -41,10 +41,11 @@ use ::smoltcp::iface::{Interface, PollIngressSingleResult, PollResult, SocketSet
 use ::smoltcp::phy::Device;
 use ::smoltcp::wire::{IpAddress, IpEndpoint};
 
+pub use crate::engine::driver::Nonces;
+
 use crate::endpoint::ProcName;
 use crate::engine::Source;
 use crate::time::{Duration, Instant};
-use crate::wire::NONCE_LEN;
 
 /// The delayed acknowledgement the drivers give their TCP sockets.
 pub const ACK_DELAY: Duration = Duration::from_millis(1);
@@ -57,20 +58,6 @@ pub struct PeerAddr {
     pub proc: ProcName,
     /// Its address and port.
     pub endpoint: IpEndpoint,
-}
-
-/// Where a driver finds the 16 fresh random bytes each new link's
-/// handshake needs (the engine has no randomness): a hardware RNG on a
-/// board, the OS elsewhere. Any `FnMut() -> [u8; 16]` is one.
-pub trait Nonces {
-    /// The next nonce.
-    fn nonce(&mut self) -> [u8; NONCE_LEN];
-}
-
-impl<F: FnMut() -> [u8; NONCE_LEN]> Nonces for F {
-    fn nonce(&mut self) -> [u8; NONCE_LEN] {
-        self()
-    }
 }
 
 /// How much one [`poll`](TcpDriver::poll) may do.

@@ -18,19 +18,19 @@ use std::time::{Duration, Instant};
 
 use btl_core::btl::{Access, Btl};
 use btl_core::endpoint::ProcName;
-use btl_exchange::{Exchange, Role};
+use btl_exchange::{Exchange, JOB_KEY, Role};
 use btl_std::ModuleBuilder;
 use btl_std::bootstrap::StaticPeers;
 use btl_std::driver::module::{Module, Transport};
 
-/// The key both sides of an interop run hold.
-pub const JOB_KEY: &[u8] = b"btl interop job key";
 /// How long a conversation may take.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
 
 fn main() {
+    // BTL_LOG=debug shows what the engine and transports do.
+    let _ = btl_std::logging::init("warn");
     if let Err(e) = run() {
         eprintln!("btl-exchange-peer: {e}");
         std::process::exit(1);

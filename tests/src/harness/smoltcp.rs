@@ -27,12 +27,13 @@ use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
 use btl_std::driver::heap::{Heap, HeapEngine};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::Device;
 use smoltcp::socket::{tcp, udp};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
 use crate::pair::SplitMix64;
 use crate::pair::datagram::Faults;
-use crate::pair::ethernet::{Port, Wire};
+use crate::pair::ethernet::Wire;
 use crate::world::{Capabilities, Memory, Side, World};
 
 /// What an engine of the harness holds.
@@ -94,6 +95,13 @@ fn address(side: Side) -> IpAddress {
 /// Handshake nonces from a seeded generator: deterministic runs.
 pub struct SeededNonces(SplitMix64);
 
+impl SeededNonces {
+    /// Nonces drawn from `seed`.
+    pub fn new(seed: u64) -> Self {
+        SeededNonces(SplitMix64(seed))
+    }
+}
+
 impl Nonces for SeededNonces {
     fn nonce(&mut self) -> [u8; NONCE_LEN] {
         let mut n = [0; NONCE_LEN];
@@ -106,8 +114,14 @@ impl Nonces for SeededNonces {
 /// A driver of `btl_core::smoltcp` for framing `F`, as the harness drives
 /// it.
 pub trait SmolDriver<F: Framing>: Sized {
-    /// Builds the board's sockets in `sockets` and the driver over them.
-    fn open(sockets: &mut SocketSet<'static>, nonces: SeededNonces, other: PeerAddr) -> Self;
+    /// Builds the board's sockets in `sockets` and the driver over them,
+    /// listening on `port`, knowing where `other` listens.
+    fn open(
+        sockets: &mut SocketSet<'static>,
+        nonces: SeededNonces,
+        port: u16,
+        other: PeerAddr,
+    ) -> Self;
     /// Tells the driver where the other board listens.
     fn add_peer(&mut self, peer: PeerAddr);
     /// The framing of its engine.
@@ -115,11 +129,11 @@ pub trait SmolDriver<F: Framing>: Sized {
     /// The largest message its engine sends.
     fn max_send() -> usize;
     /// One poll.
-    fn poll(
+    fn poll<Dev: Device + ?Sized>(
         &mut self,
         engine: &mut HeapEngine<F>,
         iface: &mut Interface,
-        port: &mut Port<'_>,
+        device: &mut Dev,
         sockets: &mut SocketSet<'static>,
         now: Instant,
     ) -> Polled;
@@ -139,14 +153,19 @@ pub type Tcp = TcpDriver<SeededNonces, SOCKETS, 2>;
 pub type Udp = UdpDriver<SeededNonces, 4, 2>;
 
 impl SmolDriver<Stream> for Tcp {
-    fn open(sockets: &mut SocketSet<'static>, nonces: SeededNonces, other: PeerAddr) -> Self {
+    fn open(
+        sockets: &mut SocketSet<'static>,
+        nonces: SeededNonces,
+        port: u16,
+        other: PeerAddr,
+    ) -> Self {
         let handles: [SocketHandle; SOCKETS] = core::array::from_fn(|_| {
             sockets.add(tcp::Socket::new(
                 tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
                 tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
             ))
         });
-        let mut driver = TcpDriver::new(handles, sockets, PORT, nonces);
+        let mut driver = TcpDriver::new(handles, sockets, port, nonces);
         driver.add_peer(other).expect("room for the other board");
         driver
     }
@@ -163,15 +182,15 @@ impl SmolDriver<Stream> for Tcp {
         MAX_SEND
     }
 
-    fn poll(
+    fn poll<Dev: Device + ?Sized>(
         &mut self,
         engine: &mut HeapEngine<Stream>,
         iface: &mut Interface,
-        port: &mut Port<'_>,
+        device: &mut Dev,
         sockets: &mut SocketSet<'static>,
         now: Instant,
     ) -> Polled {
-        TcpDriver::poll(self, engine, iface, port, sockets, now)
+        TcpDriver::poll(self, engine, iface, device, sockets, now)
     }
 
     fn poll_at(
@@ -186,11 +205,16 @@ impl SmolDriver<Stream> for Tcp {
 }
 
 impl SmolDriver<Datagram> for Udp {
-    fn open(sockets: &mut SocketSet<'static>, nonces: SeededNonces, other: PeerAddr) -> Self {
+    fn open(
+        sockets: &mut SocketSet<'static>,
+        nonces: SeededNonces,
+        port: u16,
+        other: PeerAddr,
+    ) -> Self {
         let buffer =
             || udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; 64], vec![0; 64 * UDP_MTU]);
         let handle = sockets.add(udp::Socket::new(buffer(), buffer()));
-        let mut driver = UdpDriver::new(handle, sockets, PORT, nonces).expect("a bound socket");
+        let mut driver = UdpDriver::new(handle, sockets, port, nonces).expect("a bound socket");
         driver.add_peer(other).expect("room for the other board");
         driver
     }
@@ -207,15 +231,15 @@ impl SmolDriver<Datagram> for Udp {
         UDP_MTU
     }
 
-    fn poll(
+    fn poll<Dev: Device + ?Sized>(
         &mut self,
         engine: &mut HeapEngine<Datagram>,
         iface: &mut Interface,
-        port: &mut Port<'_>,
+        device: &mut Dev,
         sockets: &mut SocketSet<'static>,
         now: Instant,
     ) -> Polled {
-        UdpDriver::poll(self, engine, iface, port, sockets, now)
+        UdpDriver::poll(self, engine, iface, device, sockets, now)
     }
 
     fn poll_at(
@@ -334,9 +358,9 @@ fn board<F: Framing, D: SmolDriver<F>>(side: Side) -> Board<F, D> {
         proc: NAMES[side.other().index()],
         endpoint: IpEndpoint::new(address(side.other()), PORT),
     };
-    let driver = D::open(&mut sockets, SeededNonces(seed), other);
+    let driver = D::open(&mut sockets, SeededNonces(seed), PORT, other);
     Board {
-        engine: engine_of::<F, D>(NAMES[side.index()]),
+        engine: engine_of::<F, D>(NAMES[side.index()], KEY),
         driver,
         iface,
         sockets,
@@ -345,8 +369,9 @@ fn board<F: Framing, D: SmolDriver<F>>(side: Side) -> Board<F, D> {
     }
 }
 
-/// An engine of process `me` holding the job key, with CRC32C trailers.
-fn engine_of<F: Framing, D: SmolDriver<F>>(me: ProcName) -> Box<HeapEngine<F>> {
+/// An engine for driver `D`, of process `me` holding the job key `key`,
+/// with CRC32C trailers and timers for a LAN.
+pub fn engine_of<F: Framing, D: SmolDriver<F>>(me: ProcName, key: &[u8]) -> Box<HeapEngine<F>> {
     let pool = |payload: usize| FragmentPoolConfig {
         fragment_size: payload + HEADER_RESERVE,
         num: FRAGMENTS,
@@ -359,7 +384,7 @@ fn engine_of<F: Framing, D: SmolDriver<F>>(me: ProcName) -> Box<HeapEngine<F>> {
         max: pool(D::max_send()),
     };
     let mut config = EngineConfig::new(me);
-    config.job_key = Some(KEY.try_into().expect("a short job key"));
+    config.job_key = Some(key.try_into().expect("a short job key"));
     config.checksum = true;
     config.peer_timeout = PEER_TIMEOUT;
     config.keepalive = KEEPALIVE;

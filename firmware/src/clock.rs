@@ -1,4 +1,4 @@
-//! Monotonic clock from the `time` CSR.
+//! Monotonic clock from the `time` CSR, as smoltcp and btl count time.
 
 use smoltcp::time::Instant;
 
@@ -18,6 +18,15 @@ pub fn ticks() -> u64 {
 /// Microseconds since reset.
 pub fn micros() -> u64 {
     ticks() / (TIMEBASE_HZ / 1_000_000)
+}
+
+/// Nanoseconds per tick of the `time` CSR.
+const NANOS_PER_TICK: u64 = 1_000_000_000 / TIMEBASE_HZ;
+
+/// The current time for btl's engine and drivers: nanoseconds since reset
+/// (the same origin as [`now`]; a u64 of nanoseconds lasts 584 years).
+pub fn btl_now() -> btl_core::time::Instant {
+    btl_core::time::Instant::from_nanos(ticks().saturating_mul(NANOS_PER_TICK))
 }
 
 /// The current time for smoltcp.

@@ -1,10 +1,13 @@
-//! Bare-metal firmware for QEMU `virt` (RISC-V 64): a virtio-net device
-//! driven through smoltcp, with no allocator. It serves UDP and TCP echo on
-//! port 7 at [`IPV4_ADDR`], the base on which btl's engine will run.
+//! Bare-metal firmware for QEMU `virt` (RISC-V 64): btl's engine over
+//! smoltcp on a virtio-net device, with no allocator. It holds the interop
+//! conversation (`btl-exchange`) with `btl-exchange-peer` on Linux, over
+//! TCP and then over UDP, each way round, and ends QEMU with its verdict.
 //!
 //! Modules: [`boot`] (entry, traps, panic, exit), [`uart`] (console),
 //! [`clock`] (`time` CSR), [`virtio`] (DMA and the smoltcp device),
-//! [`cell`] (statics lent once), [`echo`] (the services).
+//! [`cell`] (statics lent once), [`rng`] (nonces), [`sockets`] (smoltcp's
+//! sockets), [`storage`] (the engines' tables, pools and memory),
+//! [`interop`] (the sessions).
 
 #![no_std]
 #![no_main]
@@ -12,28 +15,36 @@
 pub mod boot;
 pub mod cell;
 pub mod clock;
-pub mod echo;
+pub mod interop;
+pub mod rng;
+pub mod sockets;
+pub mod storage;
 pub mod uart;
 pub mod virtio;
 
-use smoltcp::iface::{Config, Interface, PollIngressSingleResult};
+use core::mem::size_of;
+
+use btl_core::engine::{Datagram, Stream};
+use smoltcp::iface::{Config, Interface};
 use smoltcp::wire::{EthernetAddress, IpAddress, IpCidr, Ipv4Address, Ipv6Address};
 
 use crate::cell::StaticCell;
+use crate::interop::{Failure, FwEngine, Net};
+use crate::rng::Seeded;
+use crate::storage::{
+    CAPACITIES, Memory, TCP_POOL_BYTES, TCP_POOL_REGION, TCP_POOLS, TCP_TABLES, Tables,
+    UDP_POOL_BYTES, UDP_POOL_REGION, UDP_POOLS, UDP_TABLES, WINDOW,
+};
 use crate::virtio::VirtioNet;
 
 /// The firmware's IPv4 address.
 pub const IPV4_ADDR: Ipv4Address = Ipv4Address::new(10, 77, 0, 2);
 /// Prefix length of [`IPV4_ADDR`]'s network.
 pub const IPV4_PREFIX: u8 = 24;
-/// Frames taken from the device per loop iteration.
-const INGRESS_BUDGET: usize = 8;
-/// Seconds between two lines of counters (printed only if they changed).
-const STATS_PERIOD_S: u64 = 10;
 
 static NET_BUFFERS: StaticCell<virtio::Buffers> = StaticCell::new(virtio::Buffers::new());
-static SOCKET_SLOTS: StaticCell<echo::Slots> = StaticCell::new(echo::Slots::new());
-static SOCKET_BUFFERS: StaticCell<echo::Buffers> = StaticCell::new(echo::Buffers::new());
+static SOCKET_SLOTS: StaticCell<sockets::Slots> = StaticCell::new(sockets::Slots::new());
+static SOCKET_BUFFERS: StaticCell<sockets::Buffers> = StaticCell::new(sockets::Buffers::new());
 
 /// The IPv6 link-local address made from a MAC address (modified EUI-64).
 fn link_local(mac: [u8; 6]) -> Ipv6Address {
@@ -50,17 +61,78 @@ fn link_local(mac: [u8; 6]) -> Ipv6Address {
     )
 }
 
+/// What btl takes of the image, printed at boot.
+fn print_footprint() {
+    println!(
+        "btl-firmware: footprint: engine value {} B (tcp), {} B (udp); driver value {} B (tcp), {} B (udp)",
+        size_of::<FwEngine<Stream>>(),
+        size_of::<FwEngine<Datagram>>(),
+        size_of::<interop::Tcp>(),
+        size_of::<interop::UdpLinks>(),
+    );
+    println!(
+        "btl-firmware: footprint: lent tables {} B per engine (inline, {} B of slots: {} peers, {} links, window {}, {} ops, {} events, {} registrations)",
+        size_of::<Tables>(),
+        CAPACITIES.table_bytes::<WINDOW, Memory>(),
+        CAPACITIES.peers,
+        CAPACITIES.links,
+        WINDOW,
+        CAPACITIES.ops,
+        CAPACITIES.events,
+        CAPACITIES.registrations,
+    );
+    let classes = |p: &btl_core::pool::FragmentPoolsConfig| {
+        [p.small, p.eager, p.max].map(|c| (c.max, c.fragment_size))
+    };
+    let [ts, te, tm] = classes(&TCP_POOLS);
+    let [us, ue, um] = classes(&UDP_POOLS);
+    println!(
+        "btl-firmware: footprint: pools {TCP_POOL_BYTES} B (tcp: {}x{}, {}x{}, {}x{} B), {UDP_POOL_BYTES} B (udp: {}x{}, {}x{}, {}x{} B)",
+        ts.0, ts.1, te.0, te.1, tm.0, tm.1, us.0, us.1, ue.0, ue.1, um.0, um.1,
+    );
+    println!(
+        "btl-firmware: footprint: smoltcp sockets {} B of buffers ({} tcp x 2 x {} B, udp {} B in, {} B out), registered region {} B",
+        size_of::<sockets::Buffers>(),
+        sockets::TCP_SOCKETS,
+        sockets::TCP_BUF,
+        sockets::UDP_RX_BUF,
+        sockets::UDP_TX_BUF,
+        2 * storage::BULK,
+    );
+}
+
+/// Ends QEMU with failure after saying why.
+fn fail(what: &str, failure: Failure) -> ! {
+    println!("btl-firmware: FAIL: {what}: {failure:?}");
+    boot::exit(1);
+}
+
 /// Called by the boot code on hart 0 with a stack and a cleared `.bss`.
 extern "C" fn main() -> ! {
     uart::Uart::init();
     uart::init_logger(log::LevelFilter::Info);
     println!("btl-firmware {}: booting", env!("CARGO_PKG_VERSION"));
 
-    let (Some(buffers), Some(slots), Some(socket_buffers)) = (
+    let (
+        Some(buffers),
+        Some(slots),
+        Some(socket_buffers),
+        Some(region),
+        Some(tcp_tables),
+        Some(udp_tables),
+        Some(tcp_pool_region),
+        Some(udp_pool_region),
+    ) = (
         NET_BUFFERS.take(),
         SOCKET_SLOTS.take(),
         SOCKET_BUFFERS.take(),
-    ) else {
+        storage::REGION.take(),
+        TCP_TABLES.take(),
+        UDP_TABLES.take(),
+        TCP_POOL_REGION.take(),
+        UDP_POOL_REGION.take(),
+    )
+    else {
         unreachable!("main runs once");
     };
     let mut dev = match VirtioNet::probe(buffers) {
@@ -82,45 +154,50 @@ extern "C" fn main() -> ! {
             panic!("interface address table too small");
         }
     });
-    let (mut echo, mut sockets) = echo::Echo::new(slots, socket_buffers);
-
+    let (sockets, handles) = sockets::build(slots, socket_buffers);
+    let mut net = Net {
+        iface,
+        dev,
+        sockets,
+    };
     println!(
-        "btl-firmware: up: mac {}, {}/{} and {}, echo on udp/{port} and tcp/{port}",
+        "btl-firmware: up: mac {}, {}/{} and {}",
         EthernetAddress(mac),
         IPV4_ADDR,
         IPV4_PREFIX,
         link_local(mac),
-        port = echo::PORT,
     );
+    print_footprint();
+    let mut rng = Seeded::new(mac, 0);
+    let region: Memory = &mut region[..];
 
-    let mut last_stats = (0, 0);
-    let mut next_stats = clock::micros() + STATS_PERIOD_S * 1_000_000;
-    loop {
-        let now = clock::now();
-        iface.poll_maintenance(now);
-        for _ in 0..INGRESS_BUDGET {
-            if iface.poll_ingress_single(now, &mut dev, &mut sockets)
-                == PollIngressSingleResult::None
-            {
-                break;
-            }
-            // The frame may have closed a connection (its last ACK): listen
-            // again before the next frame, which may be a SYN for the port.
-            echo.listen(&mut sockets);
-        }
-        echo.poll(&mut sockets);
-        iface.poll_egress(now, &mut dev, &mut sockets);
+    // TCP first, then UDP over the same region.
+    let region = interop::tcp_session(
+        &mut net,
+        &handles,
+        tcp_tables,
+        tcp_pool_region.as_mut_slice(),
+        &mut rng,
+        mac,
+        region,
+    )
+    .unwrap_or_else(|e| fail("tcp", e));
+    interop::udp_session(
+        &mut net,
+        &handles,
+        udp_tables,
+        udp_pool_region.as_mut_slice(),
+        &mut rng,
+        mac,
+        region,
+    )
+    .unwrap_or_else(|e| fail("udp", e));
 
-        if clock::micros() >= next_stats {
-            next_stats += STATS_PERIOD_S * 1_000_000;
-            let s = dev.stats();
-            if (s.rx_frames, s.tx_frames) != last_stats {
-                last_stats = (s.rx_frames, s.tx_frames);
-                println!(
-                    "btl-firmware: rx {} frames, tx {} frames, tx dropped {}",
-                    s.rx_frames, s.tx_frames, s.tx_dropped
-                );
-            }
-        }
-    }
+    let s = net.dev.stats();
+    println!(
+        "btl-firmware: done: rx {} frames, tx {} frames, tx dropped {}",
+        s.rx_frames, s.tx_frames, s.tx_dropped
+    );
+    println!("btl-firmware: PASS");
+    boot::exit(0);
 }

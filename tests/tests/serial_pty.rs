@@ -9,9 +9,9 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{Access, Btl};
-use btl_core::endpoint::Reachability;
 use btl_core::serial::SerialDriver;
 use btl_exchange::{Exchange, Role};
+use btl_tests::harness::add_peer;
 use btl_tests::harness::serial::NAMES;
 use btl_tests::harness::smoltcp::SeededNonces;
 use btl_tests::world::Side;
@@ -108,15 +108,7 @@ fn the_conversation_runs_over_a_real_pseudo_terminal() {
     let [a, b] = pty();
     let mut sides = [(Side::A, a), (Side::B, b)].map(|(side, end)| {
         let mut engine = btl_tests::harness::serial::engine_of(NAMES[side.index()]);
-        let mut endpoint = [None];
-        let mut words = [0u64];
-        engine
-            .add_procs(
-                &[NAMES[side.other().index()]],
-                &mut endpoint,
-                &mut Reachability::new(&mut words),
-            )
-            .expect("add_procs");
+        let peer = add_peer(&mut *engine, NAMES[side.other().index()]);
         let region = engine
             .register_mem(
                 vec![0; 2 * BULK as usize],
@@ -128,7 +120,7 @@ fn the_conversation_runs_over_a_real_pseudo_terminal() {
             NAMES[side.other().index()],
             SeededNonces::new(side.index() as u64 + 1),
         );
-        (engine, driver, endpoint[0].expect("reachable"), region)
+        (engine, driver, peer, region)
     });
     let clock = Instant::now();
     let now = || btl_core::time::Instant::from_nanos(clock.elapsed().as_nanos() as u64);

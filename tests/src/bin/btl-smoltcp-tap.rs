@@ -19,11 +19,12 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use btl_core::btl::{Access, Btl};
-use btl_core::endpoint::{ProcName, Reachability};
+use btl_core::endpoint::ProcName;
 use btl_core::engine::{Datagram, Framing, Stream};
 use btl_core::smoltcp::{PeerAddr, smol_instant};
 use btl_core::time::Instant;
 use btl_exchange::{Exchange, JOB_KEY, Role};
+use btl_tests::harness::add_peer;
 use btl_tests::harness::smoltcp::{PORT, SeededNonces, SmolDriver, Tcp, Udp, engine_of};
 use smoltcp::iface::{Config, Interface, SocketSet};
 use smoltcp::phy::{Medium, TunTapInterface, wait};
@@ -128,14 +129,7 @@ fn converse<F: Framing, D: SmolDriver<F>>(args: &Args) -> Result {
         args.peer,
     );
     let mut engine = engine_of::<F, D>(args.me, JOB_KEY);
-    let mut endpoint = [None];
-    let mut words = [0u64];
-    engine.add_procs(
-        &[args.peer.proc],
-        &mut endpoint,
-        &mut Reachability::new(&mut words),
-    )?;
-    let endpoint = endpoint[0].ok_or("the peer is unreachable")?;
+    let endpoint = add_peer(&mut *engine, args.peer.proc);
     let region = engine
         .register_mem(
             vec![0; usize::try_from(2 * args.bulk)?],

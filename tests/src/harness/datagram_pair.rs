@@ -17,10 +17,7 @@
 
 use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::config::EngineConfig;
-use btl_core::engine::rtt::RttConfig;
-use btl_core::engine::{Capacities, Datagram, HEADER_RESERVE};
-use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
+use btl_core::engine::{Capacities, Datagram};
 use btl_core::time::{Duration, Instant};
 use btl_std::driver::heap::{Heap, HeapEngine};
 
@@ -161,27 +158,10 @@ impl World for DatagramPairWorld {
 /// An engine of process `me` in datagram framing, holding the job key,
 /// with CRC32C trailers.
 fn engine_of(me: ProcName) -> Box<PairEngine> {
-    let pool = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + HEADER_RESERVE,
-        num: FRAGMENTS,
-        max: FRAGMENTS,
-        inc: 8,
-    };
-    let cfg = FragmentPoolsConfig {
-        small: pool(256),
-        eager: pool(EAGER),
-        max: pool(MTU),
-    };
-    let mut config = EngineConfig::new(me);
-    config.job_key = Some(KEY.try_into().expect("a short job key"));
-    config.checksum = true;
+    let mut config = super::engine_config(me, KEY, TICK, 100);
     config.peer_timeout = PEER_TIMEOUT;
-    config.rtt = RttConfig {
-        initial_rto: 20 * TICK,
-        min_rto: 2 * TICK,
-        max_rto: 100 * TICK,
-    };
     config.keepalive = KEEPALIVE;
+    let cfg = super::pools(EAGER, MTU, FRAGMENTS);
     let mut e = Box::new(
         Heap::engine(
             config,

@@ -17,11 +17,8 @@ use std::convert::Infallible;
 use std::rc::Rc;
 
 use btl_core::btl::Btl;
-use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::engine::config::EngineConfig;
-use btl_core::engine::rtt::RttConfig;
-use btl_core::engine::{Capacities, HEADER_RESERVE, Stream};
-use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::engine::{Capacities, Stream};
 use btl_core::serial::SerialDriver;
 use btl_core::time::{Duration, Instant};
 use btl_std::driver::heap::{Heap, HeapEngine};
@@ -168,20 +165,12 @@ impl SerialWorld {
                 paused: false,
             })
         };
-        let mut peers = [EndpointId(0); 2];
-        for side in Side::BOTH {
-            let mut endpoint = [None];
-            let mut words = [0u64];
-            boards[side.index()]
-                .engine
-                .add_procs(
-                    &[NAMES[side.other().index()]],
-                    &mut endpoint,
-                    &mut Reachability::new(&mut words),
-                )
-                .expect("add_procs");
-            peers[side.index()] = endpoint[0].expect("the other end is reachable");
-        }
+        let peers = Side::BOTH.map(|side| {
+            super::add_peer(
+                &mut *boards[side.index()].engine,
+                NAMES[side.other().index()],
+            )
+        });
         SerialWorld {
             boards,
             peers,
@@ -199,27 +188,10 @@ impl Default for SerialWorld {
 /// An engine of process `me` holding the job key, with CRC32C trailers
 /// (a serial line may flip bits).
 pub fn engine_of(me: ProcName) -> Box<HeapEngine<Stream>> {
-    let pool = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + HEADER_RESERVE,
-        num: FRAGMENTS,
-        max: FRAGMENTS,
-        inc: 8,
-    };
-    let cfg = FragmentPoolsConfig {
-        small: pool(256),
-        eager: pool(EAGER),
-        max: pool(MAX_SEND),
-    };
-    let mut config = EngineConfig::new(me);
-    config.job_key = Some(KEY.try_into().expect("a short job key"));
-    config.checksum = true;
+    let mut config = super::engine_config(me, KEY, TICK, 200);
     config.peer_timeout = Duration::from_secs(10);
     config.keepalive = Duration::from_secs(1);
-    config.rtt = RttConfig {
-        initial_rto: 20 * TICK,
-        min_rto: 2 * TICK,
-        max_rto: 200 * TICK,
-    };
+    let cfg = super::pools(EAGER, MAX_SEND, FRAGMENTS);
     let mut e = Box::new(
         Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("engine pools"),
     );

@@ -17,11 +17,8 @@ use std::boxed::Box;
 use std::vec;
 
 use btl_core::btl::Btl;
-use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::engine::config::EngineConfig;
-use btl_core::engine::rtt::RttConfig;
-use btl_core::engine::{Capacities, Datagram, Framing, HEADER_RESERVE, Stream};
-use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::engine::{Capacities, Datagram, Framing, Stream};
 use btl_core::smoltcp::{Nonces, PeerAddr, Polled, TcpDriver, UdpDriver, smol_instant};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
@@ -287,20 +284,12 @@ impl<F: Framing, D: SmolDriver<F>> SmoltcpWorld<F, D> {
         let mut wire = Wire::new(CABLE, SEED);
         wire.set_faults(faults);
         let mut boards = Side::BOTH.map(board::<F, D>);
-        let mut peers = [EndpointId(0); 2];
-        for side in Side::BOTH {
-            let mut endpoint = [None];
-            let mut words = [0u64];
-            boards[side.index()]
-                .engine
-                .add_procs(
-                    &[NAMES[side.other().index()]],
-                    &mut endpoint,
-                    &mut Reachability::new(&mut words),
-                )
-                .expect("add_procs");
-            peers[side.index()] = endpoint[0].expect("the other board is reachable");
-        }
+        let peers = Side::BOTH.map(|side| {
+            super::add_peer(
+                &mut *boards[side.index()].engine,
+                NAMES[side.other().index()],
+            )
+        });
         SmoltcpWorld {
             wire,
             boards,
@@ -372,27 +361,10 @@ fn board<F: Framing, D: SmolDriver<F>>(side: Side) -> Board<F, D> {
 /// An engine for driver `D`, of process `me` holding the job key `key`,
 /// with CRC32C trailers and timers for a LAN.
 pub fn engine_of<F: Framing, D: SmolDriver<F>>(me: ProcName, key: &[u8]) -> Box<HeapEngine<F>> {
-    let pool = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + HEADER_RESERVE,
-        num: FRAGMENTS,
-        max: FRAGMENTS,
-        inc: 8,
-    };
-    let cfg = FragmentPoolsConfig {
-        small: pool(256),
-        eager: pool(EAGER.min(D::max_send())),
-        max: pool(D::max_send()),
-    };
-    let mut config = EngineConfig::new(me);
-    config.job_key = Some(key.try_into().expect("a short job key"));
-    config.checksum = true;
+    let mut config = super::engine_config(me, key, TICK, 200);
     config.peer_timeout = PEER_TIMEOUT;
     config.keepalive = KEEPALIVE;
-    config.rtt = RttConfig {
-        initial_rto: 20 * TICK,
-        min_rto: 2 * TICK,
-        max_rto: 200 * TICK,
-    };
+    let cfg = super::pools(EAGER.min(D::max_send()), D::max_send(), FRAGMENTS);
     let mut e = Box::new(
         Heap::engine(config, D::framing(), CAPACITIES, cfg, Instant::ZERO).expect("engine pools"),
     );

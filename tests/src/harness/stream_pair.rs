@@ -25,11 +25,8 @@
 //!   towards the target, at a frame boundary, as if its peer had sent it.
 
 use btl_core::btl::Btl;
-use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::engine::config::EngineConfig;
-use btl_core::engine::rtt::RttConfig;
-use btl_core::engine::{Capacities, ConnectRequest, HEADER_RESERVE, LinkId, Stream};
-use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::engine::{Capacities, ConnectRequest, LinkId, Stream};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::{self, CloseReason, Limits, PacketRepr};
 use btl_std::driver::heap::{Heap, HeapEngine};
@@ -275,7 +272,7 @@ impl World for StreamPairWorld {
             BadHandshake::WrongJobKey => {
                 let mut rogue = engine_of(ROGUE_NAME, ROGUE_KEY, 1);
                 let proc = [A_NAME, B_NAME][target as usize];
-                let endpoint = add(&mut rogue, proc);
+                let endpoint = super::add_peer(&mut *rogue, proc);
                 let req = ConnectRequest {
                     endpoint,
                     proc,
@@ -343,41 +340,15 @@ impl World for StreamPairWorld {
 
 /// An engine of process `me` holding `key`, with CRC32C trailers.
 fn engine_of(me: ProcName, key: &[u8], links: u8) -> Box<PairEngine> {
-    let pool = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + HEADER_RESERVE,
-        num: FRAGMENTS,
-        max: FRAGMENTS,
-        inc: 8,
-    };
-    let cfg = FragmentPoolsConfig {
-        small: pool(256),
-        eager: pool(EAGER),
-        max: pool(MAX_SEND),
-    };
-    let mut config = EngineConfig::new(me);
-    config.job_key = Some(key.try_into().expect("a short job key"));
-    config.checksum = true;
+    let mut config = super::engine_config(me, key, TICK, 100);
     config.links = links;
     config.peer_timeout = PEER_TIMEOUT;
-    config.rtt = RttConfig {
-        initial_rto: 20 * TICK,
-        min_rto: 2 * TICK,
-        max_rto: 100 * TICK,
-    };
+    let cfg = super::pools(EAGER, MAX_SEND, FRAGMENTS);
     let mut e = Box::new(
         Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("engine pools"),
     );
     e.set_name("stream-pair");
     e
-}
-
-/// Makes `proc` known to `e`; returns its endpoint.
-fn add(e: &mut PairEngine, proc: ProcName) -> EndpointId {
-    let mut endpoint = [None];
-    let mut words = [0u64];
-    e.add_procs(&[proc], &mut endpoint, &mut Reachability::new(&mut words))
-        .expect("add_procs");
-    endpoint[0].expect("the engine reaches the other process")
 }
 
 /// What the target sends a rogue, frame by frame: a HELLO goes to the

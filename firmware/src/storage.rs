@@ -15,9 +15,11 @@ pub type Memory = &'static mut [u8];
 pub type Storage = Lent<'static, Memory>;
 
 /// Packets in flight per peer each way. The peer on Linux (btl-std) uses
-/// 64, and the window is not part of the handshake: a receiver with a
-/// smaller one would drop what a lossy link delivers beyond it.
-pub const WINDOW: usize = 64;
+/// 64: each side sends within its own window, and over a stream packets
+/// arrive in order, so a smaller receive window loses nothing; over
+/// datagrams a packet beyond it is dropped and sent again. 8 keeps a peer
+/// slot at about 4 KiB (64 would take 24.7 KiB).
+pub const WINDOW: usize = 8;
 /// Peers on record: the Linux side, and room for one stranger.
 pub const PEERS: usize = 2;
 /// Links at once: the peer's, one crossing it, and closing ones.
@@ -64,18 +66,20 @@ const fn class(payload: usize, num: u32) -> FragmentPoolConfig {
 
 /// The TCP engine's pools: every ping (1400 bytes at most) fits an eager
 /// fragment; the max class sets the largest PUT packet the peer sends
-/// (the body limit this side announces), 16 KiB.
+/// (the body limit this side announces), 4 KiB.
 pub const TCP_POOLS: FragmentPoolsConfig = FragmentPoolsConfig {
     small: class(256, FRAGMENTS),
     eager: class(1536, FRAGMENTS),
-    max: class(16 << 10, 4),
+    max: class(4 << 10, 2),
 };
 
-/// The UDP engine's pools: nothing larger than a datagram.
+/// The UDP engine's pools: nothing larger than a datagram, and fewer of
+/// the largest (a PUT packet is written where it lands, so only messages
+/// take max fragments).
 pub const UDP_POOLS: FragmentPoolsConfig = FragmentPoolsConfig {
     small: class(256, FRAGMENTS),
     eager: class(1024, FRAGMENTS),
-    max: class(UDP_MTU, FRAGMENTS),
+    max: class(UDP_MTU, 8),
 };
 
 /// Bytes of the TCP engine's pool region.

@@ -17,3 +17,4 @@ pub mod info;
 pub mod launch;
 pub mod plot;
 pub mod raw;
+pub mod tap;

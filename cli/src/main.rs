@@ -177,8 +177,20 @@ struct ServeArgs {
     /// Publish this server's card (every address it listens on) in DIR,
     /// a directory `btl connect --dir DIR` also reaches (a shared
     /// filesystem): the client then pairs all of them, one link each.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "tap")]
     dir: Option<PathBuf>,
+    /// Serve on btl's own TCP/IP stack (the engine over smoltcp, as a
+    /// board runs it) attached to this TAP device, which must exist and
+    /// be up, rather than on the kernel's sockets.
+    #[arg(long, value_name = "DEVICE", requires = "address")]
+    tap: Option<String>,
+    /// With --tap: this server's address on the TAP's subnet
+    /// (ADDRESS/PREFIX, such as 10.77.0.2/24).
+    #[arg(long, value_name = "ADDRESS/PREFIX", requires = "tap")]
+    address: Option<String>,
+    /// With --tap: the port to listen on.
+    #[arg(long, default_value = "7000", requires = "tap")]
+    port: u16,
 }
 
 #[derive(Debug, clap::Args)]
@@ -761,6 +773,9 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         args.dir.as_deref().unwrap_or(scratch.path()),
     ));
     let me = ProcName::new(REMOTE_JOB, 0);
+    if let (Some(tap), Some(address)) = (&args.tap, &args.address) {
+        return serve_tap(&args, tap, address, &sources, me, &stop);
+    }
     match args.which {
         Which::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, &stop),
         Which::Udp => serve_on(udp_module(&sources, me, boot)?, &args, &stop),
@@ -795,6 +810,63 @@ fn serve_on<T: Transport>(
     // What is owed goes out, then every client is told.
     let _ = m.flush(Duration::from_secs(1));
     m.finalize();
+    say(format!("served: {summary}"));
+    Ok(())
+}
+
+/// `btl serve --tap`: the same service on the engine over smoltcp,
+/// attached to the TAP device `tap` at `address`.
+fn serve_tap(
+    args: &ServeArgs,
+    tap: &str,
+    address: &str,
+    sources: &ParamSources,
+    me: ProcName,
+    stop: &AtomicBool,
+) -> Result<(), Failure> {
+    let cidr: smoltcp::wire::IpCidr = address
+        .parse()
+        .map_err(|_| Failure::Usage(format!("`{address}` is not ADDRESS/PREFIX")))?;
+    let builder = sources.builder(me);
+    let key = btl_cli::launch::job_key();
+    let key = key.as_deref();
+    let at = format!("{}:{}", cidr.address(), args.port);
+    match args.which {
+        Which::Tcp => {
+            let server = btl_cli::tap::tcp(&builder, me, key, tap, cidr, args.port)?;
+            say(format!(
+                "listening on tcp {at} (smoltcp on {tap}): btl connect {at} --btl tcp"
+            ));
+            serve_driven(server, args, stop)
+        }
+        Which::Udp => {
+            let server = btl_cli::tap::udp(&builder, me, key, tap, cidr, args.port)?;
+            say(format!(
+                "listening on udp {at} (smoltcp on {tap}): btl connect {at} --btl udp"
+            ));
+            serve_driven(server, args, stop)
+        }
+        Which::SelfBtl => Err(Failure::Usage("serve needs tcp or udp".into())),
+    }
+}
+
+/// Serves the benchmark on `server` until `stop`; then prints one line,
+/// `served: ` and a JSON object of the runs ended and clients dropped.
+fn serve_driven<B: Driven>(
+    mut server: B,
+    args: &ServeArgs,
+    stop: &AtomicBool,
+) -> Result<(), Failure> {
+    let mut side = Side::new(server.btl(), args.max_size, 1).map_err(|e| e.to_string())?;
+    let wait: Waiting = args.wait.into();
+    while !stop.load(Ordering::Relaxed) {
+        side.serve_once(&mut server, wait);
+    }
+    let summary = serde_json::json!({ "runs": side.runs(), "dropped": side.dropped() });
+    server.btl().finalize();
+    for _ in 0..100 {
+        server.step(Waiting::Poll);
+    }
     say(format!("served: {summary}"));
     Ok(())
 }

@@ -25,8 +25,8 @@ use btl_core::pool::PoolCell;
 use crate::ParamRegistry;
 use crate::bootstrap::{Bootstrap, BootstrapError, SharedDir, StaticPeers};
 use crate::config::sources::{SourceError, apply_environment, apply_file, default_param_file};
-use crate::transports::tcp::{TcpComponent, TcpModule};
-use crate::transports::udp::{UdpComponent, UdpModule};
+use crate::transports::tcp::{TcpComponent, TcpModule, TcpSetup};
+use crate::transports::udp::{UdpComponent, UdpModule, UdpSetup};
 
 /// The loopback module (`self`): messages, puts and gets within this
 /// process, 16 registrations and 256 events deep.
@@ -173,6 +173,19 @@ impl ModuleBuilder {
                 component: "udp",
                 error,
             })
+    }
+
+    /// What a TCP module would be built with (socket settings, pools,
+    /// engine configuration without the process and its key), as the
+    /// parameters say: for a driver of one's own that takes btl's TCP
+    /// parameters, such as the engine over smoltcp.
+    pub fn tcp_setup(&self) -> Result<TcpSetup, OpenError> {
+        self.setup(&mut TcpComponent::default())
+    }
+
+    /// What a UDP module would be built with, as [`tcp_setup`](Self::tcp_setup).
+    pub fn udp_setup(&self) -> Result<UdpSetup, OpenError> {
+        self.setup(&mut UdpComponent::default())
     }
 
     /// Opens the loopback module, which reaches this process only.

@@ -107,8 +107,15 @@ pub struct Row {
     pub msgs_per_s: f64,
 }
 
-/// A BTL the benchmark can drive: it moves itself forward as told.
-pub trait Driven: Btl<Memory = Vec<u8>> {
+/// A BTL the benchmark can drive: the BTL, and what moves it forward as
+/// told (the BTL itself, or a driver around it).
+pub trait Driven {
+    /// The BTL.
+    type Btl: Btl<Memory = Vec<u8>>;
+
+    /// The BTL, to send, put and take events.
+    fn btl(&mut self) -> &mut Self::Btl;
+
     /// Moves the BTL forward once, waiting a little if `waiting` says so.
     fn step(&mut self, waiting: Waiting);
 }
@@ -116,12 +123,24 @@ pub trait Driven: Btl<Memory = Vec<u8>> {
 impl<R: btl_core::pool::Region, const REGS: usize, const QUEUE: usize> Driven
     for btl_core::loopback::Loopback<R, Vec<u8>, REGS, QUEUE>
 {
+    type Btl = Self;
+
+    fn btl(&mut self) -> &mut Self {
+        self
+    }
+
     fn step(&mut self, _waiting: Waiting) {
         self.progress();
     }
 }
 
 impl<T: Transport> Driven for Module<T> {
+    type Btl = Self;
+
+    fn btl(&mut self) -> &mut Self {
+        self
+    }
+
     fn step(&mut self, waiting: Waiting) {
         match waiting {
             Waiting::Poll => {
@@ -340,7 +359,7 @@ impl Side {
         let mut sent = 0;
         let start = Instant::now();
         loop {
-            match self.source.send_piece(btl, to, tag, &header, sent) {
+            match self.source.send_piece(btl.btl(), to, tag, &header, sent) {
                 Ok(n) => {
                     sent += n;
                     if sent >= len {
@@ -354,7 +373,7 @@ impl Side {
                     btl.step(waiting);
                     // Take what arrives meanwhile (answered later), or both
                     // sides could wait for each other's room.
-                    self.take(btl, true)?;
+                    self.take(btl.btl(), true)?;
                 }
                 Err(error) => {
                     return Err(BenchError::Btl {
@@ -554,8 +573,8 @@ impl Side {
     /// BTL when nothing moved. Whether anything did.
     pub fn serve_once<B: Driven>(&mut self, btl: &mut B, waiting: Waiting) -> bool {
         // Answering, no peer's failure is this side's (`lead` is false).
-        let took = self.take(btl, false).unwrap_or(false);
-        let replied = self.reply(btl, false).unwrap_or(false);
+        let took = self.take(btl.btl(), false).unwrap_or(false);
+        let replied = self.reply(btl.btl(), false).unwrap_or(false);
         if !took && !replied {
             btl.step(waiting);
         }
@@ -574,8 +593,8 @@ impl Side {
         let mut last = Instant::now();
         let mut idle: u32 = 0;
         while self.counted[k] < n {
-            let moved = self.take(btl, true)?;
-            self.reply(btl, true)?;
+            let moved = self.take(btl.btl(), true)?;
+            self.reply(btl.btl(), true)?;
             // The clock is read only now and then: this loop is what a
             // latency measurement spins in.
             idle = if moved { 0 } else { idle + 1 };
@@ -604,7 +623,7 @@ pub fn lead<B: Driven>(
     mut on_row: impl FnMut(&Row),
 ) -> Result<Vec<Row>, BenchError> {
     let max = plan.sizes.iter().copied().max().unwrap_or(0);
-    let mut side = Side::new(btl, max, plan.window)?;
+    let mut side = Side::new(btl.btl(), max, plan.window)?;
     let mut rows = Vec::new();
     for &size in &plan.sizes {
         let (iters, warmup) = plan.iterations(size);
@@ -656,7 +675,7 @@ pub fn answer<B: Driven>(
     waiting: Waiting,
     patience: Duration,
 ) -> Result<(), BenchError> {
-    let mut side = Side::new(btl, max_message, 1)?;
+    let mut side = Side::new(btl.btl(), max_message, 1)?;
     let mut last = Instant::now();
     while side.runs() == 0 {
         if side.serve_once(btl, waiting) {

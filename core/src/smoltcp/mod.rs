@@ -44,8 +44,93 @@ use ::smoltcp::wire::{IpAddress, IpEndpoint};
 pub use crate::engine::driver::Nonces;
 
 use crate::endpoint::ProcName;
-use crate::engine::Source;
+use crate::engine::storage::Storage;
+use crate::engine::{Datagram, Engine, Framing, Source, Stream};
 use crate::time::{Duration, Instant};
+
+/// What [`TcpDriver`] and [`UdpDriver`] have in common, for code that
+/// runs an engine of framing `F` over either.
+pub trait Driver<F: Framing> {
+    /// One bounded turn at `now` (see [`TcpDriver::poll`]).
+    fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
+        &mut self,
+        engine: &mut Engine<S, F, W>,
+        iface: &mut Interface,
+        device: &mut D,
+        sockets: &mut SocketSet<'_>,
+        now: Instant,
+    ) -> Polled;
+
+    /// When to poll next (see [`TcpDriver::poll_at`]).
+    fn poll_at<S: Storage, const W: usize>(
+        &self,
+        engine: &Engine<S, F, W>,
+        iface: &mut Interface,
+        sockets: &SocketSet<'_>,
+        now: Instant,
+    ) -> Option<Instant>;
+
+    /// Tells the driver where `peer.proc` listens.
+    fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr>;
+}
+
+impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> Driver<Stream>
+    for TcpDriver<N, SOCKETS, PEERS>
+{
+    fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        iface: &mut Interface,
+        device: &mut D,
+        sockets: &mut SocketSet<'_>,
+        now: Instant,
+    ) -> Polled {
+        TcpDriver::poll(self, engine, iface, device, sockets, now)
+    }
+
+    fn poll_at<S: Storage, const W: usize>(
+        &self,
+        engine: &Engine<S, Stream, W>,
+        iface: &mut Interface,
+        sockets: &SocketSet<'_>,
+        now: Instant,
+    ) -> Option<Instant> {
+        TcpDriver::poll_at(self, engine, iface, sockets, now)
+    }
+
+    fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr> {
+        TcpDriver::add_peer(self, peer)
+    }
+}
+
+impl<N: Nonces, const LINKS: usize, const PEERS: usize> Driver<Datagram>
+    for UdpDriver<N, LINKS, PEERS>
+{
+    fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
+        &mut self,
+        engine: &mut Engine<S, Datagram, W>,
+        iface: &mut Interface,
+        device: &mut D,
+        sockets: &mut SocketSet<'_>,
+        now: Instant,
+    ) -> Polled {
+        UdpDriver::poll(self, engine, iface, device, sockets, now)
+    }
+
+    fn poll_at<S: Storage, const W: usize>(
+        &self,
+        engine: &Engine<S, Datagram, W>,
+        iface: &mut Interface,
+        sockets: &SocketSet<'_>,
+        now: Instant,
+    ) -> Option<Instant> {
+        UdpDriver::poll_at(self, engine, iface, sockets, now)
+    }
+
+    fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr> {
+        UdpDriver::add_peer(self, peer)
+    }
+}
 
 /// The delayed acknowledgement the drivers give their TCP sockets.
 pub const ACK_DELAY: Duration = Duration::from_millis(1);

@@ -19,12 +19,11 @@ use std::vec;
 use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::engine::{Capacities, Datagram, Framing, Stream};
-use btl_core::smoltcp::{Nonces, PeerAddr, Polled, TcpDriver, UdpDriver, smol_instant};
+use btl_core::smoltcp::{Driver, Nonces, PeerAddr, TcpDriver, UdpDriver, smol_instant};
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
 use btl_std::driver::heap::{Heap, HeapEngine};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::phy::Device;
 use smoltcp::socket::{tcp, udp};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
@@ -108,9 +107,9 @@ impl Nonces for SeededNonces {
     }
 }
 
-/// A driver of `btl_core::smoltcp` for framing `F`, as the harness drives
+/// A driver of `btl_core::smoltcp` for framing `F`, as the harness builds
 /// it.
-pub trait SmolDriver<F: Framing>: Sized {
+pub trait SmolDriver<F: Framing>: Driver<F> + Sized {
     /// Builds the board's sockets in `sockets` and the driver over them,
     /// listening on `port`, knowing where `other` listens.
     fn open(
@@ -119,29 +118,10 @@ pub trait SmolDriver<F: Framing>: Sized {
         port: u16,
         other: PeerAddr,
     ) -> Self;
-    /// Tells the driver where the other board listens.
-    fn add_peer(&mut self, peer: PeerAddr);
     /// The framing of its engine.
     fn framing() -> F;
     /// The largest message its engine sends.
     fn max_send() -> usize;
-    /// One poll.
-    fn poll<Dev: Device + ?Sized>(
-        &mut self,
-        engine: &mut HeapEngine<F>,
-        iface: &mut Interface,
-        device: &mut Dev,
-        sockets: &mut SocketSet<'static>,
-        now: Instant,
-    ) -> Polled;
-    /// Its next deadline.
-    fn poll_at(
-        &self,
-        engine: &HeapEngine<F>,
-        iface: &mut Interface,
-        sockets: &SocketSet<'static>,
-        now: Instant,
-    ) -> Option<Instant>;
 }
 
 /// The stream driver of a board.
@@ -167,37 +147,12 @@ impl SmolDriver<Stream> for Tcp {
         driver
     }
 
-    fn add_peer(&mut self, peer: PeerAddr) {
-        TcpDriver::add_peer(self, peer).expect("room for the other board");
-    }
-
     fn framing() -> Stream {
         Stream
     }
 
     fn max_send() -> usize {
         MAX_SEND
-    }
-
-    fn poll<Dev: Device + ?Sized>(
-        &mut self,
-        engine: &mut HeapEngine<Stream>,
-        iface: &mut Interface,
-        device: &mut Dev,
-        sockets: &mut SocketSet<'static>,
-        now: Instant,
-    ) -> Polled {
-        TcpDriver::poll(self, engine, iface, device, sockets, now)
-    }
-
-    fn poll_at(
-        &self,
-        engine: &HeapEngine<Stream>,
-        iface: &mut Interface,
-        sockets: &SocketSet<'static>,
-        now: Instant,
-    ) -> Option<Instant> {
-        TcpDriver::poll_at(self, engine, iface, sockets, now)
     }
 }
 
@@ -216,37 +171,12 @@ impl SmolDriver<Datagram> for Udp {
         driver
     }
 
-    fn add_peer(&mut self, peer: PeerAddr) {
-        UdpDriver::add_peer(self, peer).expect("room for the other board");
-    }
-
     fn framing() -> Datagram {
         Datagram { mtu: UDP_MTU }
     }
 
     fn max_send() -> usize {
         UDP_MTU
-    }
-
-    fn poll<Dev: Device + ?Sized>(
-        &mut self,
-        engine: &mut HeapEngine<Datagram>,
-        iface: &mut Interface,
-        device: &mut Dev,
-        sockets: &mut SocketSet<'static>,
-        now: Instant,
-    ) -> Polled {
-        UdpDriver::poll(self, engine, iface, device, sockets, now)
-    }
-
-    fn poll_at(
-        &self,
-        engine: &HeapEngine<Datagram>,
-        iface: &mut Interface,
-        sockets: &SocketSet<'static>,
-        now: Instant,
-    ) -> Option<Instant> {
-        UdpDriver::poll_at(self, engine, iface, sockets, now)
     }
 }
 
@@ -306,10 +236,13 @@ impl<F: Framing, D: SmolDriver<F>> SmoltcpWorld<F, D> {
     /// Makes `side` look for the other board at `port` of its address.
     pub fn point_at(&mut self, side: Side, port: u16) {
         let other = side.other();
-        self.boards[side.index()].driver.add_peer(PeerAddr {
-            proc: NAMES[other.index()],
-            endpoint: IpEndpoint::new(address(other), port),
-        });
+        self.boards[side.index()]
+            .driver
+            .add_peer(PeerAddr {
+                proc: NAMES[other.index()],
+                endpoint: IpEndpoint::new(address(other), port),
+            })
+            .expect("room for the other board");
     }
 
     /// `side`'s engine.

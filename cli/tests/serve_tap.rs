@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use btl_tests::netns::{Namespaces, Reaper, finish, sh, unsupported};
+use btl_tests::netns::{Namespaces, Reaper, finish, unsupported};
 
 fn measure_against_a_tap_server(component: &str) {
     if let Some(why) = unsupported(true) {
@@ -17,20 +17,7 @@ fn measure_against_a_tap_server(component: &str) {
     let ns = Namespaces::new(1);
     let name = ns.name(0);
     let net = format!("10.{}.9", ns.number());
-    sh(&[
-        "ip", "-n", name, "tuntap", "add", "dev", "tap0", "mode", "tap",
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        name,
-        "addr",
-        "add",
-        &format!("{net}.1/24"),
-        "dev",
-        "tap0",
-    ]);
-    sh(&["ip", "-n", name, "link", "set", "tap0", "up"]);
+    ns.add_tap(0, "tap0", &format!("{net}.1/24"));
     let mut server = Reaper(
         Command::new("ip")
             .args(["netns", "exec", name, env!("CARGO_BIN_EXE_btl"), "serve"])

@@ -94,6 +94,18 @@ impl Namespaces {
     pub fn number(&self) -> u32 {
         self.number
     }
+
+    /// Makes a TAP device `device` in namespace `i`, with the kernel's
+    /// side at `address` (ADDRESS/PREFIX), up: what a process on its own
+    /// TCP/IP stack attaches to.
+    pub fn add_tap(&self, i: usize, device: &str, address: &str) {
+        let ns = self.name(i);
+        sh(&[
+            "ip", "-n", ns, "tuntap", "add", "dev", device, "mode", "tap",
+        ]);
+        sh(&["ip", "-n", ns, "addr", "add", address, "dev", device]);
+        sh(&["ip", "-n", ns, "link", "set", device, "up"]);
+    }
 }
 
 impl Drop for Namespaces {

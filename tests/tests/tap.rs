@@ -9,7 +9,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use btl_tests::netns::{Namespaces, Reaper, finish, sh, unsupported};
+use btl_tests::netns::{Namespaces, Reaper, finish, unsupported};
 
 /// Bytes each side puts and gets per conversation.
 const BULK: &str = "4194304";
@@ -27,20 +27,7 @@ fn interop(component: &str) {
     let ns = Namespaces::new(1);
     let name = ns.name(0);
     let net = format!("10.{}.7", ns.number());
-    sh(&[
-        "ip", "-n", name, "tuntap", "add", "dev", "tap0", "mode", "tap",
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        name,
-        "addr",
-        "add",
-        &format!("{net}.1/24"),
-        "dev",
-        "tap0",
-    ]);
-    sh(&["ip", "-n", name, "link", "set", "tap0", "up"]);
+    ns.add_tap(0, "tap0", &format!("{net}.1/24"));
     let peer_port = if component == "tcp" { "7100" } else { "7200" };
     let cards = format!(
         "proc 1.0;tcp {net}.1/24 7100;udp {net}.1/24 7200;proc 1.1;tcp {net}.2/24 7000;udp {net}.2/24 7000"

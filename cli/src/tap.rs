@@ -11,7 +11,9 @@
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Capacities, Datagram, Framing, Stream};
+use btl_core::pool::FragmentPoolsConfig;
 use btl_core::smoltcp::{Driver, TcpDriver, UdpDriver, smol_instant};
 use btl_core::time::Instant;
 use btl_std::driver::heap::{Heap, HeapEngine};
@@ -50,6 +52,18 @@ pub struct TapServer<F: Framing, D> {
 }
 
 impl<F: Framing, D: Driver<F>> TapServer<F, D> {
+    fn new(engine: Box<HeapEngine<F>>, driver: D, stack: Stack) -> Self {
+        let (device, iface, sockets) = stack;
+        TapServer {
+            engine,
+            driver,
+            iface,
+            device,
+            sockets,
+            clock: std::time::Instant::now(),
+        }
+    }
+
     fn now(&self) -> Instant {
         Instant::from_nanos(u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
@@ -88,11 +102,11 @@ impl<F: Framing, D: Driver<F>> Driven for TapServer<F, D> {
     }
 }
 
+/// A TAP device, the interface over it, and its sockets.
+type Stack = (TunTapInterface, Interface, SocketSet<'static>);
+
 /// The interface on `tap` with `address`, and an empty socket set.
-fn interface(
-    tap: &str,
-    address: IpCidr,
-) -> std::io::Result<(TunTapInterface, Interface, SocketSet<'static>)> {
+fn interface(tap: &str, address: IpCidr) -> std::io::Result<Stack> {
     let mut device = TunTapInterface::new(tap, Medium::Ethernet)?;
     let [a, b, c, d, ..] = nonce();
     let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress([
@@ -126,33 +140,9 @@ pub fn tcp(
         ))
     });
     let driver: TcpDriver<_, TCP_SOCKETS, 1> = TcpDriver::new(handles, &mut sockets, port, nonce);
-    let mut config = setup.engine;
-    config.me = me;
-    config.job_key = job_key
-        .map(|k| {
-            k.try_into()
-                .map_err(|_| "the job key is too long".to_owned())
-        })
-        .transpose()?;
-    let mut engine = Box::new(
-        Heap::engine(
-            config,
-            Stream,
-            Capacities::SOCKET_MODULE,
-            setup.pools,
-            Instant::ZERO,
-        )
-        .map_err(|e| format!("pools: {e:?}"))?,
-    );
+    let mut engine = engine(setup.engine, Stream, setup.pools, me, job_key)?;
     engine.set_name("tcp over smoltcp");
-    Ok(TapServer {
-        engine,
-        driver,
-        iface,
-        device,
-        sockets,
-        clock: std::time::Instant::now(),
-    })
+    Ok(TapServer::new(engine, driver, (device, iface, sockets)))
 }
 
 /// A UDP server of process `me` on `tap` at `address`, port `port`, with
@@ -179,7 +169,20 @@ pub fn udp(
     let handle = sockets.add(udp::Socket::new(buffer(), buffer()));
     let driver: UdpDriver<_, UDP_LINKS, 1> = UdpDriver::new(handle, &mut sockets, port, nonce)
         .map_err(|e| format!("udp port {port}: {e}"))?;
-    let mut config = setup.engine;
+    let mut engine = engine(setup.engine, Datagram { mtu }, setup.pools, me, job_key)?;
+    engine.set_name("udp over smoltcp");
+    Ok(TapServer::new(engine, driver, (device, iface, sockets)))
+}
+
+/// An engine of process `me` holding `job_key`, configured as a socket
+/// module of the component would be.
+fn engine<F: Framing>(
+    mut config: EngineConfig,
+    framing: F,
+    pools: FragmentPoolsConfig,
+    me: ProcName,
+    job_key: Option<&[u8]>,
+) -> Result<Box<HeapEngine<F>>, String> {
     config.me = me;
     config.job_key = job_key
         .map(|k| {
@@ -187,23 +190,13 @@ pub fn udp(
                 .map_err(|_| "the job key is too long".to_owned())
         })
         .transpose()?;
-    let mut engine = Box::new(
-        Heap::engine(
-            config,
-            Datagram { mtu },
-            Capacities::SOCKET_MODULE,
-            setup.pools,
-            Instant::ZERO,
-        )
-        .map_err(|e| format!("pools: {e:?}"))?,
-    );
-    engine.set_name("udp over smoltcp");
-    Ok(TapServer {
-        engine,
-        driver,
-        iface,
-        device,
-        sockets,
-        clock: std::time::Instant::now(),
-    })
+    Heap::engine(
+        config,
+        framing,
+        Capacities::SOCKET_MODULE,
+        pools,
+        Instant::ZERO,
+    )
+    .map(Box::new)
+    .map_err(|e| format!("pools: {e:?}"))
 }

@@ -125,9 +125,49 @@ struct RunArgs {
     load: u32,
     /// Pin this process to the first CPU and the peer process to the
     /// second (`0,1`): a measurement whose two sides share a core, or
-    /// move between cores, varies from run to run.
+    /// move between cores, varies from run to run. By default the two
+    /// processes of `pingpong`, `bw` and `rate` are pinned to the first
+    /// two CPUs they may run on, as `mpirun --bind-to core` does.
     #[arg(long, value_name = "LEAD,PEER", value_parser = parse_cpus)]
     cpus: Option<(usize, usize)>,
+    /// Pin neither process: let the scheduler place them.
+    #[arg(long, conflicts_with = "cpus")]
+    no_pin: bool,
+}
+
+impl RunArgs {
+    /// The CPUs the two processes run on: `--cpus`, else (unless
+    /// `--no-pin`) the first two this process may run on, if it may run
+    /// on two.
+    fn pinning(&self) -> Option<(usize, usize)> {
+        if self.no_pin {
+            return None;
+        }
+        self.cpus.or_else(|| {
+            let cpus: Vec<usize> = core_affinity::get_core_ids()
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.id)
+                .collect();
+            first_two(&cpus)
+        })
+    }
+}
+
+/// The first two of `cpus`, if there are two.
+fn first_two(cpus: &[usize]) -> Option<(usize, usize)> {
+    match cpus {
+        [a, b, ..] => Some((*a, *b)),
+        _ => None,
+    }
+}
+
+/// How a run's processes are placed, for its title.
+fn placement(pinning: Option<(usize, usize)>) -> String {
+    match pinning {
+        Some((lead, peer)) => format!("pinned to CPUs {lead} and {peer}"),
+        None => "not pinned".into(),
+    }
 }
 
 /// `--cpus LEAD,PEER`.
@@ -455,6 +495,7 @@ fn lead<B: Driven>(
         let doc = serde_json::json!({
             "test": test_name(plan.test),
             "btl": title,
+            "cpus": args.pinning().map(|(lead, peer)| [lead, peer]),
             "rows": rows,
         });
         say(format!("{doc}"));
@@ -501,7 +542,8 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         ));
     }
     let _load = Load::start(args.load)?;
-    if let Some((lead, peer)) = args.cpus {
+    let pinning = args.pinning();
+    if let Some((lead, peer)) = pinning {
         core(lead).and(core(peer)).map_err(Failure::Usage)?;
     }
     let job = u64::from(std::process::id()) << 16 | 0xb7;
@@ -531,14 +573,14 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     if args.baseline {
         cmd.arg("--baseline");
     }
-    if let Some((_, peer)) = args.cpus {
+    if let Some((_, peer)) = pinning {
         cmd.args(["--cpu", &peer.to_string()]);
     }
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting the peer process: {e}"))?;
     // Pinned only now: the peer inherits no mask that hides its own CPU.
-    if let Some((lead, _)) = args.cpus
+    if let Some((lead, _)) = pinning
         && let Err(e) = pin_to(lead)
     {
         let _ = child.kill();
@@ -546,9 +588,10 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     }
     let me = ProcName::new(job, 0);
     let title = format!(
-        "btl {} over {}, 2 processes on loopback, {mode}",
+        "btl {} over {}, 2 processes on loopback, {mode}, {}",
         test_name(test),
-        which_name(args.which)
+        which_name(args.which),
+        placement(pinning)
     );
     let to = format!("the peer process {peer_name}");
     let result = match args.which {
@@ -975,6 +1018,15 @@ mod tests {
         assert!(parse_cpus("0").is_err());
         assert!(parse_cpus("0,x").is_err());
         assert!(parse_cpus("-1,0").is_err());
+    }
+
+    #[test]
+    fn by_default_the_two_processes_take_the_first_two_cpus() {
+        assert_eq!(first_two(&[2, 5, 7]), Some((2, 5)));
+        assert_eq!(first_two(&[3]), None, "one CPU: nothing to pin apart");
+        assert_eq!(first_two(&[]), None);
+        assert_eq!(placement(Some((0, 1))), "pinned to CPUs 0 and 1");
+        assert_eq!(placement(None), "not pinned");
     }
 
     #[test]

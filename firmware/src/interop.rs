@@ -16,7 +16,7 @@ use btl_core::endpoint::{ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Datagram, Engine, Framing, Stream};
 use btl_core::pool::{FragmentPools, FragmentPoolsConfig, PoolError};
-use btl_core::smoltcp::{Nonces, PeerAddr, Polled, TcpDriver, UdpDriver};
+use btl_core::smoltcp::{Driver, PeerAddr, Polled, TcpDriver, UdpDriver};
 use btl_core::time::{Duration, Instant};
 use btl_exchange::{Exchange, ExchangeError, JOB_KEY, Role};
 use smoltcp::iface::{Interface, SocketSet};
@@ -69,36 +69,14 @@ pub struct Net {
     pub sockets: SocketSet<'static>,
 }
 
-/// One of `btl_core::smoltcp`'s drivers, for framing `F`.
-pub trait Driver<F: Framing> {
-    /// One bounded turn at `now`.
-    fn poll(&mut self, engine: &mut FwEngine<F>, net: &mut Net, now: Instant) -> Polled;
-}
-
-impl<N: Nonces, const S: usize, const P: usize> Driver<Stream> for TcpDriver<N, S, P> {
-    fn poll(&mut self, engine: &mut FwEngine<Stream>, net: &mut Net, now: Instant) -> Polled {
-        TcpDriver::poll(
-            self,
-            engine,
-            &mut net.iface,
-            &mut net.dev,
-            &mut net.sockets,
-            now,
-        )
-    }
-}
-
-impl<N: Nonces, const L: usize, const P: usize> Driver<Datagram> for UdpDriver<N, L, P> {
-    fn poll(&mut self, engine: &mut FwEngine<Datagram>, net: &mut Net, now: Instant) -> Polled {
-        UdpDriver::poll(
-            self,
-            engine,
-            &mut net.iface,
-            &mut net.dev,
-            &mut net.sockets,
-            now,
-        )
-    }
+/// One turn of `driver` over `net` for `engine` at `now`.
+fn step<F: Framing, D: Driver<F>>(
+    driver: &mut D,
+    engine: &mut FwEngine<F>,
+    net: &mut Net,
+    now: Instant,
+) -> Polled {
+    driver.poll(engine, &mut net.iface, &mut net.dev, &mut net.sockets, now)
 }
 
 /// Why a session failed.
@@ -226,7 +204,7 @@ pub fn run<F: Framing, D: Driver<F>>(
         .map_err(|_| Failure::Register)?;
     // One turn first, so that the TCP driver's sockets listen before the
     // peer is told to come.
-    driver.poll(engine, net, clock::btl_now());
+    step(driver, engine, net, clock::btl_now());
     println!(
         "btl-firmware: ready: {name} on port {PORT}, process {ME}, peer {LINUX} at {LINUX_ADDR}"
     );
@@ -238,7 +216,7 @@ pub fn run<F: Framing, D: Driver<F>>(
     let deadline = clock::btl_now() + PEER_WAIT;
     loop {
         let now = clock::btl_now();
-        driver.poll(engine, net, now);
+        step(driver, engine, net, now);
         let usage = engine.usage();
         if usage.links > usage.handshaking {
             break;
@@ -257,7 +235,7 @@ pub fn run<F: Framing, D: Driver<F>>(
             if now.since(start) > CONVERSATION_TIMEOUT {
                 return Err(Failure::Timeout(role));
             }
-            driver.poll(engine, net, now);
+            step(driver, engine, net, now);
             exchange
                 .poll(engine)
                 .map_err(|e| Failure::Exchange(role, e))?;
@@ -281,7 +259,7 @@ pub fn run<F: Framing, D: Driver<F>>(
     let mut closed = false;
     loop {
         let now = clock::btl_now();
-        driver.poll(engine, net, now);
+        step(driver, engine, net, now);
         while let Some(event) = engine.poll_event() {
             match event {
                 Event::Error(ErrorEvent {

@@ -15,7 +15,8 @@ use ::smoltcp::wire::IpEndpoint;
 use heapless::Vec;
 
 use super::{
-    Budget, Nonces, PeerAddr, Polled, add_peer, address_of, earliest, egress, ingress, source_of,
+    Budget, Driver, Nonces, PeerAddr, Polled, add_peer, address_of, earliest, egress, ingress,
+    source_of,
 };
 use crate::engine::driver::Io;
 use crate::engine::storage::Storage;
@@ -66,12 +67,6 @@ impl<N: Nonces, const LINKS: usize, const PEERS: usize> UdpDriver<N, LINKS, PEER
         })
     }
 
-    /// Tells the driver where `peer.proc` listens (again, if it moved);
-    /// refused when the list is full.
-    pub fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr> {
-        add_peer(&mut self.peers, peer)
-    }
-
     /// How much one poll may do.
     pub fn set_budget(&mut self, budget: Budget) {
         self.budget = budget;
@@ -80,43 +75,6 @@ impl<N: Nonces, const LINKS: usize, const PEERS: usize> UdpDriver<N, LINKS, PEER
     /// The links and their endpoints, for reports and tests.
     pub fn associations(&self) -> impl Iterator<Item = &Association> {
         self.links.iter().flatten()
-    }
-
-    /// One bounded turn at `now`: frames from the device, the datagrams
-    /// into the engine, the engine's timers, connects, writes and closes,
-    /// frames to the device.
-    pub fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
-        &mut self,
-        engine: &mut Engine<S, Datagram, W>,
-        iface: &mut Interface,
-        device: &mut D,
-        sockets: &mut SocketSet<'_>,
-        now: Instant,
-    ) -> Polled {
-        let polled = ingress(iface, device, sockets, self.budget, now, |_| {});
-        self.receive(engine, sockets, now);
-        engine.serve(
-            &mut UdpIo {
-                driver: self,
-                sockets,
-            },
-            now,
-            true,
-        );
-        egress(iface, device, sockets, self.budget, now);
-        polled
-    }
-
-    /// When to poll next, if nothing comes before: the earlier of the
-    /// engine's and the interface's deadlines.
-    pub fn poll_at<S: Storage, const W: usize>(
-        &self,
-        engine: &Engine<S, Datagram, W>,
-        iface: &mut Interface,
-        sockets: &SocketSet<'_>,
-        now: Instant,
-    ) -> Option<Instant> {
-        earliest(engine.poll_timeout(), iface, sockets, now)
     }
 
     /// Every datagram the socket holds, each to its link.
@@ -151,6 +109,46 @@ impl<N: Nonces, const LINKS: usize, const PEERS: usize> UdpDriver<N, LINKS, PEER
                 forget(&mut self.links, link);
             }
         }
+    }
+}
+
+impl<N: Nonces, const LINKS: usize, const PEERS: usize> Driver<Datagram>
+    for UdpDriver<N, LINKS, PEERS>
+{
+    fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
+        &mut self,
+        engine: &mut Engine<S, Datagram, W>,
+        iface: &mut Interface,
+        device: &mut D,
+        sockets: &mut SocketSet<'_>,
+        now: Instant,
+    ) -> Polled {
+        let polled = ingress(iface, device, sockets, self.budget, now, |_| {});
+        self.receive(engine, sockets, now);
+        engine.serve(
+            &mut UdpIo {
+                driver: self,
+                sockets,
+            },
+            now,
+            true,
+        );
+        egress(iface, device, sockets, self.budget, now);
+        polled
+    }
+
+    fn poll_at<S: Storage, const W: usize>(
+        &self,
+        engine: &Engine<S, Datagram, W>,
+        iface: &mut Interface,
+        sockets: &SocketSet<'_>,
+        now: Instant,
+    ) -> Option<Instant> {
+        earliest(engine.poll_timeout(), iface, sockets, now)
+    }
+
+    fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr> {
+        add_peer(&mut self.peers, peer)
     }
 }
 

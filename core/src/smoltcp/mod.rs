@@ -17,7 +17,7 @@
 //! const generics and live in the driver's value, wherever the caller
 //! puts it. Nothing allocates.
 //!
-//! A driver's [`poll`](TcpDriver::poll) does a bounded amount of work:
+//! A driver's [`poll`](Driver::poll) does a bounded amount of work:
 //! at most [`Budget::ingress`] frames from the device, the engine's input
 //! from the sockets, one turn of [`Engine::serve`](crate::engine::Engine::serve)
 //! and the interface's egress. It says whether frames may still wait in the
@@ -45,13 +45,16 @@ pub use crate::engine::driver::Nonces;
 
 use crate::endpoint::ProcName;
 use crate::engine::storage::Storage;
-use crate::engine::{Datagram, Engine, Framing, Source, Stream};
+use crate::engine::{Engine, Framing, Source};
 use crate::time::{Duration, Instant};
 
 /// What [`TcpDriver`] and [`UdpDriver`] have in common, for code that
 /// runs an engine of framing `F` over either.
 pub trait Driver<F: Framing> {
-    /// One bounded turn at `now` (see [`TcpDriver::poll`]).
+    /// One bounded turn at `now`: frames from the device, the sockets'
+    /// input into the engine, one turn of the engine's driver loop
+    /// (timers, connects, writes, closes) into the sockets, frames to the
+    /// device.
     fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
         &mut self,
         engine: &mut Engine<S, F, W>,
@@ -61,7 +64,8 @@ pub trait Driver<F: Framing> {
         now: Instant,
     ) -> Polled;
 
-    /// When to poll next (see [`TcpDriver::poll_at`]).
+    /// When to poll next, if nothing comes before: the earliest of the
+    /// engine's, the driver's and the interface's deadlines.
     fn poll_at<S: Storage, const W: usize>(
         &self,
         engine: &Engine<S, F, W>,
@@ -70,66 +74,9 @@ pub trait Driver<F: Framing> {
         now: Instant,
     ) -> Option<Instant>;
 
-    /// Tells the driver where `peer.proc` listens.
+    /// Tells the driver where `peer.proc` listens (again, if it moved);
+    /// refused when its list of addresses is full.
     fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr>;
-}
-
-impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> Driver<Stream>
-    for TcpDriver<N, SOCKETS, PEERS>
-{
-    fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
-        &mut self,
-        engine: &mut Engine<S, Stream, W>,
-        iface: &mut Interface,
-        device: &mut D,
-        sockets: &mut SocketSet<'_>,
-        now: Instant,
-    ) -> Polled {
-        TcpDriver::poll(self, engine, iface, device, sockets, now)
-    }
-
-    fn poll_at<S: Storage, const W: usize>(
-        &self,
-        engine: &Engine<S, Stream, W>,
-        iface: &mut Interface,
-        sockets: &SocketSet<'_>,
-        now: Instant,
-    ) -> Option<Instant> {
-        TcpDriver::poll_at(self, engine, iface, sockets, now)
-    }
-
-    fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr> {
-        TcpDriver::add_peer(self, peer)
-    }
-}
-
-impl<N: Nonces, const LINKS: usize, const PEERS: usize> Driver<Datagram>
-    for UdpDriver<N, LINKS, PEERS>
-{
-    fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
-        &mut self,
-        engine: &mut Engine<S, Datagram, W>,
-        iface: &mut Interface,
-        device: &mut D,
-        sockets: &mut SocketSet<'_>,
-        now: Instant,
-    ) -> Polled {
-        UdpDriver::poll(self, engine, iface, device, sockets, now)
-    }
-
-    fn poll_at<S: Storage, const W: usize>(
-        &self,
-        engine: &Engine<S, Datagram, W>,
-        iface: &mut Interface,
-        sockets: &SocketSet<'_>,
-        now: Instant,
-    ) -> Option<Instant> {
-        UdpDriver::poll_at(self, engine, iface, sockets, now)
-    }
-
-    fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr> {
-        UdpDriver::add_peer(self, peer)
-    }
 }
 
 /// The delayed acknowledgement the drivers give their TCP sockets.
@@ -145,7 +92,7 @@ pub struct PeerAddr {
     pub endpoint: IpEndpoint,
 }
 
-/// How much one [`poll`](TcpDriver::poll) may do.
+/// How much one [`poll`](Driver::poll) may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     /// Frames taken from the device at the most.
@@ -250,18 +197,16 @@ fn egress<D: Device + ?Sized>(
     }
 }
 
-/// The earlier of the engine's deadline and the interface's.
+/// The earliest of `deadlines` (the engine's, the driver's) and the
+/// interface's.
 fn earliest(
-    engine: Option<Instant>,
+    deadlines: impl IntoIterator<Item = Instant>,
     iface: &mut Interface,
     sockets: &SocketSet<'_>,
     now: Instant,
 ) -> Option<Instant> {
     let net = iface.poll_at(smol_instant(now), sockets).map(btl_instant);
-    match (engine, net) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    deadlines.into_iter().chain(net).min()
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use ::smoltcp::socket::tcp::{Socket, State};
 use heapless::Vec;
 
 use super::{
-    ACK_DELAY, Budget, Nonces, PeerAddr, Polled, add_peer, address_of, earliest, egress, ingress,
-    source_of,
+    ACK_DELAY, Budget, Driver, Nonces, PeerAddr, Polled, add_peer, address_of, earliest, egress,
+    ingress, source_of,
 };
 use crate::engine::driver::Io;
 use crate::engine::storage::Storage;
@@ -128,12 +128,6 @@ impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> TcpDriver<N, SOCKETS, 
         }
     }
 
-    /// Tells the driver where `peer.proc` listens (again, if it moved);
-    /// refused when the list is full.
-    pub fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr> {
-        add_peer(&mut self.peers, peer)
-    }
-
     /// How long a connection may take to open before it counts as
     /// unreachable (5 s by default). One that the peer's host refuses
     /// (RST) fails at once, as refused.
@@ -155,64 +149,6 @@ impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> TcpDriver<N, SOCKETS, 
     /// The slots, for reports and tests.
     pub fn slots(&self) -> &[TcpSlot] {
         &self.slots
-    }
-
-    /// One bounded turn at `now`: frames from the device, the sockets'
-    /// bytes and news into the engine, the engine's timers, connects,
-    /// writes and closes into the sockets, frames to the device.
-    pub fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
-        &mut self,
-        engine: &mut Engine<S, Stream, W>,
-        iface: &mut Interface,
-        device: &mut D,
-        sockets: &mut SocketSet<'_>,
-        now: Instant,
-    ) -> Polled {
-        let (slots, port) = (&mut self.slots, self.port);
-        let polled = ingress(iface, device, sockets, self.budget, now, |sockets| {
-            recycle(slots, port, sockets)
-        });
-        for i in 0..self.slots.len() {
-            self.read(i, engine, sockets, now);
-        }
-        recycle(&mut self.slots, self.port, sockets);
-        engine.serve(
-            &mut TcpIo {
-                driver: self,
-                iface,
-                sockets,
-            },
-            now,
-            true,
-        );
-        egress(iface, device, sockets, self.budget, now);
-        polled
-    }
-
-    /// When to poll next, if nothing comes before: the earliest of the
-    /// engine's, the interface's and the driver's deadlines.
-    pub fn poll_at<S: Storage, const W: usize>(
-        &self,
-        engine: &Engine<S, Stream, W>,
-        iface: &mut Interface,
-        sockets: &SocketSet<'_>,
-        now: Instant,
-    ) -> Option<Instant> {
-        let mine = self
-            .slots
-            .iter()
-            .filter_map(|s| match s.state {
-                SlotState::Connecting { deadline, .. } | SlotState::Closing { deadline } => {
-                    Some(deadline)
-                }
-                _ => None,
-            })
-            .min();
-        let engine = match (engine.poll_timeout(), mine) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        earliest(engine, iface, sockets, now)
     }
 
     /// What slot `i`'s socket brought: a connection opened, refused or
@@ -277,6 +213,68 @@ impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> TcpDriver<N, SOCKETS, 
             port + 1
         };
         port
+    }
+}
+
+impl<N: Nonces, const SOCKETS: usize, const PEERS: usize> Driver<Stream>
+    for TcpDriver<N, SOCKETS, PEERS>
+{
+    fn poll<S: Storage, const W: usize, D: Device + ?Sized>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        iface: &mut Interface,
+        device: &mut D,
+        sockets: &mut SocketSet<'_>,
+        now: Instant,
+    ) -> Polled {
+        let (slots, port) = (&mut self.slots, self.port);
+        let polled = ingress(iface, device, sockets, self.budget, now, |sockets| {
+            recycle(slots, port, sockets)
+        });
+        for i in 0..self.slots.len() {
+            self.read(i, engine, sockets, now);
+        }
+        recycle(&mut self.slots, self.port, sockets);
+        engine.serve(
+            &mut TcpIo {
+                driver: self,
+                iface,
+                sockets,
+            },
+            now,
+            true,
+        );
+        egress(iface, device, sockets, self.budget, now);
+        polled
+    }
+
+    fn poll_at<S: Storage, const W: usize>(
+        &self,
+        engine: &Engine<S, Stream, W>,
+        iface: &mut Interface,
+        sockets: &SocketSet<'_>,
+        now: Instant,
+    ) -> Option<Instant> {
+        let mine = self
+            .slots
+            .iter()
+            .filter_map(|s| match s.state {
+                SlotState::Connecting { deadline, .. } | SlotState::Closing { deadline } => {
+                    Some(deadline)
+                }
+                _ => None,
+            })
+            .min();
+        earliest(
+            engine.poll_timeout().into_iter().chain(mine),
+            iface,
+            sockets,
+            now,
+        )
+    }
+
+    fn add_peer(&mut self, peer: PeerAddr) -> Result<(), PeerAddr> {
+        add_peer(&mut self.peers, peer)
     }
 }
 

@@ -159,7 +159,11 @@ pub fn udp(
     let setup = builder.udp_setup().map_err(|e| e.to_string())?;
     let (device, iface, mut sockets) =
         interface(tap, address).map_err(|e| format!("tap device {tap}: {e}"))?;
-    let mtu = setup.udp.mtu;
+    // The TAP device is an Ethernet one of 1500 bytes unless set.
+    let mtu = setup
+        .udp
+        .mtu
+        .unwrap_or(btl_std::transports::udp::DEFAULT_MTU);
     let buffer = || {
         udp::PacketBuffer::new(
             vec![udp::PacketMetadata::EMPTY; UDP_PACKETS],

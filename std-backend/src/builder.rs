@@ -320,6 +320,38 @@ mod tests {
     }
 
     #[test]
+    fn the_udp_mtu_is_the_interfaces_or_a_size_from_576() {
+        let dir = std::env::temp_dir().join(format!("btl-builder-mtu-{}", std::process::id()));
+        let builder = ModuleBuilder::new(ProcName::new(1, 0))
+            .ignore_environment()
+            .shared_dir(&dir)
+            .on_loopback();
+        let Err(small) = builder.clone().param("btl_udp_mtu", "100").udp() else {
+            panic!("an MTU below 576 was taken");
+        };
+        assert!(
+            matches!(&small, OpenError::NotAvailable { reason, .. } if reason.contains("576")),
+            "{small}"
+        );
+        let fixed = builder
+            .clone()
+            .param("btl_udp_mtu", "1472")
+            .udp()
+            .expect("udp");
+        assert_eq!(fixed.transport().mtu(), 1472);
+        let auto = builder.udp().expect("udp");
+        let mtus = auto.transport().contacts().map(|c| {
+            crate::transports::interfaces::datagram_mtu(c.addr.ip()).expect("loopback's MTU")
+        });
+        assert_eq!(
+            Some(auto.transport().mtu()),
+            mtus.min(),
+            "0: the smallest of the loopback addresses'"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
     fn a_loopback_module_opens_without_peers() {
         use btl_core::btl::Btl;
         let me = ProcName::new(1, 0);

@@ -164,7 +164,7 @@ fn udp_data_path_does_not_allocate() {
     let setup = UdpSetup {
         udp: UdpConfig {
             selection: Selection::new("lo", "").expect("lo"),
-            mtu: 9000,
+            mtu: Some(9000),
             ..UdpConfig::default()
         },
         pools: pools(),

@@ -26,9 +26,9 @@ pub trait Framing: Copy + fmt::Debug + Send + Sync + 'static {
     const LOSSY: bool;
 
     /// Fits the engine's sizes to the framing: `eager` and `max` (the
-    /// largest messages), the configuration's PUT packet size and links
-    /// per peer.
-    fn fit(&self, config: &mut EngineConfig, eager: &mut usize, max: &mut usize);
+    /// largest messages), the configuration's PUT packet size, credits and
+    /// links per peer, for a send window of `window` packets.
+    fn fit(&self, config: &mut EngineConfig, eager: &mut usize, max: &mut usize, window: usize);
 
     /// How long an acknowledgement may wait for a packet going back to
     /// carry it; `None`: it never waits.
@@ -58,7 +58,14 @@ impl Framing for Stream {
     const FRAMES_PER_TRANSMIT: usize = usize::MAX;
     const LOSSY: bool = false;
 
-    fn fit(&self, _config: &mut EngineConfig, _eager: &mut usize, _max: &mut usize) {}
+    fn fit(
+        &self,
+        _config: &mut EngineConfig,
+        _eager: &mut usize,
+        _max: &mut usize,
+        _window: usize,
+    ) {
+    }
 
     fn ack_delay(&self, config: &EngineConfig) -> Option<Duration> {
         Some(config.ack_delay)
@@ -90,10 +97,16 @@ impl Framing for Datagram {
     const FRAMES_PER_TRANSMIT: usize = 1;
     const LOSSY: bool = true;
 
-    fn fit(&self, config: &mut EngineConfig, eager: &mut usize, max: &mut usize) {
+    fn fit(&self, config: &mut EngineConfig, eager: &mut usize, max: &mut usize, window: usize) {
         // One frame per datagram: messages and PUT packets fit the MTU;
         // one association per peer.
         config.links = 1;
+        // A message is one packet of at most the MTU: with fewer credits
+        // than the window, a run of messages could not fill it (16 credits
+        // of 1,472 bytes would hold a peer to 23 KB in flight).
+        config.initial_credits = config
+            .initial_credits
+            .max(u32::try_from(window).unwrap_or(u32::MAX));
         let room = self.mtu.saturating_sub(HEADER_RESERVE + CHECKSUM_LEN);
         *eager = (*eager).min(room);
         *max = (*max).min(room);
@@ -121,5 +134,44 @@ impl Framing for Datagram {
         // The peer may finish its handshake first, and its packets overtake
         // the last of it: dropped, they come again.
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::ProcName;
+
+    fn config() -> EngineConfig {
+        EngineConfig::new(ProcName::new(0, 0))
+    }
+
+    #[test]
+    fn datagrams_fit_the_mtu_and_credits_cover_the_window() {
+        let mut c = config();
+        let (mut eager, mut max) = (64 << 10, 64 << 10);
+        Datagram { mtu: 1472 }.fit(&mut c, &mut eager, &mut max, 64);
+        let room = 1472 - HEADER_RESERVE - CHECKSUM_LEN;
+        assert_eq!((eager, max), (room, room));
+        assert_eq!(
+            c.initial_credits, 64,
+            "16 credits of one packet each would not fill 64"
+        );
+        assert_eq!(c.links, 1);
+        assert!(c.put_chunk <= 1472);
+        // More credits than the window stay as they are.
+        let mut c = config();
+        c.initial_credits = 100;
+        Datagram { mtu: 1472 }.fit(&mut c, &mut eager, &mut max, 64);
+        assert_eq!(c.initial_credits, 100);
+    }
+
+    #[test]
+    fn a_stream_leaves_sizes_and_credits_alone() {
+        let mut c = config();
+        let (mut eager, mut max) = (64 << 10, 256 << 10);
+        Stream.fit(&mut c, &mut eager, &mut max, 64);
+        assert_eq!((eager, max), (64 << 10, 256 << 10));
+        assert_eq!(c, config());
     }
 }

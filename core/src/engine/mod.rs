@@ -296,7 +296,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let mut max = view
             .class_size(FragmentClass::Max)
             .saturating_sub(HEADER_RESERVE);
-        framing.fit(&mut config, &mut eager, &mut max);
+        framing.fit(&mut config, &mut eager, &mut max, W);
         Engine {
             framing,
             attributes: Attributes {

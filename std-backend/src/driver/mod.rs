@@ -11,4 +11,6 @@ pub mod module;
 pub mod net;
 pub mod progress_thread;
 pub mod refusals;
+#[allow(unsafe_code)]
+pub mod udp_offload;
 mod wake;

@@ -15,6 +15,8 @@ use mio::net::{TcpListener, TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token};
 use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 
+use super::udp_offload::OffloadedUdp;
+
 /// Socket events taken from the poller at once.
 const EVENTS: usize = 256;
 
@@ -60,6 +62,13 @@ pub trait Net: Sized + 'static {
 
     /// A datagram socket on `at`, and the address it is bound to.
     fn bind(&self, at: SocketAddr) -> io::Result<(Self::Datagram, SocketAddr)>;
+
+    /// The largest datagram payload that leaves the interface of local
+    /// address `ip` whole (its MTU less the IP and UDP headers), if this
+    /// network can tell.
+    fn datagram_mtu(&self, _ip: IpAddr) -> Option<usize> {
+        None
+    }
 
     /// Nanoseconds on this network's monotonic clock: the engine's time.
     fn now(&self) -> time::Instant;
@@ -110,6 +119,54 @@ pub trait DatagramSocket {
     fn send_to_vectored(&self, bufs: &[IoSlice<'_>], to: SocketAddr) -> io::Result<usize>;
     /// Receives one datagram.
     fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)>;
+
+    /// Sends `buf` to `to` as datagrams of `segment` bytes, the last one
+    /// possibly shorter, in as few calls as the platform allows. Returns
+    /// the bytes of the datagrams that went (whole ones, from the start),
+    /// or the error if none did.
+    fn send_segments(&self, buf: &[u8], segment: usize, to: SocketAddr) -> io::Result<usize> {
+        send_one_by_one(self, buf, segment, to)
+    }
+
+    /// Receives one datagram, or several from one sender that the platform
+    /// has joined, each of [`Segments::segment`] bytes but the last.
+    fn recv_segments(&self, buf: &mut [u8]) -> io::Result<Segments> {
+        let (len, from) = self.recv_from(buf)?;
+        Ok(Segments {
+            len,
+            segment: len.max(1),
+            from,
+        })
+    }
+}
+
+/// What one [`DatagramSocket::recv_segments`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segments {
+    /// Bytes read.
+    pub len: usize,
+    /// Size of each datagram in them but the last (at least 1).
+    pub segment: usize,
+    /// Their sender.
+    pub from: SocketAddr,
+}
+
+/// [`DatagramSocket::send_segments`] one datagram per call.
+pub(crate) fn send_one_by_one<D: DatagramSocket + ?Sized>(
+    socket: &D,
+    buf: &[u8],
+    segment: usize,
+    to: SocketAddr,
+) -> io::Result<usize> {
+    let mut sent = 0;
+    for datagram in buf.chunks(segment.max(1)) {
+        match socket.send_to_vectored(&[IoSlice::new(datagram)], to) {
+            Ok(_) => sent += datagram.len(),
+            Err(e) if sent == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(sent)
 }
 
 /// Registration of a socket with a poller's registry, under a token.
@@ -278,15 +335,6 @@ impl ListenerSocket for TcpListener {
     }
 }
 
-impl DatagramSocket for UdpSocket {
-    fn send_to_vectored(&self, bufs: &[IoSlice<'_>], to: SocketAddr) -> io::Result<usize> {
-        SockRef::from(self).send_to_vectored(bufs, &SockAddr::from(to))
-    }
-    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        UdpSocket::recv_from(self, buf)
-    }
-}
-
 /// The process's clock origin: engine time is nanoseconds since it.
 fn origin() -> Instant {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
@@ -296,7 +344,7 @@ fn origin() -> Instant {
 impl Net for Os {
     type Stream = TcpStream;
     type Listener = TcpListener;
-    type Datagram = UdpSocket;
+    type Datagram = OffloadedUdp;
     type Poller = OsPoller;
 
     fn poller(&self) -> io::Result<OsPoller> {
@@ -349,16 +397,20 @@ impl Net for Os {
         configure(&SockRef::from(stream), options)
     }
 
-    fn bind(&self, at: SocketAddr) -> io::Result<(UdpSocket, SocketAddr)> {
+    fn bind(&self, at: SocketAddr) -> io::Result<(OffloadedUdp, SocketAddr)> {
         let socket = Socket::new(Domain::for_address(at), Type::DGRAM, Some(Protocol::UDP))?;
         socket.set_nonblocking(true)?;
         if at.is_ipv6() {
             socket.set_only_v6(true)?;
         }
         socket.bind(&SockAddr::from(at))?;
-        let socket = UdpSocket::from_std(socket.into());
+        let socket = OffloadedUdp::new(UdpSocket::from_std(socket.into()));
         let bound = socket.local_addr()?;
         Ok((socket, bound))
+    }
+
+    fn datagram_mtu(&self, ip: IpAddr) -> Option<usize> {
+        crate::transports::interfaces::datagram_mtu(ip)
     }
 
     fn now(&self) -> time::Instant {

@@ -45,6 +45,22 @@ impl fmt::Display for LocalAddr {
     }
 }
 
+/// The largest UDP payload that leaves the interface with address `ip`
+/// whole: its MTU less the IP and UDP headers, at most 65,507. `None` if
+/// the address is on no interface of this host, or its MTU cannot be read
+/// (only Linux tells it here, in `/sys/class/net`).
+pub fn datagram_mtu(ip: IpAddr) -> Option<usize> {
+    let all = if_addrs::get_if_addrs().ok()?;
+    let interface = all.iter().find(|i| i.ip() == ip)?;
+    let path = format!("/sys/class/net/{}/mtu", interface.name);
+    let mtu: usize = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    let headers = if ip.is_ipv4() { 20 + 8 } else { 40 + 8 };
+    Some(mtu.saturating_sub(headers).min(MAX_UDP_PAYLOAD))
+}
+
+/// The largest UDP payload over IPv4 (65,535 less its headers).
+const MAX_UDP_PAYLOAD: usize = u16::MAX as usize - 28;
+
 /// The addresses of this host's interfaces that are up, in the kernel's
 /// order; IPv6 link-local addresses are left out (they need a scope to be
 /// reached, which a card does not carry).
@@ -275,6 +291,20 @@ pub fn link_addresses(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_datagram_mtu_is_the_interfaces_less_the_headers() {
+        let lo: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .expect("loopback's MTU")
+            .trim()
+            .parse()
+            .expect("a number");
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        assert_eq!(datagram_mtu(ip), Some((lo - 28).min(65_507)));
+        // TEST-NET-1 (RFC 5737) is on no interface.
+        assert_eq!(datagram_mtu(IpAddr::from([192, 0, 2, 1])), None);
+    }
 
     fn addr(interface: &str, net: &str) -> LocalAddr {
         LocalAddr {

@@ -131,7 +131,7 @@ impl SocketModule for UdpModule {
                 selection: Selection::new("lo", "").expect("lo"),
                 lookup_timeout: Duration::from_secs(5),
                 // Loopback carries large datagrams: fewer per put.
-                mtu: 16 << 10,
+                mtu: Some(16 << 10),
                 ..UdpConfig::default()
             },
             pools: pools(16 << 10),

@@ -9,7 +9,7 @@
 //! link it has).
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,28 +31,37 @@ use crate::config::socket_params::{
 };
 use crate::driver::heap::HeapEngine;
 use crate::driver::module::{EventOf, Module, Transport, source_of};
-use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Watch};
+use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Segments, Watch};
 use crate::driver::refusals::{Refusals, Refused};
+use crate::driver::udp_offload::{MAX_BATCH, MAX_SEGMENTS};
 use crate::transports::Ports;
 use crate::transports::interfaces::{self, Selection};
 use crate::transports::listen::listen_all;
+
+mod batch;
+use batch::Batch;
 
 /// Component name in cards and parameters.
 pub const NAME: &str = "udp";
 /// Largest datagram a socket reads.
 const RECV_BYTES: usize = 64 << 10;
+/// Smallest datagram every IPv4 host takes whole, and the smallest MTU.
+pub const MIN_MTU: usize = 576;
+/// The datagram size where the interfaces' MTU cannot be known: what fits
+/// a 1500-byte Ethernet frame over IPv4.
+pub const DEFAULT_MTU: usize = 1472;
 
 /// A module of the UDP component over the operating system's sockets.
 pub type UdpModule = Module<Udp<Os>>;
 
-/// The UDP component's pool parameters (`btl_udp_eager_limit`, ...): no
-/// fragment need be larger than the MTU.
+/// The UDP component's pool parameters (`btl_udp_eager_limit`, ...): as
+/// large as the largest datagram, which the engine shrinks them to.
 pub static UDP_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
     NAME,
     PoolDefaults {
         small_size: "256",
-        eager_limit: "9000",
-        max_send_size: "9000",
+        eager_limit: "64k",
+        max_send_size: "64k",
         free_list_num: "16",
         free_list_max: "256",
         free_list_inc: "16",
@@ -67,8 +76,8 @@ pub static UDP_SOCKET_PARAMS: [ParamSpec; SOCKET_PARAMS] = socket_param_specs(NA
 
 /// The UDP component's own parameter.
 pub static UDP_PARAMS: [ParamSpec; 1] = [
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "mtu", ParamKind::Int { min: 576, max: 65507 }, "1472")
-        .help("Largest datagram sent, headers of btl included (1472 fits a 1500-byte Ethernet MTU; 8972 a jumbo one)")
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "mtu", ParamKind::Int { min: 0, max: 65507 }, "0")
+        .help("Largest datagram sent, headers of btl included, from 576 (1472 fits a 1500-byte Ethernet MTU; 8972 a jumbo one); 0: the smallest MTU of the interfaces used less the IP and UDP headers (65507 over loopback), 1472 where it cannot be known")
         .level(3),
 ];
 
@@ -79,8 +88,10 @@ pub struct UdpConfig {
     pub selection: Selection,
     /// Where to listen.
     pub ports: Ports,
-    /// Largest datagram.
-    pub mtu: usize,
+    /// Largest datagram; `None`: the smallest MTU of the interfaces the
+    /// sockets are on, less the IP and UDP headers ([`DEFAULT_MTU`] where
+    /// that cannot be known).
+    pub mtu: Option<usize>,
     /// How long `add_procs` waits for a peer's card.
     pub lookup_timeout: Duration,
     /// How long [`Module::wait`] spins before it blocks.
@@ -92,7 +103,7 @@ impl Default for UdpConfig {
         UdpConfig {
             selection: Selection::default(),
             ports: Ports { min: 0, range: 100 },
-            mtu: 1472,
+            mtu: None,
             lookup_timeout: crate::transports::tcp::LOOKUP_TIMEOUT,
             spin: Duration::from_micros(50),
         }
@@ -104,6 +115,8 @@ pub struct Udp<N: Net> {
     net: N,
     me: ProcName,
     config: UdpConfig,
+    /// Largest datagram sent: the configured one, or the interfaces'.
+    mtu: usize,
     bootstrap: Arc<dyn Bootstrap>,
     sockets: Vec<(N::Datagram, Contact)>,
     /// The link of each remote address, and each link's socket and address
@@ -112,6 +125,8 @@ pub struct Udp<N: Net> {
     by_link: BTreeMap<LinkId, (usize, SocketAddr)>,
     peers: PeerContacts,
     recv: Box<[u8]>,
+    /// Each socket's datagrams on their way out.
+    batches: Vec<Batch>,
     /// Sockets that would block on a send: they wait for writability.
     write_interest: Vec<bool>,
     /// Scratch of `flush`, kept so that a flush allocates nothing.
@@ -147,16 +162,29 @@ impl<N: Net> Udp<N> {
         }
         bootstrap.publish(&card).map_err(io::Error::other)?;
         let n = sockets.len();
+        // The smallest of the interfaces' MTUs: one module's datagrams
+        // may leave by any of them.
+        let mtu = config.mtu.unwrap_or_else(|| {
+            let mtus = sockets.iter().map(|(_, c)| net.datagram_mtu(c.addr.ip()));
+            let smallest = mtus
+                .collect::<Option<Vec<_>>>()
+                .and_then(|m| m.into_iter().min());
+            smallest.unwrap_or(DEFAULT_MTU).max(MIN_MTU)
+        });
         Ok(Udp {
             net,
             me,
             config,
+            mtu,
             bootstrap,
             sockets,
             by_addr: HashMap::new(),
             by_link: BTreeMap::new(),
             peers: PeerContacts::new(NAME),
             recv: vec![0; RECV_BYTES].into_boxed_slice(),
+            batches: (0..n)
+                .map(|_| Batch::new(MAX_BATCH, MAX_SEGMENTS))
+                .collect(),
             write_interest: vec![false; n],
             scratch_links: Vec::new(),
             scratch_blocked: vec![false; n],
@@ -168,6 +196,11 @@ impl<N: Net> Udp<N> {
     /// The contacts this process listens on.
     pub fn contacts(&self) -> impl Iterator<Item = &Contact> {
         self.sockets.iter().map(|(_, c)| c)
+    }
+
+    /// The largest datagram it sends: `btl_udp_mtu`, or the interfaces'.
+    pub fn mtu(&self) -> usize {
+        self.mtu
     }
 
     /// Peers with a link, for tests and reports.
@@ -198,7 +231,7 @@ impl<N: Net> Udp<N> {
             let Some((socket, _)) = self.sockets.get(s) else {
                 return any;
             };
-            let (n, from) = match socket.recv_from(&mut self.recv) {
+            let Segments { len, segment, from } = match socket.recv_segments(&mut self.recv) {
                 Ok(got) => {
                     any = true;
                     got
@@ -235,8 +268,36 @@ impl<N: Net> Udp<N> {
                     }
                 },
             };
-            if engine.handle_datagram(link, &self.recv[..n], now).is_err() {
-                self.forget(link);
+            for datagram in self.recv[..len].chunks(segment) {
+                if engine.handle_datagram(link, datagram, now).is_err() {
+                    self.forget(link);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Sends what socket `s`'s batch holds; whether all of it went (or was
+    /// dropped, as the network may drop any datagram: the engine sends it
+    /// again), `false` if the socket would block with some left.
+    fn send_batch(&mut self, s: usize) -> bool {
+        let (Some((socket, _)), Some(batch)) = (self.sockets.get(s), self.batches.get_mut(s))
+        else {
+            return true;
+        };
+        let Some((bytes, segment, to)) = batch.pending() else {
+            return true;
+        };
+        match socket.send_segments(bytes, segment, to) {
+            Ok(sent) => {
+                batch.sent(sent);
+                batch.is_empty()
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            // Too large, unreachable, ...
+            Err(_) => {
+                batch.clear();
+                true
             }
         }
     }
@@ -247,9 +308,7 @@ impl<N: Net> Transport for Udp<N> {
     type Framing = Datagram;
 
     fn framing(&self) -> Datagram {
-        Datagram {
-            mtu: self.config.mtu,
-        }
+        Datagram { mtu: self.mtu }
     }
 
     fn net(&self) -> &N {
@@ -361,32 +420,36 @@ impl<N: Net> Transport for Udp<N> {
         links.extend(self.by_link.iter().map(|(&l, &(s, a))| (l, s, a)));
         blocked.clear();
         blocked.resize(self.sockets.len(), false);
+        // What a socket would not take at the last flush goes first.
+        for (s, blocked) in blocked.iter_mut().enumerate() {
+            *blocked = !self.send_batch(s);
+        }
         for &(link, s, addr) in &links {
-            if blocked[s] {
-                continue;
-            }
-            let Some((socket, _)) = self.sockets.get(s) else {
-                continue;
-            };
-            loop {
-                let sent = {
+            while !blocked[s] {
+                let taken = {
                     let Some(t) = engine.poll_transmit(link) else {
                         break;
                     };
-                    let slices: heapless::Vec<IoSlice<'_>, { btl_core::engine::MAX_SEGMENTS }> =
-                        t.segments.iter().map(|s| IoSlice::new(s)).collect();
-                    socket.send_to_vectored(&slices, addr)
-                };
-                match sent {
-                    Ok(n) => engine.handle_written(link, n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        blocked[s] = true;
-                        break;
+                    let size = t.segments.iter().map(|s| s.len()).sum();
+                    let parts = t.segments.iter().map(|s| &s[..]);
+                    let batch = &mut self.batches[s];
+                    match batch.push(addr, size, parts) {
+                        true => Some(size),
+                        // Larger than any batch: dropped, as the network
+                        // drops what is too large.
+                        false if batch.is_empty() => Some(0),
+                        false => None,
                     }
-                    // Too large, unreachable, ...: dropped, as the network
-                    // may drop any datagram; the engine sends it again.
-                    Err(_) => engine.handle_written(link, 0),
+                };
+                match taken {
+                    Some(size) => engine.handle_written(link, size),
+                    None => blocked[s] = !self.send_batch(s),
                 }
+            }
+        }
+        for (s, blocked) in blocked.iter_mut().enumerate() {
+            if !*blocked {
+                *blocked = !self.send_batch(s);
             }
         }
         for (s, &want) in blocked.iter().enumerate() {
@@ -513,7 +576,15 @@ impl Component for UdpComponent {
             selection: settings.selection,
             ports: settings.ports,
             lookup_timeout: settings.lookup_timeout,
-            mtu: usize::try_from(mtu).unwrap_or(1472),
+            mtu: match usize::try_from(mtu) {
+                Ok(0) => None,
+                Ok(mtu) if mtu >= MIN_MTU => Some(mtu),
+                _ => {
+                    return Err(na(&format_args!(
+                        "btl_udp_mtu = {mtu}: 0 (the interfaces') or {MIN_MTU} to 65507"
+                    )));
+                }
+            },
             ..UdpConfig::default()
         };
         let (pools, engine) = (settings.pools, settings.engine);

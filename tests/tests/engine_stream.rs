@@ -4,7 +4,7 @@
 use btl_core::engine::Source;
 use btl_core::engine::config::EngineConfig;
 use btl_tests::pair::Side;
-use btl_tests::pair::stream::{Closure, Role, StreamPair};
+use btl_tests::pair::stream::{Closure, End, Role, StreamPair};
 
 mod common;
 use btl_core::btl::{
@@ -931,4 +931,90 @@ fn sends_leave_fragments_for_receiving() {
     assert_eq!(got, [posted[1], posted[0]], "everything arrived, both ways");
     assert_eq!(in_use(pair.engine(Side::A)), 0);
     assert_eq!(in_use(pair.engine(Side::B)), 0);
+}
+
+/// What a socket driver does with a large payload: the header through
+/// `handle_stream`, the payload read in pieces straight into its receive
+/// fragment (`payload_buffer`, `handle_payload_read`), the checksum
+/// trailer through `handle_stream` again. The message arrives intact; a
+/// byte damaged in the fragment fails the checksum, and the link with it.
+#[test]
+fn a_payload_read_in_place_arrives_whole_and_is_checksummed() {
+    for damage in [false, true] {
+        let (mut pair, ep_b, _) = new_pair(engine(A, None, 4), engine(B, None, 4));
+        // A first message opens the connection.
+        post(&mut pair, Side::A, b"hello", 0x91);
+        pump(&mut pair);
+        assert!(matches!(pair.b().poll_event(), Some(Event::Received(_))));
+        let conn = pair.established().expect("a connection");
+        let (to_b, _) = Role::BOTH
+            .into_iter()
+            .zip(conn.ends)
+            .find(|(_, end)| matches!(end, End::Link(Side::B, _)))
+            .expect("B's end");
+        let link = pair.link(Side::B).expect("B's link");
+        pair.pause(Side::B);
+        let data: Vec<u8> = (0..20_000u32).map(|x| (x % 251) as u8).collect();
+        let d = pair
+            .a()
+            .prepare_src(ep_b, &data, 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
+            .expect("desc");
+        let _ = pair.a().send(ep_b, d, Tag(0x90)).expect("send");
+        // The frame, taken out of the (4 KiB) pipe as A writes it.
+        let mut frame = Vec::new();
+        for _ in 0..100 {
+            let _ = pair.round();
+            let pipe = pair.pipe_mut(conn.id, to_b).expect("pipe");
+            while !pipe.readable().0.is_empty() {
+                let n = pipe.readable().0.len();
+                frame.extend_from_slice(pipe.readable().0);
+                pipe.consume(n);
+            }
+        }
+        assert!(frame.len() > data.len(), "the whole frame: {}", frame.len());
+        let now = pair.now();
+        let b = pair.b();
+        assert!(
+            b.payload_buffer(link).is_none(),
+            "no payload before its header"
+        );
+        let head = b.handle_stream(link, &frame[..64], now).expect("header");
+        assert_eq!(head, 64);
+        let mut at = head;
+        let mut pieces = 0;
+        while let Some(target) = b.payload_buffer(link) {
+            assert!(at + target.len() <= frame.len(), "only the payload's rest");
+            let n = target.len().min(3_000);
+            target[..n].copy_from_slice(&frame[at..at + n]);
+            if damage && pieces == 2 {
+                target[7] ^= 1;
+            }
+            at += n;
+            pieces += 1;
+            b.handle_payload_read(link, n, now).expect("link");
+        }
+        assert!(pieces >= 6, "the payload went in place, in {pieces} pieces");
+        let rest = b.handle_stream(link, &frame[at..], now);
+        if damage {
+            assert!(
+                rest.is_err() || b.link_end(link).is_some(),
+                "a damaged payload fails its link: {rest:?}"
+            );
+            while let Some(e) = b.poll_event() {
+                assert!(
+                    !matches!(e, Event::Received(_)),
+                    "nothing damaged is delivered"
+                );
+            }
+        } else {
+            assert_eq!(rest.expect("trailer"), frame.len() - at);
+            match b.poll_event() {
+                Some(Event::Received(m)) => {
+                    assert_eq!(m.tag, Tag(0x90));
+                    assert_eq!(m.data, &data[..]);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }

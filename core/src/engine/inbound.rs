@@ -39,6 +39,97 @@ impl<S: Storage, const W: usize> Engine<S, Stream, W> {
     }
 }
 
+impl<S: Storage, const W: usize> Engine<S, Stream, W> {
+    /// Where `link`'s next bytes may be read straight to: the rest of the
+    /// payload being received, in its receive fragment or in the
+    /// registered memory a put writes, when the driver holds none of the
+    /// link's bytes unread; `None` between payloads. A driver that reads
+    /// into it and says how much with [`handle_payload_read`] spares the
+    /// copy out of its read buffer: a large message then costs the
+    /// kernel's copy and no other, as Motr's movers read into the buffer.
+    ///
+    /// [`handle_payload_read`]: Self::handle_payload_read
+    pub fn payload_buffer(&mut self, link: LinkId) -> Option<&mut [u8]> {
+        let Engine { shared, links, .. } = self;
+        let (reader, receiving) = links.get_mut(link.0)?.reader_mut();
+        if !reader.in_payload() {
+            return None;
+        }
+        let left = usize::try_from(reader.payload_left()).ok()?;
+        match receiving {
+            Receiving::Send { frag, have, .. } => shared
+                .pools
+                .view()
+                .bytes_mut(frag)
+                .ok()?
+                .get_mut(*have..have.checked_add(left)?),
+            Receiving::Put {
+                dst: Ok(dst), have, ..
+            } => shared
+                .regs
+                .slice_mut(MemSlice {
+                    handle: dst.handle,
+                    offset: dst.offset.checked_add(*have)?,
+                    len: left as u64,
+                })
+                .ok(),
+            _ => None,
+        }
+    }
+
+    /// `n` bytes were read into the front of
+    /// [`payload_buffer`](Self::payload_buffer): they count as received,
+    /// and the frame is complete if they were the last of it. Bytes beyond
+    /// what the buffer offered are not counted.
+    pub fn handle_payload_read(
+        &mut self,
+        link: LinkId,
+        n: usize,
+        now: Instant,
+    ) -> Result<(), LinkError> {
+        self.shared.now = now;
+        let Engine { shared, links, .. } = self;
+        let l = links.get_mut(link.0).ok_or(LinkError::UnknownLink)?;
+        if n > 0 {
+            l.mark_heard();
+        }
+        let (reader, receiving) = l.reader_mut();
+        if !reader.in_payload() {
+            return Ok(());
+        }
+        let n = n.min(usize::try_from(reader.payload_left()).unwrap_or(usize::MAX));
+        match receiving {
+            Receiving::Send { frag, have, .. } => {
+                if let Ok(buf) = shared.pools.view().bytes_mut(frag)
+                    && let Some(read) = buf.get(*have..*have + n)
+                {
+                    reader.consume_payload(read);
+                    *have += n;
+                }
+            }
+            Receiving::Put {
+                dst: Ok(dst), have, ..
+            } => {
+                let read = MemSlice {
+                    handle: dst.handle,
+                    offset: dst.offset + *have,
+                    len: n as u64,
+                };
+                if let Ok(read) = shared.regs.slice_mut(read) {
+                    reader.consume_payload(read);
+                    *have += n as u64;
+                }
+            }
+            _ => {}
+        }
+        // The last of a payload ends its frame (a trailer, if any, is
+        // read from the stream as ever).
+        let _ = self.read_all(link, &[]);
+        self.settle();
+        Ok(())
+    }
+}
+
 impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
     /// One datagram received on `link`: one whole frame.
     ///

@@ -111,6 +111,14 @@ impl StreamReader {
         self.payload_left
     }
 
+    /// Whether payload bytes for the engine's target are due next: the
+    /// target is chosen and some of its bytes are still to come.
+    pub fn in_payload(&self) -> bool {
+        self.state == State::Payload
+            && self.target == PayloadTarget::Engine
+            && self.payload_left > 0
+    }
+
     /// Chooses where the payload goes (after [`ReadStep::Prefix`]).
     pub fn set_target(&mut self, target: PayloadTarget) {
         if self.state == State::AwaitTarget {

@@ -204,13 +204,27 @@ pub fn read_link<St: Storage, const W: usize, const N: usize>(
     now: Instant,
 ) -> Result<usize, LinkError> {
     let mut taken = 0;
-    // At most two slices: the second is the part that wrapped around.
-    for _ in 0..2 {
+    // At most two slices (the second is the part that wrapped around),
+    // each maybe cut where a payload read in place ends.
+    for _ in 0..4 {
         let (first, _) = pipe.readable();
         if first.is_empty() {
             break;
         }
         let len = first.len();
+        // The rest of a payload goes straight to its target, as a socket
+        // driver reads it; the other bytes through `handle_stream`.
+        if let Some(target) = engine.payload_buffer(link) {
+            let n = len.min(target.len());
+            target[..n].copy_from_slice(&first[..n]);
+            pipe.consume(n);
+            taken += n;
+            if let Err(e) = engine.handle_payload_read(link, n, now) {
+                pipe.clear();
+                return Err(e);
+            }
+            continue;
+        }
         match engine.handle_stream(link, first, now) {
             Ok(n) => {
                 let n = pipe.consume(n.min(len));

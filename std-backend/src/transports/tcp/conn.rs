@@ -20,6 +20,15 @@ pub const RX_BYTES: usize = 256 << 10;
 /// up to [`RX_BYTES`]); a stranger that sends little holds little.
 pub const RX_FIRST: usize = 4 << 10;
 
+/// Payload bytes left to come, at least, for a read straight into their
+/// target: below it, one read into the read buffer that also takes the
+/// frames behind costs less than a system call of its own.
+pub const DIRECT_MIN: usize = 16 << 10;
+/// Bytes read after a payload read in place: enough for the next frame's
+/// header and fixed fields (and for small frames behind it), little of a
+/// large payload that is better read in place too.
+pub const RX_PEEK: usize = 4 << 10;
+
 /// Where a connection stands.
 #[derive(Debug, Clone, Copy)]
 pub enum ConnState {
@@ -90,6 +99,8 @@ pub struct Conn<S> {
     pub write_interest: bool,
     /// Bytes read from the socket so far.
     pub received: u64,
+    /// A payload was just read in place: the next read is a short one.
+    peek: bool,
 }
 
 impl<S: StreamSocket> Conn<S> {
@@ -101,6 +112,7 @@ impl<S: StreamSocket> Conn<S> {
             rx: RxBuffer::new(),
             write_interest: false,
             received: 0,
+            peek: false,
         }
     }
 
@@ -121,6 +133,11 @@ impl<S: StreamSocket> Conn<S> {
     /// block, handing each read on, unless the engine stops taking. With
     /// `closing` (the poller saw the peer's end of the stream) it reads
     /// until it finds that end; otherwise a short read counts as drained.
+    ///
+    /// The rest of a large payload is read straight into its target
+    /// ([`HeapEngine::payload_buffer`]), not through the read buffer; after
+    /// such a payload the next read is a short one ([`RX_PEEK`]), for the
+    /// next frame's header, so that its payload too is read in place.
     pub fn read(
         &mut self,
         engine: &mut HeapEngine<Stream>,
@@ -140,11 +157,39 @@ impl<S: StreamSocket> Conn<S> {
                 }
             }
             self.rx.reset();
-            match self.stream.read(&mut self.rx.buf) {
+            if let Some(target) = engine.payload_buffer(link)
+                && target.len() >= DIRECT_MIN
+            {
+                let want = target.len();
+                let n = match self.stream.read(target) {
+                    Ok(0) => return ReadOutcome::Closed,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return ReadOutcome::Drained;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return ReadOutcome::Closed,
+                };
+                self.received += n as u64;
+                self.peek = true;
+                if engine.handle_payload_read(link, n, now).is_err() {
+                    return ReadOutcome::Closed;
+                }
+                if n < want && !closing {
+                    return ReadOutcome::Drained;
+                }
+                continue;
+            }
+            let limit = if std::mem::take(&mut self.peek) {
+                RX_PEEK.min(self.rx.buf.len())
+            } else {
+                self.rx.buf.len()
+            };
+            match self.stream.read(&mut self.rx.buf[..limit]) {
                 Ok(0) => return ReadOutcome::Closed,
                 // A short read drained the socket: the next bytes bring a
                 // new readiness event, so no read to learn it would block.
-                Ok(n) if n < self.rx.buf.len() && !closing => {
+                Ok(n) if n < limit && !closing => {
                     self.received += n as u64;
                     self.rx.end = n;
                     return match engine.handle_stream(link, &self.rx.buf[..n], now) {

@@ -293,6 +293,8 @@ pub struct Side {
     /// Where the round of replies starts next, so that every peer is
     /// served in turn.
     turn: Option<EndpointId>,
+    /// The peers a round of replies goes to, in turn.
+    order: Vec<EndpointId>,
 }
 
 impl Side {
@@ -311,6 +313,7 @@ impl Side {
             counted: [0; 4],
             dropped: 0,
             turn: None,
+            order: Vec::new(),
         })
     }
 
@@ -517,19 +520,35 @@ impl Side {
         btl: &mut B,
         lead: bool,
     ) -> Result<bool, BenchError> {
-        let mut order: Vec<EndpointId> = self
-            .peers
-            .iter()
-            .filter(|(_, p)| !p.replies.is_empty())
-            .map(|(&ep, _)| ep)
-            .collect();
+        // Kept from round to round: a round allocates nothing.
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
+        order.extend(
+            self.peers
+                .iter()
+                .filter(|(_, p)| !p.replies.is_empty())
+                .map(|(&ep, _)| ep),
+        );
         if let Some(turn) = self.turn {
             let first = order.partition_point(|&ep| ep < turn);
             order.rotate_left(first);
         }
         self.turn = order.get(1).copied();
+        let result = self.reply_in(btl, lead, &order);
+        self.order = order;
+        result
+    }
+
+    /// Sends what is owed to the peers in `order`, each as far as the BTL
+    /// takes it; whether anything went.
+    fn reply_in<B: Btl<Memory = Vec<u8>>>(
+        &mut self,
+        btl: &mut B,
+        lead: bool,
+        order: &[EndpointId],
+    ) -> Result<bool, BenchError> {
         let mut any = false;
-        for to in order {
+        for &to in order {
             while let Some(reply) = self.peers.get(&to).and_then(|p| p.replies.front().copied()) {
                 let header = Header {
                     total: reply.len,
@@ -569,15 +588,14 @@ impl Side {
         Ok(any)
     }
 
-    /// One round of an answering side: events, then replies; steps the
-    /// BTL when nothing moved. Whether anything did.
+    /// One round of an answering side: events, then replies, then a step
+    /// of the BTL (which sends the replies at once). Whether anything
+    /// moved.
     pub fn serve_once<B: Driven>(&mut self, btl: &mut B, waiting: Waiting) -> bool {
         // Answering, no peer's failure is this side's (`lead` is false).
         let took = self.take(btl.btl(), false).unwrap_or(false);
         let replied = self.reply(btl.btl(), false).unwrap_or(false);
-        if !took && !replied {
-            btl.step(waiting);
-        }
+        btl.step(waiting);
         took || replied
     }
 

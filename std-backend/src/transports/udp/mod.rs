@@ -9,7 +9,7 @@
 //! link it has).
 
 use std::collections::{BTreeMap, HashMap};
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -426,24 +426,34 @@ impl<N: Net> Transport for Udp<N> {
         }
         for &(link, s, addr) in &links {
             while !blocked[s] {
-                let taken = {
+                let step = {
                     let Some(t) = engine.poll_transmit(link) else {
                         break;
                     };
                     let size = t.segments.iter().map(|s| s.len()).sum();
-                    let parts = t.segments.iter().map(|s| &s[..]);
                     let batch = &mut self.batches[s];
-                    match batch.push(addr, size, parts) {
-                        true => Some(size),
-                        // Larger than any batch: dropped, as the network
-                        // drops what is too large.
-                        false if batch.is_empty() => Some(0),
-                        false => None,
+                    if batch.is_empty() && size > MAX_BATCH / 2 {
+                        // No other datagram could join it: it goes as it
+                        // is, without the copy into the batch.
+                        let slices: heapless::Vec<IoSlice<'_>, { btl_core::engine::MAX_SEGMENTS }> =
+                            t.segments.iter().map(|s| IoSlice::new(s)).collect();
+                        match self.sockets[s].0.send_to_vectored(&slices, addr) {
+                            Ok(_) => Step::Written(size),
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Blocked,
+                            // Too large, unreachable, ...: dropped, as the
+                            // network may drop any datagram.
+                            Err(_) => Step::Written(0),
+                        }
+                    } else if batch.push(addr, size, t.segments.iter().map(|s| &s[..])) {
+                        Step::Written(size)
+                    } else {
+                        Step::SendBatch
                     }
                 };
-                match taken {
-                    Some(size) => engine.handle_written(link, size),
-                    None => blocked[s] = !self.send_batch(s),
+                match step {
+                    Step::Written(size) => engine.handle_written(link, size),
+                    Step::Blocked => blocked[s] = true,
+                    Step::SendBatch => blocked[s] = !self.send_batch(s),
                 }
             }
         }
@@ -463,6 +473,16 @@ impl<N: Net> Transport for Udp<N> {
         self.scratch_links = links;
         self.scratch_blocked = blocked;
     }
+}
+
+/// What became of one datagram the engine handed the transport.
+enum Step {
+    /// Sent, batched, or dropped (0 bytes): the engine may let it go.
+    Written(usize),
+    /// The socket would block: the engine keeps it.
+    Blocked,
+    /// It does not join the batch: the batch goes first.
+    SendBatch,
 }
 
 impl<N: Net> Drop for Udp<N> {

@@ -56,25 +56,7 @@ impl<S: Storage, const W: usize> Engine<S, Stream, W> {
             return None;
         }
         let left = usize::try_from(reader.payload_left()).ok()?;
-        match receiving {
-            Receiving::Send { frag, have, .. } => shared
-                .pools
-                .view()
-                .bytes_mut(frag)
-                .ok()?
-                .get_mut(*have..have.checked_add(left)?),
-            Receiving::Put {
-                dst: Ok(dst), have, ..
-            } => shared
-                .regs
-                .slice_mut(MemSlice {
-                    handle: dst.handle,
-                    offset: dst.offset.checked_add(*have)?,
-                    len: left as u64,
-                })
-                .ok(),
-            _ => None,
-        }
+        payload_target(shared, receiving, left)
     }
 
     /// `n` bytes were read into the front of
@@ -98,29 +80,9 @@ impl<S: Storage, const W: usize> Engine<S, Stream, W> {
             return Ok(());
         }
         let n = n.min(usize::try_from(reader.payload_left()).unwrap_or(usize::MAX));
-        match receiving {
-            Receiving::Send { frag, have, .. } => {
-                if let Ok(buf) = shared.pools.view().bytes_mut(frag)
-                    && let Some(read) = buf.get(*have..*have + n)
-                {
-                    reader.consume_payload(read);
-                    *have += n;
-                }
-            }
-            Receiving::Put {
-                dst: Ok(dst), have, ..
-            } => {
-                let read = MemSlice {
-                    handle: dst.handle,
-                    offset: dst.offset + *have,
-                    len: n as u64,
-                };
-                if let Ok(read) = shared.regs.slice_mut(read) {
-                    reader.consume_payload(read);
-                    *have += n as u64;
-                }
-            }
-            _ => {}
+        if let Some(read) = payload_target(shared, receiving, n) {
+            reader.consume_payload(read);
+            advance(receiving, n);
         }
         // The last of a payload ends its frame (a trailer, if any, is
         // read from the stream as ever).
@@ -252,30 +214,10 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             }
             ReadStep::Payload { len } => {
                 let bytes = &input[..len];
-                match receiving {
-                    Receiving::Send { frag, have, .. } => {
-                        if let Ok(buf) = shared.pools.view().bytes_mut(frag)
-                            && let Some(dst) = buf.get_mut(*have..*have + len)
-                        {
-                            dst.copy_from_slice(bytes);
-                        }
-                        *have += len;
-                    }
-                    Receiving::Put {
-                        dst: Ok(dst), have, ..
-                    } => {
-                        let part = MemSlice {
-                            handle: dst.handle,
-                            offset: dst.offset + *have,
-                            len: len as u64,
-                        };
-                        if let Ok(region) = shared.regs.slice_mut(part) {
-                            region.copy_from_slice(bytes);
-                        }
-                        *have += len as u64;
-                    }
-                    _ => {}
+                if let Some(target) = payload_target(shared, receiving, len) {
+                    target.copy_from_slice(bytes);
                 }
+                advance(receiving, len);
                 reader.consume_payload(bytes);
                 Ok((len, true))
             }
@@ -507,6 +449,45 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 crate::btl::LostReason::of_close(reason).unwrap_or(crate::btl::LostReason::Closed),
             );
         }
+    }
+}
+
+/// The next `len` bytes of the payload being received, where they go: in
+/// its receive fragment, or in the registered memory a put writes.
+fn payload_target<'a, S: Storage>(
+    shared: &'a mut super::shared::Shared<S>,
+    receiving: &'a mut Receiving,
+    len: usize,
+) -> Option<&'a mut [u8]> {
+    match receiving {
+        Receiving::Send { frag, have, .. } => shared
+            .pools
+            .view()
+            .bytes_mut(frag)
+            .ok()?
+            .get_mut(*have..have.checked_add(len)?),
+        Receiving::Put {
+            dst: Ok(dst), have, ..
+        } => shared
+            .regs
+            .slice_mut(MemSlice {
+                handle: dst.handle,
+                offset: dst.offset.checked_add(*have)?,
+                len: len as u64,
+            })
+            .ok(),
+        _ => None,
+    }
+}
+
+/// `n` more bytes of the payload being received are in.
+fn advance(receiving: &mut Receiving, n: usize) {
+    match receiving {
+        Receiving::Send { have, .. } => *have += n,
+        Receiving::Put {
+            dst: Ok(_), have, ..
+        } => *have += n as u64,
+        _ => {}
     }
 }
 

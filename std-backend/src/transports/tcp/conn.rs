@@ -99,8 +99,14 @@ pub struct Conn<S> {
     pub write_interest: bool,
     /// Bytes read from the socket so far.
     pub received: u64,
-    /// A payload was just read in place: the next read is a short one.
-    peek: bool,
+    /// Large payloads come on this connection (a read or a payload of
+    /// [`DIRECT_MIN`] or more): a read at a frame boundary takes
+    /// [`RX_PEEK`] bytes only, the next header, so that the payload behind
+    /// it is read in place too.
+    bulk: bool,
+    /// The last read was such a short one at a frame boundary: if what it
+    /// brought ends there, the frames have become small.
+    peeked: bool,
 }
 
 impl<S: StreamSocket> Conn<S> {
@@ -112,7 +118,8 @@ impl<S: StreamSocket> Conn<S> {
             rx: RxBuffer::new(),
             write_interest: false,
             received: 0,
-            peek: false,
+            bulk: false,
+            peeked: false,
         }
     }
 
@@ -135,9 +142,11 @@ impl<S: StreamSocket> Conn<S> {
     /// until it finds that end; otherwise a short read counts as drained.
     ///
     /// The rest of a large payload is read straight into its target
-    /// ([`HeapEngine::payload_buffer`]), not through the read buffer; after
-    /// such a payload the next read is a short one ([`RX_PEEK`]), for the
-    /// next frame's header, so that its payload too is read in place.
+    /// ([`HeapEngine::payload_buffer`]), not through the read buffer. While
+    /// payloads are large, a read at a frame boundary is a short one
+    /// ([`RX_PEEK`]), for the next frame's header, so that its payload too
+    /// is read in place; once the frames behind are small, reads take all
+    /// there is again.
     pub fn read(
         &mut self,
         engine: &mut HeapEngine<Stream>,
@@ -157,34 +166,41 @@ impl<S: StreamSocket> Conn<S> {
                 }
             }
             self.rx.reset();
-            if let Some(target) = engine.payload_buffer(link)
-                && target.len() >= DIRECT_MIN
-            {
-                let want = target.len();
-                let n = match self.stream.read(target) {
-                    Ok(0) => return ReadOutcome::Closed,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            if std::mem::take(&mut self.peeked) && engine.payload_buffer(link).is_none() {
+                // The frames behind the last large payload were small and
+                // came whole: reads take all there is again.
+                self.bulk = false;
+            }
+            let at_boundary = match engine.payload_buffer(link) {
+                Some(target) if target.len() >= DIRECT_MIN => {
+                    let want = target.len();
+                    let n = match self.stream.read(target) {
+                        Ok(0) => return ReadOutcome::Closed,
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            return ReadOutcome::Drained;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(_) => return ReadOutcome::Closed,
+                    };
+                    self.received += n as u64;
+                    self.bulk = true;
+                    if engine.handle_payload_read(link, n, now).is_err() {
+                        return ReadOutcome::Closed;
+                    }
+                    if n < want && !closing {
                         return ReadOutcome::Drained;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => return ReadOutcome::Closed,
-                };
-                self.received += n as u64;
-                self.peek = true;
-                if engine.handle_payload_read(link, n, now).is_err() {
-                    return ReadOutcome::Closed;
+                    continue;
                 }
-                if n < want && !closing {
-                    return ReadOutcome::Drained;
-                }
-                continue;
-            }
-            let limit = if std::mem::take(&mut self.peek) {
+                other => other.is_none(),
+            };
+            let limit = if self.bulk {
                 RX_PEEK.min(self.rx.buf.len())
             } else {
                 self.rx.buf.len()
             };
+            self.peeked = self.bulk && at_boundary;
             match self.stream.read(&mut self.rx.buf[..limit]) {
                 Ok(0) => return ReadOutcome::Closed,
                 // A short read drained the socket: the next bytes bring a
@@ -192,6 +208,7 @@ impl<S: StreamSocket> Conn<S> {
                 Ok(n) if n < limit && !closing => {
                     self.received += n as u64;
                     self.rx.end = n;
+                    self.bulk |= n >= DIRECT_MIN;
                     return match engine.handle_stream(link, &self.rx.buf[..n], now) {
                         Ok(taken) => {
                             self.rx.start = taken.min(n);
@@ -208,6 +225,7 @@ impl<S: StreamSocket> Conn<S> {
                     self.received += n as u64;
                     self.rx.end = n;
                     self.rx.filled = n == self.rx.buf.len();
+                    self.bulk |= n >= DIRECT_MIN;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

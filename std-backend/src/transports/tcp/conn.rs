@@ -24,9 +24,9 @@ pub const RX_FIRST: usize = 4 << 10;
 /// target: below it, one read into the read buffer that also takes the
 /// frames behind costs less than a system call of its own.
 pub const DIRECT_MIN: usize = 16 << 10;
-/// Bytes read after a payload read in place: enough for the next frame's
-/// header and fixed fields (and for small frames behind it), little of a
-/// large payload that is better read in place too.
+/// Bytes a read at a frame boundary takes while payloads are large: enough
+/// for the next frame's header and fixed fields (and for small frames
+/// behind it), little of a large payload, which is read in place.
 pub const RX_PEEK: usize = 4 << 10;
 
 /// Where a connection stands.

@@ -99,6 +99,8 @@ pub struct Conn<S> {
     pub write_interest: bool,
     /// Bytes read from the socket so far.
     pub received: u64,
+    /// Of them, bytes read in place, straight into their payload's target.
+    pub in_place: u64,
     /// Large payloads come on this connection (a read or a payload of
     /// [`DIRECT_MIN`] or more): a read at a frame boundary takes
     /// [`RX_PEEK`] bytes only, the next header, so that the payload behind
@@ -118,6 +120,7 @@ impl<S: StreamSocket> Conn<S> {
             rx: RxBuffer::new(),
             write_interest: false,
             received: 0,
+            in_place: 0,
             bulk: false,
             peeked: false,
         }
@@ -184,6 +187,7 @@ impl<S: StreamSocket> Conn<S> {
                         Err(_) => return ReadOutcome::Closed,
                     };
                     self.received += n as u64;
+                    self.in_place += n as u64;
                     self.bulk = true;
                     if engine.handle_payload_read(link, n, now).is_err() {
                         return ReadOutcome::Closed;

@@ -16,7 +16,7 @@ use btl_core::mca::{
 };
 use btl_core::pool::{PoolDefaults, pool_param_specs};
 
-pub use transport::{LOOKUP_TIMEOUT, NAME, Tcp};
+pub use transport::{BytesRead, LOOKUP_TIMEOUT, NAME, Tcp};
 
 use crate::bootstrap::Bootstrap;
 use crate::config::socket_params::{

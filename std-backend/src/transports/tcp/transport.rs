@@ -31,6 +31,17 @@ pub const NAME: &str = "tcp";
 /// Tokens from here down name listeners; connections count up from 0.
 const LISTENER_BASE: usize = usize::MAX / 2;
 
+/// What a TCP transport has read ([`Tcp::bytes_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BytesRead {
+    /// Bytes read from the open connections.
+    pub total: u64,
+    /// Of them, bytes read straight into their payload's target (a receive
+    /// fragment, the registered memory of a put), not copied there from
+    /// the read buffer.
+    pub in_place: u64,
+}
+
 /// The TCP side of a module, over network `N`.
 pub struct Tcp<N: Net> {
     net: N,
@@ -95,6 +106,17 @@ impl<N: Net> Tcp<N> {
     /// Bytes read from every open connection so far.
     fn received(&self) -> u64 {
         self.conns.iter().flatten().map(|c| c.received).sum()
+    }
+
+    /// Bytes read from the open connections so far, and how many of them
+    /// were read in place, straight into their payload's target: how much
+    /// copying the large-message path spares the receiving side.
+    pub fn bytes_read(&self) -> BytesRead {
+        let conns = self.conns.iter().flatten();
+        BytesRead {
+            total: conns.clone().map(|c| c.received).sum(),
+            in_place: conns.map(|c| c.in_place).sum(),
+        }
     }
 
     /// Open connections, for tests and `btl info`.

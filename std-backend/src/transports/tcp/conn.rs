@@ -169,12 +169,13 @@ impl<S: StreamSocket> Conn<S> {
                 }
             }
             self.rx.reset();
-            if std::mem::take(&mut self.peeked) && engine.payload_buffer(link).is_none() {
+            let target = engine.payload_buffer(link);
+            if std::mem::take(&mut self.peeked) && target.is_none() {
                 // The frames behind the last large payload were small and
                 // came whole: reads take all there is again.
                 self.bulk = false;
             }
-            let at_boundary = match engine.payload_buffer(link) {
+            let at_boundary = match target {
                 Some(target) if target.len() >= DIRECT_MIN => {
                     let want = target.len();
                     let n = match self.stream.read(target) {

@@ -220,7 +220,7 @@ impl Source {
         let chunk = (len - sent).min(max);
         let header = header.emit();
         let flags = DescFlags::BTL_OWNERSHIP;
-        if chunk + HEADER <= btl.attributes().eager_limit.min(SENDI_MAX) {
+        if chunk + HEADER <= btl.attributes().eager_limit {
             let payload = self.copy.get(sent..sent + chunk).unwrap_or_default();
             match btl.sendi(to, &header, payload, tag, Order(0), flags) {
                 Err(BtlError::TooLarge { .. }) => {}
@@ -243,11 +243,6 @@ impl Source {
         })
     }
 }
-
-/// Largest piece sent with `sendi`, which copies it; a larger one goes
-/// from the registered buffer itself, as a user with registered memory
-/// sends it (the kernel's copy is then the only one).
-const SENDI_MAX: usize = 4 << 10;
 
 /// A reply owed to a peer, partly sent.
 #[derive(Debug, Clone, Copy)]

@@ -9,6 +9,9 @@
 //! - `memcpy/<size>`: `copy_from_slice` of as many bytes, in the same
 //!   chunks: the floor any byte transfer layer pays at least once.
 //! - `sendi 8 B rate`: batches of 8-byte `sendi`s until B has them all.
+//! - `pingpong 8 B`: A sends 8 bytes with `sendi`, B answers once it has
+//!   them, A waits for the answer: the engines' share of a small
+//!   message's round trip, without the system calls.
 //!
 //! The engines have CRC trailers off (the default), 64 credits and 128
 //! fragments per class; the pipes hold 256 KiB. Every byte is copied
@@ -26,6 +29,7 @@ use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::Instant;
 use btl_std::driver::heap::{Heap, HeapEngine};
 use btl_tests::pair::stream::StreamPair;
+use btl_tests::world::Side;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 
@@ -67,11 +71,11 @@ fn engine(me: ProcName) -> Box<E> {
     )
 }
 
-/// One round, then B polls everything; returns the messages received.
-fn round_and_poll(pair: &mut Pair) -> usize {
+/// One round, then `side` polls everything; returns the messages received.
+fn round_and_poll(pair: &mut Pair, side: Side) -> usize {
     pair.round();
     let mut got = 0;
-    while let Some(ev) = pair.b().poll_event() {
+    while let Some(ev) = pair.engine_mut(side).poll_event() {
         if let Event::Received(m) = ev {
             black_box(m.data);
             got += 1;
@@ -80,14 +84,14 @@ fn round_and_poll(pair: &mut Pair) -> usize {
     got
 }
 
-/// Runs rounds, B polling, until `want` more messages have arrived.
-fn receive(pair: &mut Pair, want: usize) {
+/// Runs rounds, `side` polling, until `want` more messages have arrived.
+fn receive(pair: &mut Pair, side: Side, want: usize) {
     let mut got = 0;
     for _ in 0..MAX_ROUNDS {
         if got >= want {
             return;
         }
-        got += round_and_poll(pair);
+        got += round_and_poll(pair, side);
     }
     panic!("{got} of {want} messages arrived");
 }
@@ -97,7 +101,7 @@ fn bench(c: &mut Criterion) {
     let src = vec![0x5Au8; PUT_LEN];
     let dst = vec![0u8; PUT_LEN];
     let mut pair = Box::new(Pair::new(engine(names[0]), engine(names[1]), names, 1));
-    let [ep_b, _]: [EndpointId; 2] = pair.introduce().expect("each reaches the other");
+    let [ep_b, ep_a]: [EndpointId; 2] = pair.introduce().expect("each reaches the other");
     let hs = pair.a().register_mem(src, Access::empty()).expect("source");
     let hd = pair
         .b()
@@ -109,7 +113,7 @@ fn bench(c: &mut Criterion) {
         .prepare_src(ep_b, b"hello", 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
         .expect("descriptor");
     let _ = pair.a().send(ep_b, d, Tag(0x80)).expect("send");
-    receive(&mut pair, 1);
+    receive(&mut pair, Side::B, 1);
 
     let plain_src = vec![0xA5u8; PUT_LEN];
     let mut plain_dst = vec![0u8; PUT_LEN];
@@ -132,7 +136,7 @@ fn bench(c: &mut Criterion) {
                         .expect("descriptor");
                     let _ = a.send(ep_b, d, Tag(0x81)).expect("send");
                 }
-                receive(&mut pair, BATCH);
+                receive(&mut pair, Side::B, BATCH);
             })
         });
         group.bench_function(format!("memcpy/{label}"), |b| {
@@ -205,9 +209,39 @@ fn bench(c: &mut Criterion) {
                 if sent == BATCH {
                     break;
                 }
-                got += round_and_poll(&mut pair);
+                got += round_and_poll(&mut pair, Side::B);
             }
-            receive(&mut pair, BATCH.saturating_sub(got));
+            receive(&mut pair, Side::B, BATCH.saturating_sub(got));
+        })
+    });
+
+    // One message each way, each waiting for the other: the engine's share
+    // of a small message's latency, without a system call.
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("pingpong 8 B", |b| {
+        b.iter(|| {
+            pair.a()
+                .sendi(
+                    ep_b,
+                    &[],
+                    black_box(&eight),
+                    Tag(0x83),
+                    Order::ANY,
+                    DescFlags::empty(),
+                )
+                .expect("A has credits: every ping was answered");
+            receive(&mut pair, Side::B, 1);
+            pair.b()
+                .sendi(
+                    ep_a,
+                    &[],
+                    black_box(&eight),
+                    Tag(0x83),
+                    Order::ANY,
+                    DescFlags::empty(),
+                )
+                .expect("B has credits: every pong was answered");
+            receive(&mut pair, Side::A, 1);
         })
     });
     group.finish();

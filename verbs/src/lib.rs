@@ -1,7 +1,13 @@
 //! `btl-verbs`: the RDMA verbs backend of btl.
 //!
-//! It will hold reliable-connected queue pairs, memory registration, RDMA
-//! write/read for put/get, connection pseudo-components and a software HCA
-//! model. Nothing of it exists yet: the crate is reserved in the workspace so
-//! that its place in the layout is fixed (see `DESIGN.md`).
+//! Its lower half is queue pairs instead of sockets. [`provider`] names the
+//! verbs the BTL needs (devices and ports, protection domains, completion
+//! queues, reliable-connected queue pairs and their state transitions,
+//! memory registration, posting and polling) as one trait, so that the
+//! layers above run unchanged on a real HCA and on [`soft`], a software
+//! HCA that keeps reliable-connected semantics exactly and that every
+//! test of this crate runs on.
 #![forbid(unsafe_code)]
+
+pub mod provider;
+pub mod soft;

@@ -9,5 +9,6 @@
 //! test of this crate runs on.
 #![forbid(unsafe_code)]
 
+pub mod cpc;
 pub mod provider;
 pub mod soft;

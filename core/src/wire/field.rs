@@ -4,66 +4,77 @@
 //! read from and written to a `[u8; L]` at a constant offset. The offset and
 //! width are const parameters and checked against `L` when the code is
 //! compiled, so no access here can fall outside its block at run time.
+//!
+//! Public so that the formats of other crates (the verbs connection
+//! messages) are read and written the same way.
 
 /// Read access to the fields of an `L`-byte block.
-pub(crate) struct Fields<'b, const L: usize>(pub(crate) &'b [u8; L]);
+pub struct Fields<'b, const L: usize>(pub &'b [u8; L]);
 
 impl<const L: usize> Fields<'_, L> {
     /// The `N` bytes at offset `AT`.
-    pub(crate) fn bytes<const AT: usize, const N: usize>(&self) -> [u8; N] {
+    pub fn bytes<const AT: usize, const N: usize>(&self) -> [u8; N] {
         const { assert!(AT + N <= L, "field outside its block") };
         let mut out = [0; N];
         out.copy_from_slice(&self.0[AT..AT + N]);
         out
     }
 
-    pub(crate) fn u8<const AT: usize>(&self) -> u8 {
+    /// A `u8` at offset `AT`.
+    pub fn u8<const AT: usize>(&self) -> u8 {
         u8::from_be_bytes(self.bytes::<AT, 1>())
     }
 
-    pub(crate) fn u16<const AT: usize>(&self) -> u16 {
+    /// A big-endian `u16` at offset `AT`.
+    pub fn u16<const AT: usize>(&self) -> u16 {
         u16::from_be_bytes(self.bytes::<AT, 2>())
     }
 
-    pub(crate) fn u32<const AT: usize>(&self) -> u32 {
+    /// A big-endian `u32` at offset `AT`.
+    pub fn u32<const AT: usize>(&self) -> u32 {
         u32::from_be_bytes(self.bytes::<AT, 4>())
     }
 
-    pub(crate) fn u64<const AT: usize>(&self) -> u64 {
+    /// A big-endian `u64` at offset `AT`.
+    pub fn u64<const AT: usize>(&self) -> u64 {
         u64::from_be_bytes(self.bytes::<AT, 8>())
     }
 }
 
 /// Write access to the fields of an `L`-byte block.
-pub(crate) struct FieldsMut<'b, const L: usize>(pub(crate) &'b mut [u8; L]);
+pub struct FieldsMut<'b, const L: usize>(pub &'b mut [u8; L]);
 
 impl<const L: usize> FieldsMut<'_, L> {
     /// Writes `value` at offset `AT`.
-    pub(crate) fn set_bytes<const AT: usize, const N: usize>(&mut self, value: [u8; N]) {
+    pub fn set_bytes<const AT: usize, const N: usize>(&mut self, value: [u8; N]) {
         const { assert!(AT + N <= L, "field outside its block") };
         self.0[AT..AT + N].copy_from_slice(&value);
     }
 
-    pub(crate) fn set_u8<const AT: usize>(&mut self, value: u8) {
+    /// Writes a `u8` at offset `AT`.
+    pub fn set_u8<const AT: usize>(&mut self, value: u8) {
         self.set_bytes::<AT, 1>(value.to_be_bytes());
     }
 
-    pub(crate) fn set_u16<const AT: usize>(&mut self, value: u16) {
+    /// Writes a big-endian `u16` at offset `AT`.
+    pub fn set_u16<const AT: usize>(&mut self, value: u16) {
         self.set_bytes::<AT, 2>(value.to_be_bytes());
     }
 
-    pub(crate) fn set_u32<const AT: usize>(&mut self, value: u32) {
+    /// Writes a big-endian `u32` at offset `AT`.
+    pub fn set_u32<const AT: usize>(&mut self, value: u32) {
         self.set_bytes::<AT, 4>(value.to_be_bytes());
     }
 
-    pub(crate) fn set_u64<const AT: usize>(&mut self, value: u64) {
+    /// Writes a big-endian `u64` at offset `AT`.
+    pub fn set_u64<const AT: usize>(&mut self, value: u64) {
         self.set_bytes::<AT, 8>(value.to_be_bytes());
     }
 }
 
 /// Fails with [`WireError::ReservedNonZero`](super::WireError::ReservedNonZero)
 /// naming `field` unless every byte of it is zero.
-pub(crate) fn check_reserved(bytes: &[u8], field: &'static str) -> Result<(), super::WireError> {
+pub fn check_reserved(bytes: &[u8], field: &'static str) -> Result<(), super::WireError> {
     if bytes.iter().all(|&b| b == 0) {
         Ok(())
     } else {

@@ -55,7 +55,7 @@ mod checksum;
 mod close;
 mod done;
 mod error;
-mod field;
+pub mod field;
 mod get;
 mod header;
 mod hello;

@@ -379,6 +379,7 @@ impl Fabric {
         let r_rtr = r.rtr?;
         let connected = r.receives()
             && theirs.state == PortState::Active
+            && theirs.link_layer == mine.link_layer
             && d.answers_to(r.port, &rtr.dest)
             && r_rtr.dest_qp == q.num
             && self.devices[key.dev].answers_to(q.port, &r_rtr.dest)

@@ -12,3 +12,4 @@
 pub mod cpc;
 pub mod provider;
 pub mod soft;
+pub mod transport;

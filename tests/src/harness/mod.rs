@@ -9,6 +9,7 @@ pub mod serial;
 pub mod smoltcp;
 pub mod sockets;
 pub mod stream_pair;
+pub mod verbs;
 
 use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};

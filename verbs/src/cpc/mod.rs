@@ -80,6 +80,10 @@ pub trait CpcHost {
     /// again, or restarted): the BTL closes what it ran over it.
     fn disconnected(&mut self, peer: ProcName, qp: QpNum);
 
+    /// Destroys `qp`, which the CPC created and no longer needs: the BTL
+    /// releases what it posted on it too.
+    fn destroy_qp(&mut self, qp: QpNum);
+
     /// Sends `message` to `peer` over the side channel.
     fn send_message(&mut self, peer: ProcName, message: &[u8]);
 }
@@ -149,9 +153,10 @@ pub trait Cpc<H: CpcHost> {
     /// it is in `Rts`, whatever message about it is still on its way.
     fn handle_receive(&mut self, host: &mut H, qp: QpNum);
 
-    /// The BTL is done with its connection to `peer` (its queue pair
-    /// failed, or the peer is gone): what the CPC holds for it goes.
-    fn drop_peer(&mut self, host: &mut H, peer: ProcName);
+    /// The BTL is done with `qp`, its connection to `peer` (the queue pair
+    /// failed, or the peer is gone): the CPC forgets it, unless it has
+    /// moved on to another queue pair for that peer.
+    fn drop_qp(&mut self, host: &mut H, peer: ProcName, qp: QpNum);
 
     /// When [`handle_timeout`](Self::handle_timeout) is due next.
     fn poll_timeout(&self) -> Option<Instant>;

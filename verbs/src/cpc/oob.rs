@@ -186,7 +186,7 @@ impl Oob {
     /// Removes what is held for `peer`, destroying its queue pair.
     fn forget<H: CpcHost>(&mut self, host: &mut H, peer: ProcName) -> Option<Conn> {
         let conn = self.peers.remove(&peer)?;
-        let _ = host.provider().destroy_qp(conn.qp());
+        host.destroy_qp(conn.qp());
         Some(conn)
     }
 
@@ -212,13 +212,11 @@ impl Oob {
             .modify_qp(qp, &Transition::Init(ToInit { port, access }))
             .and_then(|()| host.post_recvs(qp));
         if let Err(e) = up {
-            let _ = host.provider().destroy_qp(qp);
+            host.destroy_qp(qp);
             return Err(e);
         }
         let psn = host.psn() & 0x00FF_FFFF;
-        Self::card(host, qp, psn).inspect_err(|_| {
-            let _ = host.provider().destroy_qp(qp);
-        })
+        Self::card(host, qp, psn).inspect_err(|_| host.destroy_qp(qp))
     }
 
     /// Moves `mine` to `Rtr` towards `theirs`, then to `Rts`.
@@ -314,7 +312,7 @@ impl Oob {
             }
         };
         if Self::bring_up(host, &card, &req.card).is_err() {
-            let _ = host.provider().destroy_qp(card.qpn);
+            host.destroy_qp(card.qpn);
             self.reject(host, peer, req, RejectReason::NoResources);
             return;
         }
@@ -476,8 +474,10 @@ impl<H: CpcHost> Cpc<H> for Oob {
         }
     }
 
-    fn drop_peer(&mut self, host: &mut H, peer: ProcName) {
-        self.forget(host, peer);
+    fn drop_qp(&mut self, host: &mut H, peer: ProcName, qp: QpNum) {
+        if self.qp_of(peer) == Some(qp) {
+            self.forget(host, peer);
+        }
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -129,6 +129,10 @@ impl CpcHost for Host {
         self.disconnected.push((peer, qp));
     }
 
+    fn destroy_qp(&mut self, qp: QpNum) {
+        let _ = self.hca.destroy_qp(qp);
+    }
+
     fn send_message(&mut self, peer: ProcName, message: &[u8]) {
         self.channel
             .borrow_mut()
@@ -355,7 +359,7 @@ fn a_peer_that_connects_again_replaces_the_old_queue_pair() {
     // A's queue pair fails; its BTL drops it and connects again.
     let old_a = a.cpc.qp_of(b.me()).expect("connected");
     fabric.fail_qp("soft0", old_a).expect("qp");
-    a.cpc.drop_peer(&mut a.host, b.me());
+    a.cpc.drop_qp(&mut a.host, b.me(), old_a);
     a.poll();
     a.connect(&b);
     deliver(&ch, &mut [&mut a, &mut b]);

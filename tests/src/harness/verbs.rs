@@ -1,0 +1,250 @@
+//! The engine over reliable-connected queue pairs of the software HCA:
+//! A and B each open a context on one soft device (two processes on one
+//! host), run the `oob` CPC over an in-memory side channel, and carry the
+//! engine's bytes through SENDs into posted receives
+//! ([`btl_verbs::transport`]). The clock is the harness's: every round
+//! moves it and the fabric's by a tick, so RNR and ACK retries, CPC
+//! timeouts and the engine's timers all run on it.
+//!
+//! - `pause` stops driving a side: the HCA still fills its posted
+//!   receives, then answers RNR, and the peer's sends wait on the RNR
+//!   timer, without end.
+//! - `kill` drops the side's context and its side-channel end, as a
+//!   process that dies: its queue pairs vanish, the survivor's requests go
+//!   unacknowledged until their retries are spent, its queue pair fails,
+//!   and its CPC's new attempts go unanswered until the peer timeout.
+
+use btl_core::btl::Btl;
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::engine::{Capacities, Stream};
+use btl_core::mca::{Params, Registry};
+use btl_core::time::{Duration, Instant};
+use btl_core::wire::NONCE_LEN;
+use btl_std::driver::heap::{Heap, HeapEngine};
+use btl_verbs::cpc::{Cpc, Oob, OobConfig, QpTuning};
+use btl_verbs::provider::{AckTimeout, RnrTimer};
+use btl_verbs::soft::{SoftFabric, SoftHca};
+use btl_verbs::transport::{MemoryHub, Transport, VerbsConfig};
+
+use crate::pair::SplitMix64;
+use crate::world::{Capabilities, Memory, Side, World};
+
+/// The engine each side runs.
+pub type VerbsEngine = HeapEngine<Stream>;
+
+/// The job of A and B.
+pub const JOB: u64 = 0x7E4B;
+/// A's process name.
+pub const A_NAME: ProcName = ProcName::new(JOB, 1);
+/// B's process name.
+pub const B_NAME: ProcName = ProcName::new(JOB, 0);
+/// The job key both hold.
+pub const KEY: &[u8] = b"verbs job key";
+/// The soft device both open.
+pub const DEVICE: &str = "soft0";
+
+/// Largest message sent eagerly.
+pub const EAGER: usize = 4096;
+/// Largest message.
+pub const MAX_SEND: usize = 64 << 10;
+/// Fragments of each class.
+pub const FRAGMENTS: u32 = 64;
+/// Bytes of each send and receive buffer: smaller than the largest
+/// frames, so frames are cut across SENDs all the time.
+pub const BUFFER: usize = 8 << 10;
+/// Receives posted and sends outstanding per queue pair.
+pub const BUFFERS: usize = 8;
+/// Fake time per round.
+pub const TICK: Duration = Duration::from_millis(1);
+/// Rounds within which anything must finish (a peer timeout included).
+pub const MAX_ROUNDS: u32 = 4_000;
+/// A peer silent this long is lost.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a CPC attempt waits for an answer: longer than any pause of
+/// the suite, since a paused process answers no REQ (the engine's
+/// handshake waits for it the same way), and longer than the peer timeout,
+/// so that a killed peer is lost by the engine's timer, not for want of a
+/// connection.
+pub const CPC_TIMEOUT: Duration = Duration::from_secs(2);
+
+const CAPACITIES: Capacities = Capacities {
+    peers: 4,
+    links: 8,
+    ops: 64,
+    events: 256,
+    registrations: 16,
+};
+
+/// One process: its engine and, while alive, its transport.
+struct Proc {
+    engine: Box<VerbsEngine>,
+    transport: Option<Transport<SoftHca>>,
+    paused: bool,
+}
+
+/// A and B over RC queue pairs of the software HCA.
+pub struct VerbsWorld {
+    fabric: SoftFabric,
+    sides: [Proc; 2],
+    peers: [EndpointId; 2],
+    now: Instant,
+}
+
+impl VerbsWorld {
+    /// A and B, each knowing the other; no queue pair yet.
+    pub fn new() -> Self {
+        let fabric = SoftFabric::with_device(DEVICE);
+        let hub = MemoryHub::new();
+        let mut seeds = SplitMix64(0x7E4B_5EED);
+        let mut side = |me: ProcName| Proc {
+            engine: engine_of(me),
+            transport: Some(transport_of(&fabric, &hub, me, seeds.next())),
+            paused: false,
+        };
+        let mut sides = [side(A_NAME), side(B_NAME)];
+        let peers = [
+            super::add_peer(&mut *sides[0].engine, B_NAME),
+            super::add_peer(&mut *sides[1].engine, A_NAME),
+        ];
+        VerbsWorld {
+            fabric,
+            sides,
+            peers,
+            now: Instant::ZERO,
+        }
+    }
+
+    /// Queue pairs `side` holds.
+    pub fn queue_pairs(&self, side: Side) -> usize {
+        self.sides[side.index()]
+            .transport
+            .as_ref()
+            .map_or(0, Transport::queue_pairs)
+    }
+
+    /// The fabric, for faults of its own.
+    pub fn fabric(&self) -> &SoftFabric {
+        &self.fabric
+    }
+}
+
+impl Default for VerbsWorld {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl World for VerbsWorld {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            same_btl: false,
+            max_rounds: MAX_ROUNDS,
+            linger_rounds: 2,
+            max_rdma_len: 64 << 20,
+            sendi_max: self.sides[0].engine.attributes().eager_limit,
+            pause: true,
+            peer_loss: true,
+            handshake: false,
+            garbage: false,
+        }
+    }
+
+    fn btl(&mut self, s: Side) -> &mut dyn Btl<Memory = Memory> {
+        &mut *self.sides[s.index()].engine
+    }
+
+    fn peer(&self, side: Side) -> EndpointId {
+        self.peers[side.index()]
+    }
+
+    fn progress(&mut self) {
+        self.now += TICK;
+        self.fabric.set_now(self.now);
+        for p in &mut self.sides {
+            if p.paused {
+                continue;
+            }
+            if let Some(t) = p.transport.as_mut() {
+                // A few passes, as a busy driver makes several per tick.
+                for _ in 0..4 {
+                    if !t.progress(&mut *p.engine, self.now) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn pause(&mut self, s: Side) {
+        self.sides[s.index()].paused = true;
+    }
+
+    fn resume(&mut self, s: Side) {
+        self.sides[s.index()].paused = false;
+    }
+
+    fn kill(&mut self, s: Side) {
+        self.sides[s.index()].transport = None;
+    }
+}
+
+/// An engine of process `me`, one link per peer.
+fn engine_of(me: ProcName) -> Box<VerbsEngine> {
+    let mut config = super::engine_config(me, KEY, TICK, 100);
+    config.links = 1;
+    config.peer_timeout = PEER_TIMEOUT;
+    let cfg = super::pools(EAGER, MAX_SEND, FRAGMENTS);
+    let mut e = Box::new(
+        Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("engine pools"),
+    );
+    e.set_name("verbs");
+    e
+}
+
+/// Process `me`'s transport: a context on the soft device, the `oob` CPC
+/// on the hub, nonces from `seed`.
+fn transport_of(
+    fabric: &SoftFabric,
+    hub: &MemoryHub,
+    me: ProcName,
+    seed: u64,
+) -> Transport<SoftHca> {
+    let hca = fabric.open(DEVICE).expect("the soft device");
+    let mut cpc = Oob::new(OobConfig {
+        timeout: CPC_TIMEOUT,
+        max_peers: 4,
+    });
+    let params = Registry::<4>::new();
+    debug_assert!(params.is_empty());
+    <Oob as Cpc<btl_verbs::transport::Host<SoftHca>>>::init(&mut cpc, &params, me, seed)
+        .expect("the CPC starts");
+    let config = VerbsConfig {
+        port: 1,
+        max_peers: 4,
+        recv_buffers: BUFFERS,
+        send_buffers: BUFFERS,
+        buffer_size: BUFFER,
+        tuning: QpTuning {
+            // 4.2 ms, three times: a dead peer is found within 20 rounds.
+            ack_timeout: AckTimeout(10),
+            retry_cnt: 3,
+            min_rnr_timer: RnrTimer(1),
+            ..QpTuning::default()
+        },
+    };
+    let mut nonces = SplitMix64(seed);
+    let nonce = move || {
+        let mut n = [0u8; NONCE_LEN];
+        n[..8].copy_from_slice(&nonces.next().to_le_bytes());
+        n[8..].copy_from_slice(&nonces.next().to_le_bytes());
+        n
+    };
+    Transport::new(
+        hca,
+        config,
+        Box::new(cpc),
+        Box::new(hub.join(me)),
+        Box::new(nonce),
+    )
+    .expect("the transport's buffers")
+}

@@ -1,0 +1,549 @@
+//! The engine over reliable-connected queue pairs.
+//!
+//! An RC queue pair delivers what it is given reliably and in order, so
+//! the engine runs over it with its stream framing, unchanged: fragments,
+//! credits piggy-backed on every header, acknowledgements, tags, puts and
+//! gets, the handshake with its job key and epochs, peer loss and
+//! reconnection are the engine's, as over TCP. What differs is below:
+//!
+//! - a link is a queue pair, connected by a [CPC](crate::cpc) when the
+//!   engine asks for a connection (or when a peer's CPC connects to this
+//!   side);
+//! - what the engine writes is copied into a registered send buffer and
+//!   posted as a SEND; the engine counts it written then, as a socket's
+//!   buffer would;
+//! - what arrives lands in a posted receive buffer and goes to the engine
+//!   from there; a buffer goes back to the queue pair once the engine has
+//!   taken all of it (bytes it cannot take yet, for want of a receive
+//!   fragment, stay, and so do the buffers after them);
+//! - a queue pair whose work fails (a peer gone, a retry count spent, a
+//!   flush) closes its link, and the engine reconnects or loses the peer
+//!   exactly as over TCP.
+//!
+//! The engine's credits keep a sender within the receiver's fragments,
+//! as openib's `rd_num`; they come back on every header, and alone in an
+//! acknowledgement after a batch ([`ACK_BATCH`](btl_core::engine)
+//! packets: openib's `rd_win`). A queue pair's receive buffers are reposted
+//! as soon as the engine has copied them, so a sender runs out of them
+//! only while the receiver is short of fragments; it then waits on the
+//! RNR timer, without end.
+
+mod channel;
+mod host;
+
+pub use channel::{HUB_QUEUE, MemoryChannel, MemoryHub, SideChannel};
+pub use host::Host;
+
+use std::collections::BTreeMap;
+
+use btl_core::endpoint::ProcName;
+use btl_core::engine::driver::{Io, Nonces};
+use btl_core::engine::{ConnectRequest, Engine, LinkId, Source, Storage, Stream};
+use btl_core::mca::NotAvailable;
+use btl_core::time::Instant;
+
+use crate::cpc::{Cpc, CpcHost, QpTuning};
+use crate::provider::{Provider, QpNum, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion};
+use host::{Held, HostEvent, WrId};
+
+/// How a verbs transport sizes its queue pairs and buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerbsConfig {
+    /// The port its queue pairs use, from 1.
+    pub port: u8,
+    /// Most queue pairs at once (peers and attempts).
+    pub max_peers: usize,
+    /// Receives posted on each queue pair.
+    pub recv_buffers: usize,
+    /// Sends outstanding on each queue pair.
+    pub send_buffers: usize,
+    /// Bytes of each send and receive buffer: the most one SEND carries.
+    pub buffer_size: usize,
+    /// Timers and retries of its queue pairs.
+    pub tuning: QpTuning,
+}
+
+impl Default for VerbsConfig {
+    fn default() -> Self {
+        VerbsConfig {
+            port: 1,
+            max_peers: 64,
+            recv_buffers: 16,
+            send_buffers: 16,
+            buffer_size: 16 << 10,
+            tuning: QpTuning::default(),
+        }
+    }
+}
+
+/// Completions taken from the queue at once.
+const POLL_BATCH: usize = 32;
+
+/// An engine's links over queue pairs of one port of one device.
+pub struct Transport<P: Provider> {
+    host: Host<P>,
+    cpc: Box<dyn Cpc<Host<P>> + Send>,
+    nonces: Box<dyn Nonces + Send>,
+    /// Connections the engine asked for, by peer.
+    pending: BTreeMap<ProcName, ConnectRequest>,
+    links: BTreeMap<LinkId, QpNum>,
+    scratch: Vec<QpNum>,
+}
+
+impl<P: Provider> Transport<P> {
+    /// A transport on `provider`: its domain, completion queue and buffer
+    /// regions are made now. `cpc` must be initialized, and must have
+    /// answered [`query`](Cpc::query) for the port.
+    pub fn new(
+        provider: P,
+        config: VerbsConfig,
+        cpc: Box<dyn Cpc<Host<P>> + Send>,
+        channel: Box<dyn SideChannel + Send>,
+        mut nonces: Box<dyn Nonces + Send>,
+    ) -> Result<Self, VerbsError> {
+        if config.buffer_size == 0 || config.recv_buffers == 0 || config.send_buffers == 0 {
+            return Err(VerbsError::Invalid(
+                "buffers must be at least one byte, one each",
+            ));
+        }
+        let seed = u64::from_le_bytes(nonces.nonce()[..8].try_into().unwrap_or([1; 8]));
+        Ok(Transport {
+            host: Host::new(provider, config, channel, seed)?,
+            cpc,
+            nonces,
+            pending: BTreeMap::new(),
+            links: BTreeMap::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Whether the transport can run on port `port` of `provider`'s
+    /// device: why not if it cannot (the port is down, no CPC serves it).
+    pub fn check_port(provider: &P, port: u8) -> Result<(), NotAvailable> {
+        let attr = provider
+            .port(port)
+            .map_err(|e| NotAvailable::from_args(format_args!("port {port}: {e}")))?;
+        if attr.state != crate::provider::PortState::Active {
+            return Err(NotAvailable::from_args(format_args!(
+                "port {port} is not active"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The provider, for what the transport does not do itself.
+    pub fn provider(&self) -> &P {
+        &self.host.provider
+    }
+
+    /// Queue pairs held (connected or being connected).
+    pub fn queue_pairs(&self) -> usize {
+        self.host.qps.len()
+    }
+
+    /// The queue pair carrying `link`, if any.
+    pub fn qp_of(&self, link: LinkId) -> Option<QpNum> {
+        self.links.get(&link).copied()
+    }
+
+    /// One pass at `now`: side-channel messages to the CPC, its timers,
+    /// the completions, then the engine's loop (its timers, connections,
+    /// writes and closes). Whether anything moved.
+    pub fn progress<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        now: Instant,
+    ) -> bool {
+        let mut moved = false;
+        while let Some((from, message)) = self.host.channel.recv() {
+            self.cpc.handle_message(&mut self.host, from, &message, now);
+            moved = true;
+        }
+        if self.cpc.poll_timeout().is_some_and(|t| t <= now) {
+            self.cpc.handle_timeout(&mut self.host, now);
+        }
+        self.apply_events(engine, now);
+        moved |= self.poll_completions(engine, now);
+        moved |= self.feed_all(engine, now);
+        engine.serve(self, now, true);
+        self.apply_events(engine, now);
+        moved
+    }
+
+    /// Destroys every queue pair: the engine must be finalized first.
+    pub fn finalize(&mut self) {
+        self.cpc.finalize(&mut self.host);
+        let qps: Vec<QpNum> = self.host.qps.keys().copied().collect();
+        for qp in qps {
+            self.host.destroy_qp(qp);
+        }
+        self.host.events.clear();
+        self.links.clear();
+        self.pending.clear();
+    }
+
+    /// Tells the engine what the CPC reported.
+    fn apply_events<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        now: Instant,
+    ) {
+        while let Some(event) = self.host.events.pop_front() {
+            match event {
+                HostEvent::Connected(peer, qp) => self.on_connected(engine, peer, qp, now),
+                HostEvent::Failed(peer, why) => {
+                    if let Some(req) = self.pending.remove(&peer) {
+                        engine.handle_connect_failed(req, why, now);
+                    }
+                }
+                HostEvent::LinkGone(link) => {
+                    self.links.remove(&link);
+                    engine.handle_closed(link, now);
+                }
+            }
+        }
+    }
+
+    /// `qp` is connected to `peer`: a link for it, as asked for by the
+    /// engine or as accepted from the peer.
+    fn on_connected<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        peer: ProcName,
+        qp: QpNum,
+        now: Instant,
+    ) {
+        if !self.host.qps.contains_key(&qp) {
+            return;
+        }
+        let nonce = self.nonces.nonce();
+        let link = match self.pending.remove(&peer) {
+            Some(req) => engine.handle_connected(req, nonce, now),
+            None => {
+                let source = Source(peer.job << 32 ^ u64::from(peer.rank));
+                engine.handle_accepted(source, nonce, now)
+            }
+        };
+        let Ok(link) = link else {
+            self.cpc.drop_qp(&mut self.host, peer, qp);
+            self.host.destroy_qp(qp);
+            return;
+        };
+        if let Some(q) = self.host.qps.get_mut(&qp) {
+            q.peer = Some(peer);
+            q.link = Some(link);
+        }
+        self.links.insert(link, qp);
+        self.feed(engine, qp, now);
+    }
+
+    /// Takes what the completion queue holds; whether anything came.
+    fn poll_completions<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        now: Instant,
+    ) -> bool {
+        let mut any = false;
+        loop {
+            let mut batch = [WorkCompletion {
+                wr_id: 0,
+                status: WcStatus::Success,
+                opcode: crate::provider::WcOpcode::Send,
+                byte_len: 0,
+                imm: None,
+                qp: QpNum(0),
+            }; POLL_BATCH];
+            let n = match self.host.provider.poll_cq(self.host.cq, &mut batch) {
+                Ok(n) => n,
+                Err(_) => {
+                    // An overrun queue lost completions: every queue pair
+                    // on it is in Err, and nothing it says can be trusted.
+                    self.break_all(engine, now);
+                    return true;
+                }
+            };
+            for wc in &batch[..n] {
+                self.on_completion(engine, wc, now);
+            }
+            any |= n > 0;
+            if n < POLL_BATCH {
+                return any;
+            }
+        }
+    }
+
+    fn on_completion<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        wc: &WorkCompletion,
+        now: Instant,
+    ) {
+        let id = WrId::decode(wc.wr_id);
+        let Some(q) = self.host.qps.get(&wc.qp) else {
+            // A queue pair already destroyed: nothing to do.
+            return;
+        };
+        if q.slot != id.slot {
+            return;
+        }
+        if !wc.status.is_success() {
+            self.break_qp(engine, wc.qp, now);
+            return;
+        }
+        if id.send {
+            let n = self.host.config.send_buffers;
+            let q = self.host.qps.get_mut(&wc.qp).expect("present above");
+            q.sends_out = q.sends_out.saturating_sub(1);
+            q.send_first = (q.send_first + 1) % n;
+            if q.closing && q.sends_out == 0 {
+                self.finish_close(engine, wc.qp, now);
+            }
+            return;
+        }
+        if q.link.is_none() {
+            // The peer sends: it is in Rts, whatever its RTU is doing.
+            self.cpc.handle_receive(&mut self.host, wc.qp);
+            self.apply_events(engine, now);
+        }
+        if let Some(q) = self.host.qps.get_mut(&wc.qp) {
+            q.held.push_back(Held {
+                index: id.index,
+                len: wc.byte_len as usize,
+                taken: 0,
+            });
+        }
+        self.feed(engine, wc.qp, now);
+    }
+
+    /// Gives the engine what `qp` received, in order, as far as it takes
+    /// it; reposts each buffer it has taken whole.
+    fn feed<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        qp: QpNum,
+        now: Instant,
+    ) -> bool {
+        let mut moved = false;
+        loop {
+            let Some(q) = self.host.qps.get(&qp) else {
+                return moved;
+            };
+            let (Some(link), Some(&held)) = (q.link, q.held.front()) else {
+                return moved;
+            };
+            let slot = q.slot;
+            let start = self.host.recv_offset(slot, held.index) as usize;
+            let range = start + held.taken..start + held.len;
+            let lkey = self.host.recv.lkey;
+            let taken = self.host.provider.with_mr(lkey, |m| {
+                m.get(range.clone())
+                    .map(|bytes| engine.handle_stream(link, bytes, now))
+            });
+            let n = match taken {
+                Ok(Some(Ok(n))) => n,
+                // The link is gone (the engine failed it), or the buffer
+                // is not what it should be.
+                _ => {
+                    self.break_qp(engine, qp, now);
+                    return true;
+                }
+            };
+            moved |= n > 0;
+            let q = self.host.qps.get_mut(&qp).expect("present above");
+            let front = q.held.front_mut().expect("present above");
+            front.taken += n;
+            if front.taken < front.len {
+                // The engine waits for a receive fragment.
+                return moved;
+            }
+            q.held.pop_front();
+            if self.host.post_recv(qp, slot, held.index).is_err() {
+                self.break_qp(engine, qp, now);
+                return true;
+            }
+        }
+    }
+
+    /// Feeds every queue pair that holds bytes.
+    fn feed_all<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        now: Instant,
+    ) -> bool {
+        let mut qps = std::mem::take(&mut self.scratch);
+        qps.clear();
+        qps.extend(
+            self.host
+                .qps
+                .iter()
+                .filter(|(_, q)| !q.held.is_empty())
+                .map(|(&qp, _)| qp),
+        );
+        let mut moved = false;
+        for &qp in &qps {
+            moved |= self.feed(engine, qp, now);
+        }
+        self.scratch = qps;
+        moved
+    }
+
+    /// Copies what the engine has to send on `link` into free send
+    /// buffers, and posts them.
+    fn write_link<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        link: LinkId,
+        now: Instant,
+    ) {
+        let Some(&qp) = self.links.get(&link) else {
+            return;
+        };
+        let size = self.host.config.buffer_size;
+        let buffers = self.host.config.send_buffers;
+        loop {
+            let Some(q) = self.host.qps.get(&qp) else {
+                return;
+            };
+            if q.sends_out >= buffers || q.closing {
+                return;
+            }
+            let index = (q.send_first + q.sends_out) % buffers;
+            let offset = self.host.send_offset(q.slot, index);
+            let slot = q.slot;
+            let Some(t) = engine.poll_transmit(link) else {
+                return;
+            };
+            let lkey = self.host.send.lkey;
+            let copied = self
+                .host
+                .provider
+                .with_mr_mut(lkey, |m| {
+                    let mut out = &mut m[offset as usize..offset as usize + size];
+                    let mut copied = 0;
+                    for seg in &t.segments {
+                        let n = seg.len().min(out.len());
+                        out[..n].copy_from_slice(&seg[..n]);
+                        out = &mut out[n..];
+                        copied += n;
+                        if out.is_empty() {
+                            break;
+                        }
+                    }
+                    copied
+                })
+                .unwrap_or(0);
+            drop(t);
+            if copied == 0 {
+                return;
+            }
+            let sg = [Sge {
+                lkey,
+                offset,
+                len: copied as u32,
+            }];
+            let wr = SendWr {
+                wr_id: WrId {
+                    send: true,
+                    slot,
+                    index,
+                }
+                .encode(),
+                op: SendOp::Send,
+                sg: &sg,
+                signaled: true,
+            };
+            if self.host.provider.post_send(qp, &[wr]).is_err() {
+                self.break_qp(engine, qp, now);
+                return;
+            }
+            if let Some(q) = self.host.qps.get_mut(&qp) {
+                q.sends_out += 1;
+            }
+            engine.handle_written(link, copied);
+        }
+    }
+
+    /// `qp` failed: its link closes, and the CPC and the provider let it
+    /// go.
+    fn break_qp<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        qp: QpNum,
+        now: Instant,
+    ) {
+        let Some(q) = self.host.qps.get(&qp) else {
+            return;
+        };
+        if let Some(peer) = q.peer {
+            self.cpc.drop_qp(&mut self.host, peer, qp);
+        }
+        self.host.destroy_qp(qp);
+        self.apply_events(engine, now);
+    }
+
+    /// Every queue pair failed at once (an overrun completion queue).
+    fn break_all<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        now: Instant,
+    ) {
+        let qps: Vec<QpNum> = self.host.qps.keys().copied().collect();
+        for qp in qps {
+            self.break_qp(engine, qp, now);
+        }
+    }
+
+    /// The engine is done with `qp`'s link and its sends are out: the
+    /// queue pair goes, and the engine hears the link closed.
+    fn finish_close<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        qp: QpNum,
+        now: Instant,
+    ) {
+        let Some(q) = self.host.qps.get_mut(&qp) else {
+            return;
+        };
+        let (peer, link) = (q.peer, q.link.take());
+        if let Some(peer) = peer {
+            self.cpc.drop_qp(&mut self.host, peer, qp);
+        }
+        self.host.destroy_qp(qp);
+        if let Some(link) = link {
+            self.links.remove(&link);
+            engine.handle_closed(link, now);
+        }
+        self.apply_events(engine, now);
+    }
+}
+
+impl<P: Provider, S: Storage, const W: usize> Io<Engine<S, Stream, W>> for Transport<P> {
+    fn connect(&mut self, engine: &mut Engine<S, Stream, W>, req: ConnectRequest, now: Instant) {
+        self.pending.insert(req.proc, req);
+        self.cpc.start_connect(&mut self.host, req.proc, now);
+        self.apply_events(engine, now);
+    }
+
+    fn write(&mut self, engine: &mut Engine<S, Stream, W>, now: Instant) {
+        let links: Vec<LinkId> = self.links.keys().copied().collect();
+        for link in links {
+            self.write_link(engine, link, now);
+        }
+    }
+
+    fn close(&mut self, engine: &mut Engine<S, Stream, W>, link: LinkId, now: Instant) {
+        let Some(&qp) = self.links.get(&link) else {
+            engine.handle_closed(link, now);
+            return;
+        };
+        let Some(q) = self.host.qps.get_mut(&qp) else {
+            self.links.remove(&link);
+            engine.handle_closed(link, now);
+            return;
+        };
+        q.closing = true;
+        if q.sends_out == 0 {
+            self.finish_close(engine, qp, now);
+        }
+    }
+}

@@ -122,9 +122,31 @@ impl VerbsWorld {
             .map_or(0, Transport::queue_pairs)
     }
 
-    /// The fabric, for faults of its own.
+    /// The fabric, for faults of its own and its counters.
     pub fn fabric(&self) -> &SoftFabric {
         &self.fabric
+    }
+
+    /// A fatal error on the queue pair carrying `side`'s link, as the
+    /// hardware might report one; whether there was one.
+    pub fn fail_queue_pair(&mut self, side: Side) -> bool {
+        let Some(t) = self.sides[side.index()].transport.as_ref() else {
+            return false;
+        };
+        let Some((_, qp)) = t.links().next() else {
+            return false;
+        };
+        self.fabric.fail_qp(DEVICE, qp).is_ok()
+    }
+
+    /// Overruns `side`'s completion queue, as one completion too many
+    /// would.
+    pub fn overrun_cq(&mut self, side: Side) {
+        if let Some(t) = self.sides[side.index()].transport.as_ref() {
+            self.fabric
+                .overrun_cq(DEVICE, t.cq())
+                .expect("the side's completion queue");
+        }
     }
 }
 

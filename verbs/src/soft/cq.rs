@@ -50,6 +50,11 @@ impl CompletionQueue {
     pub(crate) fn is_overrun(&self) -> bool {
         self.overrun
     }
+
+    /// Overruns the queue as if one completion too many had come.
+    pub(crate) fn overrun(&mut self) {
+        self.overrun = true;
+    }
 }
 
 #[cfg(test)]

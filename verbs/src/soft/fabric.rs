@@ -115,10 +115,27 @@ enum Outcome {
     },
 }
 
+/// What a fabric has seen happen, for tests to check that a path ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Sends and writes with immediate data that found no receive posted.
+    pub rnr_naks: u64,
+    /// Tries that got no acknowledgement (the responder missing or out of
+    /// step).
+    pub unanswered: u64,
+    /// RDMA operations the responder refused (key, range, access).
+    pub remote_access_errors: u64,
+    /// Work requests completed with a flush status.
+    pub flushed: u64,
+    /// Completion queues that overran.
+    pub cq_overruns: u64,
+}
+
 /// Every device of a soft fabric and its clock.
 #[derive(Debug)]
 pub(crate) struct Fabric {
     pub(crate) now: Instant,
+    pub(crate) counters: Counters,
     pub(crate) devices: Vec<Device>,
     pub(crate) next_ctx: u32,
     /// Bytes on their way, reused from one request to the next.
@@ -131,6 +148,7 @@ impl Fabric {
     pub(crate) fn new() -> Self {
         Fabric {
             now: Instant::ZERO,
+            counters: Counters::default(),
             devices: Vec::new(),
             next_ctx: 1,
             scratch: Vec::new(),
@@ -152,9 +170,20 @@ impl Fabric {
         let Some((_, queue)) = self.devices[dev].cqs.get_mut(&cq) else {
             return;
         };
-        if queue.push(wc) || !queue.is_overrun() {
+        if wc.status == WcStatus::Flushed {
+            self.counters.flushed += 1;
+        }
+        let was_overrun = queue.is_overrun();
+        if queue.push(wc) || was_overrun {
             return;
         }
+        self.counters.cq_overruns += 1;
+        self.fail_queue_pairs_on(dev, cq);
+    }
+
+    /// Every queue pair of device `dev` that uses completion queue `cq`
+    /// goes to `Err`: the queue overran.
+    pub(crate) fn fail_queue_pairs_on(&mut self, dev: usize, cq: u32) {
         let on_it: Vec<u32> = self.devices[dev]
             .qps
             .values()
@@ -270,9 +299,18 @@ impl Fabric {
                 }
                 true
             }
-            Outcome::NoResponse => self.wait_ack(key),
-            Outcome::NotReady { timer } => self.wait_rnr(key, timer),
+            Outcome::NoResponse => {
+                self.counters.unanswered += 1;
+                self.wait_ack(key)
+            }
+            Outcome::NotReady { timer } => {
+                self.counters.rnr_naks += 1;
+                self.wait_rnr(key, timer)
+            }
             Outcome::Failed { status, responder } => {
+                if status == WcStatus::RemoteAccess {
+                    self.counters.remote_access_errors += 1;
+                }
                 if let Some((rkey, wc)) = responder {
                     if let Some(wc) = wc
                         && let Some(r) = self.qp(rkey)

@@ -64,6 +64,7 @@ use crate::provider::{
 };
 
 use cq::CompletionQueue;
+pub use fabric::Counters;
 use fabric::{Device, Fabric, QpKey, SharedQueue};
 use mr::Region;
 use qp::{MAX_SGE, QueuePair, RecvReq, SendReq};
@@ -263,6 +264,33 @@ impl SoftFabric {
             .ok_or(VerbsError::Unknown("port"))?;
         p.state = state;
         f.pump();
+        Ok(())
+    }
+
+    /// What the fabric has seen happen so far.
+    pub fn counters(&self) -> Counters {
+        self.lock().counters
+    }
+
+    /// Overruns completion queue `cq` of `device` now, as one completion
+    /// too many would: polling it fails from then on, and its queue pairs
+    /// go to `Err`.
+    pub fn overrun_cq(&self, device: &str, cq: Cq) -> Result<(), VerbsError> {
+        let mut f = self.lock();
+        let dev = f
+            .devices
+            .iter()
+            .position(|d| d.attr.name == device)
+            .ok_or(VerbsError::Unknown("device"))?;
+        let (_, queue) = f.devices[dev]
+            .cqs
+            .get_mut(&cq.0)
+            .ok_or(VerbsError::Unknown("completion queue"))?;
+        if !queue.is_overrun() {
+            queue.overrun();
+            f.counters.cq_overruns += 1;
+            f.fail_queue_pairs_on(dev, cq.0);
+        }
         Ok(())
     }
 

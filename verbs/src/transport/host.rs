@@ -125,6 +125,16 @@ impl<P: Provider> Host<P> {
         })
     }
 
+    /// Replaces the completion queue, which overran: every queue pair on
+    /// it must be gone already.
+    pub(crate) fn renew_cq(&mut self) -> Result<(), VerbsError> {
+        let per_slot = self.config.recv_buffers + self.config.send_buffers;
+        let entries = (self.config.max_peers * per_slot + 16) as u32;
+        let _ = self.provider.destroy_cq(self.cq);
+        self.cq = self.provider.create_cq(entries)?;
+        Ok(())
+    }
+
     /// Where receive buffer `index` of `slot` starts in the receive region.
     pub(crate) fn recv_offset(&self, slot: usize, index: usize) -> u64 {
         ((slot * self.config.recv_buffers + index) * self.config.buffer_size) as u64

@@ -136,6 +136,16 @@ impl<P: Provider> Transport<P> {
         &self.host.provider
     }
 
+    /// The completion queue, which a test may overrun.
+    pub fn cq(&self) -> crate::provider::Cq {
+        self.host.cq
+    }
+
+    /// The queue pairs carrying the engine's links.
+    pub fn links(&self) -> impl Iterator<Item = (LinkId, QpNum)> + '_ {
+        self.links.iter().map(|(&l, &q)| (l, q))
+    }
+
     /// Queue pairs held (connected or being connected).
     pub fn queue_pairs(&self) -> usize {
         self.host.qps.len()
@@ -258,7 +268,12 @@ impl<P: Provider> Transport<P> {
                 Err(_) => {
                     // An overrun queue lost completions: every queue pair
                     // on it is in Err, and nothing it says can be trusted.
+                    // They go, and a new queue takes the next ones.
+                    // (If no new queue can be made, new queue pairs cannot
+                    // be either: connections fail, and the engine loses its
+                    // peers in time.)
                     self.break_all(engine, now);
+                    let _ = self.host.renew_cq();
                     return true;
                 }
             };

@@ -157,6 +157,35 @@ fn an_overrun_completion_queue_is_replaced_without_loss() {
     assert_eq!(world.fabric().counters().cq_overruns, 3);
 }
 
+/// With a finite RNR retry count, a receiver that stops long enough makes
+/// the sender's SEND fail with RNR retries exceeded: the queue pair goes
+/// to Err, its link closes, and once the receiver runs again the CPC
+/// connects a new pair and the engine sends again what was not
+/// acknowledged: nothing lost, nothing twice.
+#[test]
+fn rnr_retries_running_out_reconnect_without_loss() {
+    let mut world = VerbsWorld::with_tuning(btl_verbs::cpc::QpTuning {
+        rnr_retry: 2,
+        ..btl_tests::harness::verbs::TUNING
+    });
+    let mut paused = false;
+    through_faults(&mut world, |w, round| match round {
+        30 => {
+            w.pause(Side::B);
+            paused = true;
+        }
+        60 => {
+            w.resume(Side::B);
+            paused = false;
+        }
+        _ => {}
+    });
+    assert!(!paused);
+    let c = world.fabric().counters();
+    assert!(c.rnr_naks > 2, "RNR NAKs: {c:?}");
+    assert!(c.flushed > 0, "the queue pair failed and flushed: {c:?}");
+}
+
 /// A receiver that does not run lets its posted receives fill; the
 /// sender's next SENDs get RNR NAKs and wait on the RNR timer, without
 /// end, until it runs again.

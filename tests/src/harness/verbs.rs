@@ -67,6 +67,17 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(1);
 /// connection.
 pub const CPC_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The harness's queue pairs: a 4.2 ms ACK timeout three times, so a
+/// dead peer is found within 20 rounds; a 10 µs RNR timer, retried without
+/// end.
+pub const TUNING: QpTuning = QpTuning {
+    ack_timeout: AckTimeout(10),
+    retry_cnt: 3,
+    rnr_retry: btl_verbs::provider::RNR_RETRY_FOREVER,
+    min_rnr_timer: RnrTimer(1),
+    max_rd_atomic: 4,
+};
+
 const CAPACITIES: Capacities = Capacities {
     peers: 4,
     links: 8,
@@ -93,12 +104,18 @@ pub struct VerbsWorld {
 impl VerbsWorld {
     /// A and B, each knowing the other; no queue pair yet.
     pub fn new() -> Self {
+        Self::with_tuning(TUNING)
+    }
+
+    /// As [`new`](Self::new), with queue pairs of other timers and retry
+    /// counts.
+    pub fn with_tuning(tuning: QpTuning) -> Self {
         let fabric = SoftFabric::with_device(DEVICE);
         let hub = MemoryHub::new();
         let mut seeds = SplitMix64(0x7E4B_5EED);
         let mut side = |me: ProcName| Proc {
             engine: engine_of(me),
-            transport: Some(transport_of(&fabric, &hub, me, seeds.next())),
+            transport: Some(transport_of(&fabric, &hub, me, seeds.next(), tuning)),
             paused: false,
         };
         let mut sides = [side(A_NAME), side(B_NAME)];
@@ -230,6 +247,7 @@ fn transport_of(
     hub: &MemoryHub,
     me: ProcName,
     seed: u64,
+    tuning: QpTuning,
 ) -> Transport<SoftHca> {
     let hca = fabric.open(DEVICE).expect("the soft device");
     let mut cpc = Oob::new(OobConfig {
@@ -246,13 +264,7 @@ fn transport_of(
         recv_buffers: BUFFERS,
         send_buffers: BUFFERS,
         buffer_size: BUFFER,
-        tuning: QpTuning {
-            // 4.2 ms, three times: a dead peer is found within 20 rounds.
-            ack_timeout: AckTimeout(10),
-            retry_cnt: 3,
-            min_rnr_timer: RnrTimer(1),
-            ..QpTuning::default()
-        },
+        tuning,
     };
     let mut nonces = SplitMix64(seed);
     let nonce = move || {

@@ -343,9 +343,71 @@ fn handshake() -> Seeds {
         .collect()
 }
 
+/// Side-channel messages of the `oob` CPC from the fake peers: a REQ from
+/// each (one more than the transport's bound), what an answer would look
+/// like, timeouts in between.
+fn cpc_message() -> Seeds {
+    use btl_fuzz::cpc_message::{self as cm, PEERS};
+    use btl_verbs::cpc::{Kind, MessageRepr, QpCard, RejectReason};
+    use btl_verbs::provider::{Gid, Mtu, QpNum};
+    let message = |from: usize, kind: Kind, attempt: u32| {
+        MessageRepr {
+            kind,
+            from: PEERS[from],
+            attempt,
+            incarnation: 7,
+            card: QpCard {
+                qpn: QpNum(0x500 + from as u32),
+                psn: 0x1234,
+                lid: 1,
+                gid: Gid::default(),
+                mtu: Mtu::M4096,
+            },
+        }
+        .emit()
+        .to_vec()
+    };
+    let req = |from| (from, false, message(from, Kind::Request, 1));
+    vec![
+        ("request".into(), cm::input(&[req(0)])),
+        (
+            "request-each".into(),
+            cm::input(&[req(0), req(1), req(2), req(3)]),
+        ),
+        (
+            "request-twice-then-time-out".into(),
+            cm::input(&[
+                req(0),
+                req(0),
+                (1, true, Vec::new()),
+                (1, true, Vec::new()),
+                (1, true, Vec::new()),
+                (1, true, Vec::new()),
+                (1, true, Vec::new()),
+                req(0),
+            ]),
+        ),
+        (
+            "request-then-ready".into(),
+            cm::input(&[req(1), (1, false, message(1, Kind::ReadyToUse, 1))]),
+        ),
+        (
+            "strays".into(),
+            cm::input(&[
+                (2, false, message(2, Kind::Reply, 9)),
+                (2, false, message(2, Kind::ReadyToUse, 9)),
+                (2, false, message(2, Kind::Reject(RejectReason::Closing), 9)),
+                // Sent by one peer, naming another.
+                (3, false, message(0, Kind::Request, 1)),
+            ]),
+        ),
+    ]
+}
+
 fn main() -> std::io::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
-    let targets: [(&str, Seeds); 5] = [
+    let targets: [(&str, Seeds); 6] = [
+        ("cpc_message", cpc_message()),
         ("parse_packet", parse_packet()),
         ("engine_input", engine_input()),
         ("xfer_message", xfer_message()),

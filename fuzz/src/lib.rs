@@ -3,5 +3,6 @@
 //! generator writes means to a target what the generator meant.
 
 pub mod bench_message;
+pub mod cpc_message;
 pub mod engine_input;
 pub mod handshake;

@@ -220,17 +220,20 @@ impl Proc {
     }
 
     fn poll(&mut self) -> Vec<WorkCompletion> {
-        let mut out = [WorkCompletion {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm: None,
-            qp: QpNum(0),
-        }; 16];
+        let mut out = [WorkCompletion::default(); 16];
         let n = self.host.hca.poll_cq(self.host.cq, &mut out).expect("cq");
         out[..n].to_vec()
     }
+}
+
+/// Processes 7.0 (A) and 7.1 (B) on device `soft0`, not connected, and
+/// their side channel.
+fn two() -> (SoftFabric, Channel, Proc, Proc) {
+    let fabric = SoftFabric::with_device("soft0");
+    let ch = channel();
+    let a = Proc::new(&fabric, "soft0", 0, &ch);
+    let b = Proc::new(&fabric, "soft0", 1, &ch);
+    (fabric, ch, a, b)
 }
 
 fn channel() -> Channel {
@@ -272,10 +275,7 @@ fn talk(a: &mut Proc, b: &mut Proc) {
 
 #[test]
 fn three_messages_connect_two_processes() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let mut b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (_fabric, ch, mut a, mut b) = two();
     a.connect(&b);
     assert_eq!(a.host.posted.len(), 1, "receives posted before the REQ");
     assert_eq!(deliver(&ch, &mut [&mut a, &mut b]), 3, "REQ, REP, RTU");
@@ -329,10 +329,7 @@ fn roce_ports_connect_by_gid() {
 
 #[test]
 fn both_connecting_at_once_make_one_connection() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let mut b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (_fabric, ch, mut a, mut b) = two();
     a.connect(&b);
     b.connect(&a);
     let (first_a, first_b) = (a.host.posted[0], b.host.posted[0]);
@@ -349,10 +346,7 @@ fn both_connecting_at_once_make_one_connection() {
 
 #[test]
 fn a_peer_that_connects_again_replaces_the_old_queue_pair() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let mut b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (fabric, ch, mut a, mut b) = two();
     a.connect(&b);
     deliver(&ch, &mut [&mut a, &mut b]);
     let old_b = b.cpc.qp_of(a.me()).expect("connected");
@@ -375,10 +369,7 @@ fn a_peer_that_connects_again_replaces_the_old_queue_pair() {
 
 #[test]
 fn a_restarted_peer_connects_anew() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let mut b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (fabric, ch, mut a, mut b) = two();
     a.connect(&b);
     deliver(&ch, &mut [&mut a, &mut b]);
     let old_a = a.cpc.qp_of(b.me()).expect("connected");
@@ -396,10 +387,7 @@ fn a_restarted_peer_connects_anew() {
 
 #[test]
 fn an_attempt_nobody_answers_fails_as_unreachable() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (_fabric, ch, mut a, b) = two();
     a.connect(&b);
     ch.borrow_mut().clear();
     let deadline = <Oob as Cpc<Host>>::poll_timeout(&a.cpc).expect("a deadline");
@@ -416,10 +404,7 @@ fn an_attempt_nobody_answers_fails_as_unreachable() {
 
 #[test]
 fn a_responder_whose_rtu_never_comes_forgets_quietly() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let a = Proc::new(&fabric, "soft0", 0, &ch);
-    let mut b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (_fabric, _ch, a, mut b) = two();
     let req = MessageRepr {
         kind: Kind::Request,
         from: a.me(),
@@ -443,10 +428,7 @@ fn a_responder_whose_rtu_never_comes_forgets_quietly() {
 
 #[test]
 fn a_lost_rtu_is_made_up_for_by_the_first_message() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let mut b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (_fabric, ch, mut a, mut b) = two();
     a.connect(&b);
     // REQ, then REP; the RTU is lost.
     for _ in 0..2 {
@@ -499,10 +481,7 @@ fn refusals_fail_the_attempt_as_refused() {
 
 #[test]
 fn stray_and_forged_messages_change_nothing() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let mut b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (_fabric, ch, mut a, mut b) = two();
     a.connect(&b);
     let (from, _, req) = ch.borrow_mut().pop_front().expect("the REQ");
     let mut parsed = MessageRepr::parse(&req).expect("a REQ");
@@ -536,10 +515,7 @@ fn stray_and_forged_messages_change_nothing() {
 
 #[test]
 fn finalize_destroys_every_queue_pair() {
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let mut b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (fabric, ch, mut a, mut b) = two();
     let c = Proc::new(&fabric, "soft0", 2, &ch);
     a.connect(&b);
     deliver(&ch, &mut [&mut a, &mut b]);
@@ -597,10 +573,7 @@ fn its_parameters_register_and_set_the_timeout() {
         .set(timeout, "250", btl_core::mca::Source::Code)
         .expect("set");
     <Oob as Cpc<Host>>::init(&mut oob, &params, ProcName::new(7, 0), 1).expect("init");
-    let fabric = SoftFabric::with_device("soft0");
-    let ch = channel();
-    let mut a = Proc::new(&fabric, "soft0", 0, &ch);
-    let b = Proc::new(&fabric, "soft0", 1, &ch);
+    let (_fabric, _ch, mut a, b) = two();
     a.cpc = oob;
     a.connect(&b);
     assert_eq!(

@@ -140,7 +140,9 @@ pub enum WcOpcode {
     RecvRdmaWithImm,
 }
 
-/// One completed work request.
+/// One completed work request. Its `Default` is a blank slot for
+/// [`poll_cq`](super::Provider::poll_cq) to fill, meaning nothing until
+/// it has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
     /// The identifier it was posted with.
@@ -155,4 +157,17 @@ pub struct WorkCompletion {
     pub imm: Option<u32>,
     /// The local queue pair it belonged to.
     pub qp: QpNum,
+}
+
+impl Default for WorkCompletion {
+    fn default() -> Self {
+        WorkCompletion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm: None,
+            qp: QpNum(0),
+        }
+    }
 }

@@ -67,14 +67,7 @@ fn requests_with_too_many_entries_stop_the_post() {
 
 /// Completions of `cq` until `n` have come, or 5 s have passed.
 fn wait(hca: &mut RdmaProvider, cq: Cq, n: usize) -> Vec<WorkCompletion> {
-    let blank = WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm: None,
-        qp: QpNum(0),
-    };
+    let blank = WorkCompletion::default();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut got = Vec::new();
     while got.len() < n && Instant::now() < deadline {

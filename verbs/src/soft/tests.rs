@@ -14,6 +14,9 @@ const TIMEOUT: AckTimeout = AckTimeout(10);
 /// 0.64 ms.
 const RNR: RnrTimer = RnrTimer(12);
 
+/// What one end is told of the other: its port, queue pair and first PSN.
+type Card = (PortAddr, QpNum, u32);
+
 /// One process's end: a context, a domain, one completion queue for both
 /// queues, a queue pair and a 4 KiB region.
 struct End {
@@ -58,7 +61,7 @@ impl End {
     }
 
     /// What a connection manager would send the peer.
-    fn card(&self) -> (PortAddr, QpNum, u32) {
+    fn card(&self) -> Card {
         let port = self.hca.port(1).expect("port 1");
         let gid = (port.link_layer == LinkLayer::Ethernet).then_some(port.gid);
         (
@@ -74,20 +77,23 @@ impl End {
             .expect("init");
     }
 
-    fn rtr(&mut self, peer: (PortAddr, QpNum, u32)) {
-        let mtu = self.hca.port(1).expect("port").active_mtu;
+    fn rtr(&mut self, peer: Card) {
+        self.rtr_with(peer, |_| {});
+    }
+
+    /// `Rtr` towards `peer`, its attributes changed by `edit` first.
+    fn rtr_with(&mut self, peer: Card, edit: impl FnOnce(&mut ToRtr)) {
+        let mut rtr = ToRtr {
+            dest: peer.0,
+            dest_qp: peer.1,
+            rq_psn: peer.2,
+            path_mtu: self.hca.port(1).expect("port").active_mtu,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: RNR,
+        };
+        edit(&mut rtr);
         self.hca
-            .modify_qp(
-                self.qp,
-                &Transition::Rtr(ToRtr {
-                    dest: peer.0,
-                    dest_qp: peer.1,
-                    rq_psn: peer.2,
-                    path_mtu: mtu,
-                    max_dest_rd_atomic: 4,
-                    min_rnr_timer: RNR,
-                }),
-            )
+            .modify_qp(self.qp, &Transition::Rtr(rtr))
             .expect("rtr");
     }
 
@@ -157,14 +163,7 @@ impl End {
     }
 
     fn poll(&mut self) -> Vec<WorkCompletion> {
-        let mut out = [WorkCompletion {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm: None,
-            qp: QpNum(0),
-        }; 32];
+        let mut out = [WorkCompletion::default(); 32];
         let n = self.hca.poll_cq(self.cq, &mut out).expect("cq");
         out[..n].to_vec()
     }
@@ -201,6 +200,34 @@ fn pair() -> (SoftFabric, End, End) {
         Access::REMOTE_WRITE | Access::REMOTE_READ,
     );
     (fabric, a, b)
+}
+
+/// Two ends on `a_dev` and `b_dev` brought up out of step: A is told what
+/// `a_hears` makes of B's card (given A's own too), B what `b_hears` makes
+/// of A's, and B's `Rtr` attributes go through `b_rtr`.
+fn lopsided(
+    fabric: &SoftFabric,
+    (a_dev, b_dev): (&str, &str),
+    access: Access,
+    a_hears: impl FnOnce(Card, Card) -> Card,
+    b_hears: impl FnOnce(Card) -> Card,
+    b_rtr: impl FnOnce(&mut ToRtr),
+) -> (End, End) {
+    let mut a = End::open(fabric, a_dev, 64, access);
+    let mut b = End::open(fabric, b_dev, 64, access);
+    a.init(access);
+    b.init(access);
+    let (ca, cb) = (a.card(), b.card());
+    a.rtr(a_hears(cb, ca));
+    b.rtr_with(b_hears(ca), b_rtr);
+    a.rts(3);
+    b.rts(3);
+    (a, b)
+}
+
+/// What an end hears when nothing is out of step.
+fn told(theirs: Card, _mine: Card) -> Card {
+    theirs
 }
 
 fn statuses(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
@@ -408,31 +435,17 @@ fn unanswered(fabric: &SoftFabric, a: &mut End) -> Vec<(u64, WcStatus)> {
 #[test]
 fn a_responder_out_of_step_never_acknowledges() {
     let fabric = SoftFabric::with_device("soft0");
-    let access = Access::empty();
+    let one = ("soft0", "soft0");
     // The peer expects another PSN.
-    let mut a = End::open(&fabric, "soft0", 64, access);
-    let mut b = End::open(&fabric, "soft0", 64, access);
-    a.init(access);
-    b.init(access);
-    let (ca, cb) = (a.card(), b.card());
-    a.rtr(cb);
-    b.rtr((ca.0, ca.1, ca.2 + 1));
-    a.rts(3);
-    b.rts(3);
+    let psn = |c: Card| (c.0, c.1, c.2 + 1);
+    let (mut a, mut b) = lopsided(&fabric, one, Access::empty(), told, psn, |_| {});
     b.recv(9, &[b.sge(0, 8)]);
     assert_eq!(unanswered(&fabric, &mut a), [(1, WcStatus::RetryExceeded)]);
     assert_eq!(a.state(), QpState::Err);
     assert!(b.poll().is_empty(), "nothing reached the peer");
     // The peer is connected to another queue pair.
-    let mut c = End::open(&fabric, "soft0", 64, access);
-    let mut d = End::open(&fabric, "soft0", 64, access);
-    c.init(access);
-    d.init(access);
-    let (cc, cd) = (c.card(), d.card());
-    c.rtr(cd);
-    d.rtr((cc.0, QpNum(cc.1.0 + 1), cc.2));
-    c.rts(3);
-    d.rts(3);
+    let other = |c: Card| (c.0, QpNum(c.1.0 + 1), c.2);
+    let (mut c, mut d) = lopsided(&fabric, one, Access::empty(), told, other, |_| {});
     d.recv(9, &[d.sge(0, 8)]);
     assert_eq!(unanswered(&fabric, &mut c), [(1, WcStatus::RetryExceeded)]);
 }
@@ -603,27 +616,8 @@ fn every_rdma_access_is_checked_at_the_responder() {
 fn a_read_needs_room_for_reads_at_the_responder() {
     let fabric = SoftFabric::with_device("soft0");
     let all = Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let mut a = End::open(&fabric, "soft0", 64, all);
-    let mut b = End::open(&fabric, "soft0", 64, all);
-    a.init(all);
-    b.init(all);
-    let (ca, cb) = (a.card(), b.card());
-    a.rtr(cb);
-    b.hca
-        .modify_qp(
-            b.qp,
-            &Transition::Rtr(ToRtr {
-                dest: ca.0,
-                dest_qp: ca.1,
-                rq_psn: ca.2,
-                path_mtu: Mtu::M4096,
-                max_dest_rd_atomic: 0,
-                min_rnr_timer: RNR,
-            }),
-        )
-        .expect("rtr");
-    a.rts(3);
-    b.rts(3);
+    let no_reads = |r: &mut ToRtr| r.max_dest_rd_atomic = 0;
+    let (mut a, mut b) = lopsided(&fabric, ("soft0", "soft0"), all, told, |c| c, no_reads);
     let read = SendOp::RdmaRead(b.remote(0));
     refused(&mut a, &mut b, read, WcStatus::RemoteInvalidRequest);
 }
@@ -682,14 +676,7 @@ fn a_completion_queue_too_small_overruns_and_fails_its_queue_pairs() {
     for i in 0..3 {
         a.send(i, SendOp::Send, &[a.sge(0, 8)]);
     }
-    let mut out = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm: None,
-        qp: QpNum(0),
-    }; 8];
+    let mut out = [WorkCompletion::default(); 8];
     assert_eq!(
         a.hca.poll_cq(a.cq, &mut out),
         Err(VerbsError::CqOverrun(a.cq))
@@ -796,14 +783,7 @@ fn a_shared_receive_queue_feeds_every_queue_pair_on_it() {
         a.send(i as u64, SendOp::Send, &[a.sge(0, 4)]);
         assert_eq!(statuses(&a.poll()), [(i as u64, WcStatus::Success)]);
     }
-    let mut out = [WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm: None,
-        qp: QpNum(0),
-    }; 4];
+    let mut out = [WorkCompletion::default(); 4];
     assert_eq!(b.poll_cq(cq, &mut out), Ok(2));
     assert_eq!((out[0].wr_id, out[0].qp), (100, qps[0]));
     assert_eq!((out[1].wr_id, out[1].qp), (101, qps[1]));
@@ -826,15 +806,9 @@ fn roce_peers_are_reached_by_gid_and_infiniband_peers_by_lid() {
     assert_eq!(statuses(&a.poll()), [(1, WcStatus::Success)]);
 
     // A RoCE peer named by a LID alone is never reached.
-    let mut c = End::open(&fabric, "roce0", 64, Access::empty());
-    let mut d = End::open(&fabric, "roce1", 64, Access::empty());
-    c.init(Access::empty());
-    d.init(Access::empty());
-    let (cc, cd) = (c.card(), d.card());
-    c.rtr((PortAddr { lid: 0, gid: None }, cd.1, cd.2));
-    d.rtr(cc);
-    c.rts(3);
-    d.rts(3);
+    let lid_only = |c: Card, _| (PortAddr { lid: 0, gid: None }, c.1, c.2);
+    let roce = ("roce0", "roce1");
+    let (mut c, mut d) = lopsided(&fabric, roce, Access::empty(), lid_only, |c| c, |_| {});
     d.recv(1, &[d.sge(0, 8)]);
     assert_eq!(unanswered(&fabric, &mut c), [(1, WcStatus::RetryExceeded)]);
 
@@ -846,47 +820,21 @@ fn roce_peers_are_reached_by_gid_and_infiniband_peers_by_lid() {
     fabric
         .add_device(DeviceSpec::infiniband("ib1"))
         .expect("a new name");
-    let mut e = End::open(&fabric, "ib0", 64, Access::empty());
-    let mut g = End::open(&fabric, "ib1", 64, Access::empty());
-    e.init(Access::empty());
-    g.init(Access::empty());
-    let (ce, cg) = (e.card(), g.card());
-    assert_ne!(ce.0.lid, cg.0.lid);
-    e.rtr((ce.0, cg.1, cg.2));
-    g.rtr(ce);
-    e.rts(3);
-    g.rts(3);
+    let own_lid = |theirs: Card, mine: Card| {
+        assert_ne!(theirs.0.lid, mine.0.lid);
+        (mine.0, theirs.1, theirs.2)
+    };
+    let ib = ("ib0", "ib1");
+    let (mut e, mut g) = lopsided(&fabric, ib, Access::empty(), own_lid, |c| c, |_| {});
     g.recv(1, &[g.sge(0, 8)]);
     assert_eq!(unanswered(&fabric, &mut e), [(1, WcStatus::RetryExceeded)]);
 }
 
 #[test]
 fn a_larger_path_mtu_than_the_responders_is_never_answered() {
-    let fabric = SoftFabric::new();
-    fabric
-        .add_device(DeviceSpec::infiniband("ib0"))
-        .expect("a new name");
-    let mut a = End::open(&fabric, "ib0", 64, Access::empty());
-    let mut b = End::open(&fabric, "ib0", 64, Access::empty());
-    a.init(Access::empty());
-    b.init(Access::empty());
-    let (ca, cb) = (a.card(), b.card());
-    a.rtr(cb);
-    b.hca
-        .modify_qp(
-            b.qp,
-            &Transition::Rtr(ToRtr {
-                dest: ca.0,
-                dest_qp: ca.1,
-                rq_psn: ca.2,
-                path_mtu: Mtu::M1024,
-                max_dest_rd_atomic: 0,
-                min_rnr_timer: RNR,
-            }),
-        )
-        .expect("rtr");
-    a.rts(3);
-    b.rts(3);
+    let fabric = SoftFabric::with_device("ib0");
+    let small = |r: &mut ToRtr| r.path_mtu = Mtu::M1024;
+    let (mut a, mut b) = lopsided(&fabric, ("ib0", "ib0"), Access::empty(), told, |c| c, small);
     b.recv(1, &[b.sge(0, 8)]);
     assert_eq!(unanswered(&fabric, &mut a), [(1, WcStatus::RetryExceeded)]);
 }

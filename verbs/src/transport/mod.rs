@@ -43,7 +43,7 @@ use btl_core::mca::NotAvailable;
 use btl_core::time::Instant;
 
 use crate::cpc::{Cpc, CpcHost, QpTuning};
-use crate::provider::{Provider, QpNum, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion};
+use crate::provider::{Provider, QpNum, SendOp, SendWr, Sge, VerbsError, WorkCompletion};
 use host::{Held, HostEvent, WrId};
 
 /// How a verbs transport sizes its queue pairs and buffers.
@@ -255,14 +255,7 @@ impl<P: Provider> Transport<P> {
     ) -> bool {
         let mut any = false;
         loop {
-            let mut batch = [WorkCompletion {
-                wr_id: 0,
-                status: WcStatus::Success,
-                opcode: crate::provider::WcOpcode::Send,
-                byte_len: 0,
-                imm: None,
-                qp: QpNum(0),
-            }; POLL_BATCH];
+            let mut batch = [WorkCompletion::default(); POLL_BATCH];
             let n = match self.host.provider.poll_cq(self.host.cq, &mut batch) {
                 Ok(n) => n,
                 Err(_) => {

@@ -96,6 +96,9 @@ struct Proc {
 /// A and B over RC queue pairs of the software HCA.
 pub struct VerbsWorld {
     fabric: SoftFabric,
+    hub: MemoryHub,
+    tuning: QpTuning,
+    seeds: SplitMix64,
     sides: [Proc; 2],
     peers: [EndpointId; 2],
     now: Instant,
@@ -113,10 +116,13 @@ impl VerbsWorld {
         let fabric = SoftFabric::with_device(DEVICE);
         let hub = MemoryHub::new();
         let mut seeds = SplitMix64(0x7E4B_5EED);
-        let mut side = |me: ProcName| Proc {
-            engine: engine_of(me),
-            transport: Some(transport_of(&fabric, &hub, me, seeds.next(), tuning)),
-            paused: false,
+        let mut side = |me: ProcName| {
+            let seed = seeds.next();
+            Proc {
+                engine: engine_of(me, seed, Instant::ZERO),
+                transport: Some(transport_of(&fabric, &hub, me, seed, tuning)),
+                paused: false,
+            }
         };
         let mut sides = [side(A_NAME), side(B_NAME)];
         let peers = [
@@ -125,10 +131,31 @@ impl VerbsWorld {
         ];
         VerbsWorld {
             fabric,
+            hub,
+            tuning,
+            seeds,
             sides,
             peers,
             now: Instant::ZERO,
         }
+    }
+
+    /// Starts `side` again as a new start of the same process, as after a
+    /// crash: the old one dies (its context and side-channel end go), and
+    /// a new engine, with another epoch, and a new transport, with another
+    /// incarnation, take its place and learn of the other side.
+    pub fn restart(&mut self, side: Side) {
+        let me = [A_NAME, B_NAME][side.index()];
+        let other = [B_NAME, A_NAME][side.index()];
+        self.sides[side.index()].transport = None;
+        let seed = self.seeds.next();
+        let mut engine = engine_of(me, seed, self.now);
+        self.peers[side.index()] = super::add_peer(&mut *engine, other);
+        self.sides[side.index()] = Proc {
+            engine,
+            transport: Some(transport_of(&self.fabric, &self.hub, me, seed, self.tuning)),
+            paused: false,
+        };
     }
 
     /// Queue pairs `side` holds.
@@ -227,15 +254,15 @@ impl World for VerbsWorld {
     }
 }
 
-/// An engine of process `me`, one link per peer.
-fn engine_of(me: ProcName) -> Box<VerbsEngine> {
+/// An engine of process `me` in its start `epoch`, made at `now`, one
+/// link per peer.
+fn engine_of(me: ProcName, epoch: u64, now: Instant) -> Box<VerbsEngine> {
     let mut config = super::engine_config(me, KEY, TICK, 100);
     config.links = 1;
     config.peer_timeout = PEER_TIMEOUT;
+    config.epoch = epoch;
     let cfg = super::pools(EAGER, MAX_SEND, FRAGMENTS);
-    let mut e = Box::new(
-        Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("engine pools"),
-    );
+    let mut e = Box::new(Heap::engine(config, Stream, CAPACITIES, cfg, now).expect("engine pools"));
     e.set_name("verbs");
     e
 }

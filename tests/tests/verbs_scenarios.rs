@@ -76,14 +76,13 @@ fn round(
         let data = message(starts[i], logs[i].sent, rng);
         let peer = world.peer(side);
         let btl = world.btl(side);
-        match btl.prepare_src(peer, &data, 0, Order(0), DescFlags::BTL_OWNERSHIP) {
-            Ok(d) => match btl.send(peer, d, Tag(0x81)) {
+        // No credit or fragment now, or the peer is lost: the message is
+        // not sent, and goes at a later round.
+        if let Ok(d) = btl.prepare_src(peer, &data, 0, Order(0), DescFlags::BTL_OWNERSHIP) {
+            match btl.send(peer, d, Tag(0x81)) {
                 Ok(_) => logs[i].sent += 1,
                 Err(e) => btl.free(e.desc).expect("free"),
-            },
-            // No credit or fragment now, or the peer is lost: the message
-            // is not sent.
-            Err(_) => {}
+            }
         }
     }
     world.progress();

@@ -148,11 +148,15 @@ impl fmt::Display for Report {
             writeln!(f, "Components: none in this build")?;
         }
         for c in &self.components {
-            writeln!(
+            write!(
                 f,
                 "MCA {}: {} (v{}, interface v{})",
                 c.framework, c.name, c.version, c.framework_version
             )?;
+            match &c.unavailable {
+                Some(why) => writeln!(f, ": not available: {why}")?,
+                None => writeln!(f)?,
+            }
         }
         if self.params.is_empty() {
             writeln!(f, "No parameters at this level (try --level 9).")?;
@@ -192,12 +196,17 @@ fn components_json<S: Serializer>(components: &[ComponentInfo], s: S) -> Result<
         name: &'a str,
         version: &'a str,
         framework_version: &'a str,
+        available: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        unavailable: Option<&'a str>,
     }
     s.collect_seq(components.iter().map(|c| Json {
         framework: &c.framework,
         name: &c.name,
         version: &c.version,
         framework_version: &c.framework_version,
+        available: c.unavailable.is_none(),
+        unavailable: c.unavailable.as_deref(),
     }))
 }
 

@@ -17,7 +17,7 @@ use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
 use btl_std::bootstrap::{Bootstrap, Card, Contact, SharedDir, StaticPeers};
 use btl_std::config::sources::{apply_environment, apply_file, default_param_file};
 use btl_std::driver::module::{Module, Transport};
-use btl_std::{ParamRegistry, register_all};
+use btl_std::{ComponentInfo, ParamRegistry, register_all};
 use clap::{Parser, Subcommand};
 
 /// btl, a byte transfer layer: inspect and exercise its components.
@@ -352,7 +352,8 @@ fn main() -> ExitCode {
 fn info(args: InfoArgs) -> Result<(), Failure> {
     let mut registry = Box::new(ParamRegistry::new());
     let params: &mut dyn Params = registry.as_mut();
-    let components = register_all(params).map_err(|e| e.to_string())?;
+    let mut components = register_all(params).map_err(|e| e.to_string())?;
+    let verbs = btl_verbs::component::register(params).map_err(|e| e.to_string())?;
 
     let env = |var: &str| std::env::var(var).ok();
     let param_file = args.param_file.or_else(|| default_param_file(env));
@@ -368,6 +369,7 @@ fn info(args: InfoArgs) -> Result<(), Failure> {
         }
     }
     apply_environment(params, env).map_err(|e| Failure::Usage(e.to_string()))?;
+    components.push(verbs_listing(params, &verbs));
 
     let any = |s: String| (s != "all").then_some(s);
     let (framework, component) = match args.param {
@@ -396,6 +398,21 @@ fn info(args: InfoArgs) -> Result<(), Failure> {
         report.to_string()
     };
     Ok(write_stdout(&text)?)
+}
+
+/// The verbs component as `btl info` lists it: whether it can run here
+/// with the parameters' values, and why not.
+fn verbs_listing(params: &dyn Params, ids: &btl_verbs::component::VerbsParams) -> ComponentInfo {
+    use btl_verbs::component;
+    ComponentInfo {
+        framework: BTL_FRAMEWORK.to_owned(),
+        name: component::NAME.to_owned(),
+        version: component::VERSION.to_string(),
+        framework_version: component::FRAMEWORK_VERSION.to_string(),
+        unavailable: component::probe(params, ids)
+            .err()
+            .map(|why| why.reason().to_owned()),
+    }
 }
 
 /// Writes to stdout; a reader that went away (`btl info | head`) is not an

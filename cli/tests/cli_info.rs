@@ -114,3 +114,49 @@ fn a_level_out_of_range_is_refused() {
     let out = btl(&["info", "--level", "10"], &[]);
     assert!(!out.status.success());
 }
+
+/// The verbs component is listed whether or not it can run; where it
+/// cannot (a build without RDMA support, a machine without a device), the
+/// listing says why, and the rest of `btl info` is unchanged.
+#[test]
+fn info_says_why_verbs_cannot_run() {
+    let out = btl(&["info"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("MCA btl: verbs (v0.1.0, interface v1.0.0)"))
+        .unwrap_or_else(|| panic!("verbs is listed: {text}"));
+    if let Some(why) = line.split_once(": not available: ").map(|(_, why)| why) {
+        assert!(!why.trim().is_empty(), "a reason: {line}");
+    }
+    assert!(
+        text.contains("MCA btl: tcp (v0.1.0, interface v1.0.0)\n"),
+        "{text}"
+    );
+
+    let out = btl(&["info", "--json"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let verbs = json["components"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "verbs"))
+        .expect("verbs in the JSON");
+    let available = verbs["available"].as_bool().expect("a boolean");
+    assert_eq!(available, verbs.get("unavailable").is_none(), "{verbs}");
+    let tcp = json["components"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "tcp"))
+        .expect("tcp in the JSON");
+    assert_eq!(tcp["available"], true);
+
+    let out = btl(
+        &["info", "--level", "9"],
+        &[("BTL_VERBS_IB_RNR_RETRY", "3")],
+    );
+    assert!(
+        stdout(&out).contains("parameter \"btl_verbs_ib_rnr_retry\" (current value: \"3\""),
+        "{}",
+        stdout(&out)
+    );
+}

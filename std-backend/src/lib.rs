@@ -69,6 +69,9 @@ pub struct ComponentInfo {
     pub version: String,
     /// The framework interface version it implements.
     pub framework_version: String,
+    /// Why it cannot run here (no device, a build without its support),
+    /// when it cannot.
+    pub unavailable: Option<String>,
 }
 
 impl ComponentInfo {
@@ -79,6 +82,7 @@ impl ComponentInfo {
             name: component.name().to_owned(),
             version: component.version().to_string(),
             framework_version: component.framework_version().to_string(),
+            unavailable: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! test of this crate runs on.
 #![deny(unsafe_code)]
 
+pub mod component;
 pub mod cpc;
 pub mod provider;
 #[cfg(feature = "rdma")]

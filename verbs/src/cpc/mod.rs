@@ -24,7 +24,7 @@ mod message;
 mod oob;
 
 pub use message::{Kind, LEN as MESSAGE_LEN, MessageError, MessageRepr, QpCard, RejectReason};
-pub use oob::{Oob, OobConfig};
+pub use oob::{Oob, OobConfig, TIMEOUT_PARAM as OOB_TIMEOUT_PARAM};
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::ConnectFailure;

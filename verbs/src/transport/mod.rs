@@ -22,8 +22,8 @@
 //!
 //! The engine's credits keep a sender within the receiver's fragments,
 //! as openib's `rd_num`; they come back on every header, and alone in an
-//! acknowledgement after a batch ([`ACK_BATCH`](btl_core::engine)
-//! packets: openib's `rd_win`). A queue pair's receive buffers are reposted
+//! acknowledgement after a batch of 8 packets or grants (openib's
+//! `rd_win`). A queue pair's receive buffers are reposted
 //! as soon as the engine has copied them, so a sender runs out of them
 //! only while the receiver is short of fragments; it then waits on the
 //! RNR timer, without end.

@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::driver::{Io, Nonces};
-use btl_core::engine::{ConnectRequest, Engine, LinkId, Source, Storage, Stream};
+use btl_core::engine::{ConnectFailure, ConnectRequest, Engine, LinkId, Source, Storage, Stream};
 use btl_core::mca::NotAvailable;
 use btl_core::time::Instant;
 
@@ -227,7 +227,8 @@ impl<P: Provider> Transport<P> {
             return;
         }
         let nonce = self.nonces.nonce();
-        let link = match self.pending.remove(&peer) {
+        let req = self.pending.remove(&peer);
+        let link = match req {
             Some(req) => engine.handle_connected(req, nonce, now),
             None => {
                 let source = Source(peer.job << 32 ^ u64::from(peer.rank));
@@ -235,8 +236,13 @@ impl<P: Provider> Transport<P> {
             }
         };
         let Ok(link) = link else {
+            // No link slot: the queue pair goes, and a connection the
+            // engine asked for failed.
             self.cpc.drop_qp(&mut self.host, peer, qp);
             self.host.destroy_qp(qp);
+            if let Some(req) = req {
+                engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
+            }
             return;
         };
         if let Some(q) = self.host.qps.get_mut(&qp) {

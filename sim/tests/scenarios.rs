@@ -24,8 +24,14 @@ use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
 use btl_sim::SimNet;
 use btl_std::bootstrap::{Card, Contact, StaticPeers};
 use btl_std::driver::module::Module;
+use btl_std::driver::net::Net;
 use btl_std::transports::tcp::{Tcp, TcpConfig, TcpSetup};
 use btl_std::transports::udp::{Udp, UdpConfig, UdpSetup};
+use btl_verbs::cpc::{OobConfig, QpTuning};
+use btl_verbs::module::{Verbs, VerbsSetup};
+use btl_verbs::provider::AckTimeout;
+use btl_verbs::soft::{SoftFabric, SoftHca};
+use btl_verbs::transport::VerbsConfig;
 
 /// The job of every scenario's processes.
 const JOB: u64 = 0x5151;
@@ -39,6 +45,9 @@ const PASS: Duration = Duration::from_micros(100);
 enum Component {
     Tcp,
     Udp,
+    /// RC queue pairs of a software HCA all hosts share, their side
+    /// channels over turmoil's UDP.
+    Verbs,
 }
 
 /// Seeds to run: `BTL_SIM_SEED` alone, or `count` seeds from 1, or what
@@ -126,6 +135,7 @@ fn engine() -> EngineConfig {
 enum SimModule {
     Tcp(Module<Tcp<SimNet>>),
     Udp(Module<Udp<SimNet>>),
+    Verbs(Module<Verbs<SoftHca, SimNet>>),
 }
 
 impl SimModule {
@@ -135,6 +145,7 @@ impl SimModule {
         me: ProcName,
         boot: Arc<StaticPeers>,
         engine: EngineConfig,
+        fabric: &SoftFabric,
     ) -> Self {
         match component {
             Component::Tcp => {
@@ -168,6 +179,49 @@ impl SimModule {
                         .expect("a UDP module"),
                 )
             }
+            Component::Verbs => {
+                let mut config = engine;
+                config.me = me;
+                config.job_key = Some((&b"sim"[..]).try_into().expect("a short key"));
+                let setup = VerbsSetup {
+                    config: VerbsConfig {
+                        max_peers: 16,
+                        recv_buffers: 8,
+                        send_buffers: 8,
+                        buffer_size: 16 << 10,
+                        tuning: QpTuning {
+                            // 67 ms, seven times: a dead peer's queue pair
+                            // fails within half a second.
+                            ack_timeout: AckTimeout(14),
+                            ..QpTuning::default()
+                        },
+                        ..VerbsConfig::default()
+                    },
+                    oob: OobConfig {
+                        timeout: Duration::from_millis(500).into(),
+                        max_peers: 16,
+                    },
+                    side: (std::net::SocketAddr::from(([0, 0, 0, 0], PORT + 1)), 24),
+                    lookup_timeout: Duration::ZERO,
+                };
+                let hca = fabric.open("soft0").expect("the soft device");
+                let [a, b, c, d, e, f, g, h, ..] = net.random();
+                let mut nonces = Nonce(u64::from_le_bytes([a, b, c, d, e, f, g, h]));
+                let module = Module::open(
+                    "verbs",
+                    config,
+                    pools(64 << 10),
+                    btl_core::engine::Capacities::SOCKET_MODULE,
+                    Duration::ZERO,
+                    net,
+                    move |net, registry| {
+                        let nonces = Box::new(move || nonces.next());
+                        Verbs::start(me, setup, hca, boot, net, registry, nonces)
+                    },
+                )
+                .expect("a verbs module");
+                SimModule::Verbs(module)
+            }
         }
     }
 
@@ -175,7 +229,27 @@ impl SimModule {
         match self {
             SimModule::Tcp(m) => m,
             SimModule::Udp(m) => m,
+            SimModule::Verbs(m) => m,
         }
+    }
+}
+
+/// A simulated host's handshake nonces: SplitMix64 from a seed the host's
+/// network drew, so that a seed replays exactly.
+#[derive(Debug, Clone, Copy)]
+struct Nonce(u64);
+
+impl Nonce {
+    fn next(&mut self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        for half in out.chunks_mut(8) {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            half.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+        }
+        out
     }
 }
 
@@ -186,6 +260,7 @@ impl Drop for SimModule {
         match self {
             SimModule::Tcp(m) => m.abort_on_drop(),
             SimModule::Udp(m) => m.abort_on_drop(),
+            SimModule::Verbs(m) => m.abort_on_drop(),
         }
     }
 }
@@ -304,14 +379,14 @@ impl Plan {
     /// The largest put.
     fn max_put(&self) -> usize {
         match self.component {
-            Component::Tcp => 4 << 20,
+            Component::Tcp | Component::Verbs => 4 << 20,
             Component::Udp => 512 << 10,
         }
     }
 
     fn max_message(&self) -> usize {
         match self.component {
-            Component::Tcp => 64 << 10,
+            Component::Tcp | Component::Verbs => 64 << 10,
             Component::Udp => 1200,
         }
     }
@@ -366,11 +441,14 @@ fn run(plan: &Plan, seed: u64) -> Run {
         finished: false,
     }));
     let peers: Rc<RefCell<Option<Arc<StaticPeers>>>> = Rc::new(RefCell::new(None));
+    let fabric = SoftFabric::with_device("soft0");
     for rank in 0..plan.hosts {
         let (shared, peers, plan) = (shared.clone(), peers.clone(), plan.clone());
+        let fabric = fabric.clone();
         let starts = Rc::new(std::cell::Cell::new(0u32));
         sim.host(names[rank as usize].as_str(), move || {
             let (shared, peers, plan) = (shared.clone(), peers.clone(), plan.clone());
+            let fabric = fabric.clone();
             let start = starts.get();
             starts.set(start + 1);
             async move {
@@ -380,8 +458,8 @@ fn run(plan: &Plan, seed: u64) -> Run {
                 let mut config = engine();
                 config.peer_timeout = plan.peer_timeout.into();
                 config.keepalive = config.peer_timeout / 4;
-                let mut module =
-                    SimModule::build(plan.component, net, ProcName::new(JOB, rank), boot, config);
+                let me = ProcName::new(JOB, rank);
+                let mut module = SimModule::build(plan.component, net, me, boot, config, &fabric);
                 shared.borrow_mut().seen[rank as usize] = Seen {
                     start,
                     ..Seen::default()
@@ -395,10 +473,10 @@ fn run(plan: &Plan, seed: u64) -> Run {
         .map(|rank| {
             let ip = sim.lookup(names[rank as usize].as_str());
             let mut card = Card::new(ProcName::new(JOB, rank));
-            for name in ["tcp", "udp"] {
+            for (name, port) in [("tcp", PORT), ("udp", PORT), ("verbs", PORT + 1)] {
                 card.contacts.push(Contact {
                     component: name.to_owned(),
-                    addr: std::net::SocketAddr::new(ip, PORT),
+                    addr: std::net::SocketAddr::new(ip, port),
                     prefix: 24,
                 });
             }
@@ -502,10 +580,12 @@ async fn hostile(component: Component, victims: Vec<std::net::SocketAddr>) -> tu
     tokio::time::sleep(Duration::from_millis(1)).await;
     let socket = match component {
         Component::Udp => Some(turmoil::net::UdpSocket::bind("0.0.0.0:9000").await?),
-        Component::Tcp => None,
+        // Verbs' side channel has a fuzz target of its own (`cpc_message`).
+        Component::Tcp | Component::Verbs => None,
     };
     for (k, &at) in victims.iter().enumerate() {
         match component {
+            Component::Verbs => {}
             Component::Tcp => {
                 for bytes in [&garbage, &keyless] {
                     if let Ok(mut s) = turmoil::net::TcpStream::connect(at).await {
@@ -977,6 +1057,14 @@ fn all_to_all_over_udp_with_loss_duplication_and_reordering() {
 }
 
 #[test]
+fn all_to_all_over_verbs() {
+    for_seeds(3, |seed| {
+        let plan = Plan::new(Component::Verbs, 3 + (seed % 3) as u32, 30);
+        check(&plan, seed, &run(&plan, seed).seen, none);
+    });
+}
+
+#[test]
 fn a_partition_shorter_than_the_peer_timeout_costs_nothing() {
     for component in [Component::Tcp, Component::Udp] {
         for_seeds(3, |seed| {
@@ -1022,7 +1110,7 @@ fn a_partition_longer_than_the_peer_timeout_loses_exactly_that_pair() {
 
 #[test]
 fn a_stalled_receiver_holds_its_senders_back_without_loss() {
-    for component in [Component::Tcp, Component::Udp] {
+    for component in [Component::Tcp, Component::Udp, Component::Verbs] {
         for_seeds(3, |seed| {
             let mut plan = Plan::new(component, 3, 60);
             let for_ = Duration::from_millis(800);
@@ -1035,7 +1123,7 @@ fn a_stalled_receiver_holds_its_senders_back_without_loss() {
 
 #[test]
 fn a_bounced_host_rejoins_under_its_name() {
-    for component in [Component::Tcp, Component::Udp] {
+    for component in [Component::Tcp, Component::Udp, Component::Verbs] {
         for_seeds(3, |seed| {
             let mut plan = Plan::new(component, 3, 40);
             // Down for less than the peer timeout: its peers learn of the

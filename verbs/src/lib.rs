@@ -11,6 +11,7 @@
 
 pub mod component;
 pub mod cpc;
+pub mod module;
 pub mod provider;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]

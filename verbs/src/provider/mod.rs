@@ -110,4 +110,11 @@ pub trait Provider {
     /// Takes up to `out.len()` completions from `cq`, oldest first; how
     /// many. An overrun queue answers [`VerbsError::CqOverrun`].
     fn poll_cq(&mut self, cq: Cq, out: &mut [WorkCompletion]) -> Result<usize, VerbsError>;
+
+    /// Tells a provider whose timers run on its caller's clock (the
+    /// software HCA's RNR and ACK timers) what time it is. A real HCA keeps
+    /// its own time and ignores it.
+    fn set_time(&mut self, now: btl_core::time::Instant) {
+        let _ = now;
+    }
 }

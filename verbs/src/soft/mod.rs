@@ -686,6 +686,10 @@ impl Provider for SoftHca {
         })
     }
 
+    fn set_time(&mut self, now: Instant) {
+        self.fabric.set_now(now);
+    }
+
     fn poll_cq(&mut self, cq: Cq, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
         self.on_device(|f, dev, ctx| {
             let d = &mut f.devices[dev];

@@ -29,9 +29,11 @@
 //! RNR timer, without end.
 
 mod channel;
+mod datagram;
 mod host;
 
 pub use channel::{HUB_QUEUE, MemoryChannel, MemoryHub, SideChannel};
+pub use datagram::{AddressBook, DatagramChannel, ENVELOPE, MAX_MESSAGE};
 pub use host::Host;
 
 use std::collections::BTreeMap;
@@ -82,8 +84,8 @@ const POLL_BATCH: usize = 32;
 /// An engine's links over queue pairs of one port of one device.
 pub struct Transport<P: Provider> {
     host: Host<P>,
-    cpc: Box<dyn Cpc<Host<P>> + Send>,
-    nonces: Box<dyn Nonces + Send>,
+    cpc: Box<dyn Cpc<Host<P>>>,
+    nonces: Box<dyn Nonces>,
     /// Connections the engine asked for, by peer.
     pending: BTreeMap<ProcName, ConnectRequest>,
     links: BTreeMap<LinkId, QpNum>,
@@ -97,9 +99,9 @@ impl<P: Provider> Transport<P> {
     pub fn new(
         provider: P,
         config: VerbsConfig,
-        cpc: Box<dyn Cpc<Host<P>> + Send>,
-        channel: Box<dyn SideChannel + Send>,
-        mut nonces: Box<dyn Nonces + Send>,
+        cpc: Box<dyn Cpc<Host<P>>>,
+        channel: Box<dyn SideChannel>,
+        mut nonces: Box<dyn Nonces>,
     ) -> Result<Self, VerbsError> {
         if config.buffer_size == 0 || config.recv_buffers == 0 || config.send_buffers == 0 {
             return Err(VerbsError::Invalid(
@@ -164,6 +166,22 @@ impl<P: Provider> Transport<P> {
         engine: &mut Engine<S, Stream, W>,
         now: Instant,
     ) -> bool {
+        let moved = self.poll(engine, now);
+        engine.serve(self, now, true);
+        self.apply_events(engine, now);
+        moved
+    }
+
+    /// The input half of [`progress`](Self::progress), for a driver that
+    /// runs the engine's loop itself: side-channel messages to the CPC, its
+    /// timers, the completions, and received bytes the engine could not
+    /// take before. Whether anything moved.
+    pub fn poll<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        now: Instant,
+    ) -> bool {
+        self.host.provider.set_time(now);
         let mut moved = false;
         while let Some((from, message)) = self.host.channel.recv() {
             self.cpc.handle_message(&mut self.host, from, &message, now);
@@ -175,8 +193,6 @@ impl<P: Provider> Transport<P> {
         self.apply_events(engine, now);
         moved |= self.poll_completions(engine, now);
         moved |= self.feed_all(engine, now);
-        engine.serve(self, now, true);
-        self.apply_events(engine, now);
         moved
     }
 

@@ -1,0 +1,193 @@
+//! Two verbs modules in one process, as `btl-std` runs them: each a
+//! context on one soft device, their side channels UDP sockets on the
+//! loopback found through a shared-directory bootstrap, their engines'
+//! bytes in SENDs through RC queue pairs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
+use btl_core::desc::{DescFlags, Order};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::engine::config::EngineConfig;
+use btl_core::engine::{Capacities, HEADER_RESERVE};
+use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
+use btl_std::bootstrap::{Bootstrap, SharedDir};
+use btl_std::driver::module::Module;
+use btl_std::driver::net::{Net, Os};
+use btl_verbs::cpc::OobConfig;
+use btl_verbs::module::{Verbs, VerbsSetup};
+use btl_verbs::soft::{SoftFabric, SoftHca};
+use btl_verbs::transport::VerbsConfig;
+
+type VerbsModule = Module<Verbs<SoftHca, Os>>;
+
+const JOB: u64 = 0x7E4C;
+
+fn pools() -> FragmentPoolsConfig {
+    let class = |payload: usize| FragmentPoolConfig {
+        fragment_size: payload + HEADER_RESERVE,
+        num: 32,
+        max: 32,
+        inc: 8,
+    };
+    FragmentPoolsConfig {
+        small: class(256),
+        eager: class(4096),
+        max: class(64 << 10),
+    }
+}
+
+fn open(fabric: &SoftFabric, bootstrap: &Arc<dyn Bootstrap>, rank: u32) -> VerbsModule {
+    let me = ProcName::new(JOB, rank);
+    let setup = VerbsSetup {
+        config: VerbsConfig {
+            max_peers: 4,
+            recv_buffers: 8,
+            send_buffers: 8,
+            buffer_size: 8 << 10,
+            ..VerbsConfig::default()
+        },
+        oob: OobConfig::default(),
+        side: ("127.0.0.1:0".parse().expect("an address"), 8),
+        lookup_timeout: Duration::from_secs(5),
+    };
+    let hca = fabric.open("soft0").expect("the soft device");
+    let bootstrap = bootstrap.clone();
+    Module::open(
+        "verbs",
+        EngineConfig::new(me),
+        pools(),
+        Capacities {
+            peers: 4,
+            links: 8,
+            ..Capacities::SOCKET_MODULE
+        },
+        Duration::from_millis(1),
+        Os,
+        move |net, registry| {
+            let nonces = Box::new(|| Os.random());
+            Verbs::start(me, setup, hca, bootstrap, net, registry, nonces)
+        },
+    )
+    .expect("a verbs module")
+}
+
+/// Progresses both until `done` says so, at most 20 s.
+fn until(
+    a: &mut VerbsModule,
+    b: &mut VerbsModule,
+    mut done: impl FnMut(&mut VerbsModule, &mut VerbsModule) -> bool,
+) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        a.progress();
+        b.progress();
+        if done(a, b) {
+            return;
+        }
+    }
+    panic!("not done within 20 s");
+}
+
+fn received(m: &mut VerbsModule, got: &mut Vec<Vec<u8>>) {
+    while let Some(ev) = m.poll_event() {
+        match ev {
+            Event::Received(r) => got.push(r.data.to_vec()),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn two_modules_talk_over_rc_queue_pairs() {
+    let dir = std::env::temp_dir().join(format!("btl-verbs-module-{}", std::process::id()));
+    let bootstrap: Arc<dyn Bootstrap> = Arc::new(SharedDir::new(&dir));
+    let fabric = SoftFabric::with_device("soft0");
+    let mut a = open(&fabric, &bootstrap, 0);
+    let mut b = open(&fabric, &bootstrap, 1);
+    let to_b: EndpointId = a
+        .reach(ProcName::new(JOB, 1), Duration::from_secs(5))
+        .expect("B");
+    let to_a: EndpointId = b
+        .reach(ProcName::new(JOB, 0), Duration::from_secs(5))
+        .expect("A");
+
+    // Messages of every class both ways, each once and in order.
+    let sizes = [1usize, 200, 4000, 30_000, 60_000];
+    for (i, &len) in sizes.iter().enumerate() {
+        let data = vec![i as u8; len];
+        let d = a
+            .prepare_src(to_b, &data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
+            .expect("descriptor");
+        let _ = a.send(to_b, d, Tag(0x81)).expect("send");
+    }
+    let mut got = Vec::new();
+    until(&mut a, &mut b, |_, b| {
+        received(b, &mut got);
+        got.len() == sizes.len()
+    });
+    for (i, (m, &len)) in got.iter().zip(&sizes).enumerate() {
+        assert_eq!(
+            (m.len(), m.iter().all(|&x| x == i as u8)),
+            (len, true),
+            "message {i}"
+        );
+    }
+    b.sendi(to_a, &[], b"pong", Tag(0x82), Order(0), DescFlags::empty())
+        .expect("sendi");
+    let mut back = Vec::new();
+    until(&mut a, &mut b, |a, _| {
+        received(a, &mut back);
+        !back.is_empty()
+    });
+    assert_eq!(back, [b"pong".to_vec()]);
+    assert_eq!(
+        a.transport().links().queue_pairs(),
+        1,
+        "one queue pair each way"
+    );
+
+    // A put of 300,000 bytes from A into B's registered memory.
+    let src: Vec<u8> = (0..300_000).map(|i| (i % 251) as u8).collect();
+    let hs = a.register_mem(src, Access::empty()).expect("src");
+    let hd = b
+        .register_mem(vec![0; 300_000], Access::REMOTE_WRITE)
+        .expect("dst");
+    let len = 300_000;
+    a.put(
+        to_b,
+        MemSlice {
+            handle: hs,
+            offset: 0,
+            len,
+        },
+        RemoteSlice {
+            key: hd.remote_key(),
+            offset: 0,
+            len,
+        },
+        9,
+    )
+    .expect("put");
+    let mut done = None;
+    until(&mut a, &mut b, |a, _| {
+        while let Some(ev) = a.poll_event() {
+            if let Event::PutComplete { result, ctx: 9, .. } = ev {
+                done = Some(result);
+            }
+        }
+        done.is_some()
+    });
+    assert_eq!(done, Some(Ok(())));
+    let region = b.region(hd).expect("dst");
+    assert!(
+        region
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == (i % 251) as u8)
+    );
+    a.finalize();
+    b.finalize();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -206,7 +206,9 @@ impl SimModule {
                 };
                 let hca = fabric.open("soft0").expect("the soft device");
                 let [a, b, c, d, e, f, g, h, ..] = net.random();
-                let mut nonces = Nonce(u64::from_le_bytes([a, b, c, d, e, f, g, h]));
+                // The host's nonces from a seed its network drew, so that a
+                // seed replays exactly.
+                let mut nonces = Random(u64::from_le_bytes([a, b, c, d, e, f, g, h]));
                 let module = Module::open(
                     "verbs",
                     config,
@@ -215,7 +217,12 @@ impl SimModule {
                     Duration::ZERO,
                     net,
                     move |net, registry| {
-                        let nonces = Box::new(move || nonces.next());
+                        let nonces = Box::new(move || {
+                            let mut n = [0u8; 16];
+                            n[..8].copy_from_slice(&nonces.next().to_le_bytes());
+                            n[8..].copy_from_slice(&nonces.next().to_le_bytes());
+                            n
+                        });
                         Verbs::start(me, setup, hca, boot, net, registry, nonces)
                     },
                 )
@@ -231,25 +238,6 @@ impl SimModule {
             SimModule::Udp(m) => m,
             SimModule::Verbs(m) => m,
         }
-    }
-}
-
-/// A simulated host's handshake nonces: SplitMix64 from a seed the host's
-/// network drew, so that a seed replays exactly.
-#[derive(Debug, Clone, Copy)]
-struct Nonce(u64);
-
-impl Nonce {
-    fn next(&mut self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        for half in out.chunks_mut(8) {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            half.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-        }
-        out
     }
 }
 

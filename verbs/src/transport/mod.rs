@@ -41,7 +41,6 @@ use std::collections::BTreeMap;
 use btl_core::endpoint::ProcName;
 use btl_core::engine::driver::{Io, Nonces};
 use btl_core::engine::{ConnectFailure, ConnectRequest, Engine, LinkId, Source, Storage, Stream};
-use btl_core::mca::NotAvailable;
 use btl_core::time::Instant;
 
 use crate::cpc::{Cpc, CpcHost, QpTuning};
@@ -89,7 +88,10 @@ pub struct Transport<P: Provider> {
     /// Connections the engine asked for, by peer.
     pending: BTreeMap<ProcName, ConnectRequest>,
     links: BTreeMap<LinkId, QpNum>,
+    /// Room for [`feed_all`](Self::feed_all) and `write`, kept from pass
+    /// to pass so that a pass allocates nothing.
     scratch: Vec<QpNum>,
+    scratch_links: Vec<LinkId>,
 }
 
 impl<P: Provider> Transport<P> {
@@ -116,26 +118,8 @@ impl<P: Provider> Transport<P> {
             pending: BTreeMap::new(),
             links: BTreeMap::new(),
             scratch: Vec::new(),
+            scratch_links: Vec::new(),
         })
-    }
-
-    /// Whether the transport can run on port `port` of `provider`'s
-    /// device: why not if it cannot (the port is down, no CPC serves it).
-    pub fn check_port(provider: &P, port: u8) -> Result<(), NotAvailable> {
-        let attr = provider
-            .port(port)
-            .map_err(|e| NotAvailable::from_args(format_args!("port {port}: {e}")))?;
-        if attr.state != crate::provider::PortState::Active {
-            return Err(NotAvailable::from_args(format_args!(
-                "port {port} is not active"
-            )));
-        }
-        Ok(())
-    }
-
-    /// The provider, for what the transport does not do itself.
-    pub fn provider(&self) -> &P {
-        &self.host.provider
     }
 
     /// The completion queue, which a test may overrun.
@@ -151,11 +135,6 @@ impl<P: Provider> Transport<P> {
     /// Queue pairs held (connected or being connected).
     pub fn queue_pairs(&self) -> usize {
         self.host.qps.len()
-    }
-
-    /// The queue pair carrying `link`, if any.
-    pub fn qp_of(&self, link: LinkId) -> Option<QpNum> {
-        self.links.get(&link).copied()
     }
 
     /// One pass at `now`: side-channel messages to the CPC, its timers,
@@ -336,9 +315,11 @@ impl<P: Provider> Transport<P> {
             self.apply_events(engine, now);
         }
         if let Some(q) = self.host.qps.get_mut(&wc.qp) {
+            // A receive brings at most its buffer, whatever the device says.
+            let len = (wc.byte_len as usize).min(self.host.config.buffer_size);
             q.held.push_back(Held {
                 index: id.index,
-                len: wc.byte_len as usize,
+                len,
                 taken: 0,
             });
         }
@@ -555,10 +536,15 @@ impl<P: Provider, S: Storage, const W: usize> Io<Engine<S, Stream, W>> for Trans
     }
 
     fn write(&mut self, engine: &mut Engine<S, Stream, W>, now: Instant) {
-        let links: Vec<LinkId> = self.links.keys().copied().collect();
-        for link in links {
+        // Links may close while they are written: their list is taken
+        // first, into room kept from pass to pass.
+        let mut links = std::mem::take(&mut self.scratch_links);
+        links.clear();
+        links.extend(self.links.keys().copied());
+        for &link in &links {
             self.write_link(engine, link, now);
         }
+        self.scratch_links = links;
     }
 
     fn close(&mut self, engine: &mut Engine<S, Stream, W>, link: LinkId, now: Instant) {

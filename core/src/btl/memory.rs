@@ -14,6 +14,8 @@ use core::borrow::BorrowMut;
 use core::fmt;
 use core::marker::PhantomData;
 
+use crate::wire::{DeviceKey, KeyRegion};
+
 bitflags! {
     /// What peers may do with a registered region.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,6 +168,9 @@ pub struct RegSlot<M> {
     region: Option<M>,
     access: Access,
     generation: u32,
+    /// How a device that moves bytes itself reaches the region, once the
+    /// driver has registered it there.
+    device: Option<DeviceKey>,
 }
 
 impl<M> RegSlot<M> {
@@ -174,6 +179,7 @@ impl<M> RegSlot<M> {
         region: None,
         access: Access::empty(),
         generation: 0,
+        device: None,
     };
 }
 
@@ -272,6 +278,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>, C: BorrowMut<[RegSlot<M>]>> Registrations<M, 
         slot.generation = slot.generation.wrapping_add(1).max(1);
         slot.region = Some(region);
         slot.access = access;
+        slot.device = None;
         Ok(MemHandle {
             index: index as u16,
             generation: slot.generation,
@@ -295,7 +302,37 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>, C: BorrowMut<[RegSlot<M>]>> Registrations<M, 
     pub fn deregister(&mut self, handle: MemHandle) -> Result<M, MemError> {
         let slot = self.slot_mut(handle)?;
         slot.access = Access::empty();
+        slot.device = None;
         slot.region.take().ok_or(MemError::UnknownRegion)
+    }
+
+    /// Records how the driver's device reaches registration `handle`
+    /// (`None`: it does not), for the peers that ask
+    /// ([`describe`](Self::describe)) and for this side's transfers.
+    pub fn set_device(
+        &mut self,
+        handle: MemHandle,
+        device: Option<DeviceKey>,
+    ) -> Result<(), MemError> {
+        self.slot_mut(handle)?.device = device;
+        Ok(())
+    }
+
+    /// How the driver's device reaches registration `handle`, if it does.
+    pub fn device(&self, handle: MemHandle) -> Option<DeviceKey> {
+        self.slot(handle).ok()?.device
+    }
+
+    /// What `key` names, as a peer that asks is told (KEY_INFO): the
+    /// region's length, access and device key; `UnknownRegion` for a key
+    /// that is not current.
+    pub fn describe(&self, key: RemoteKey) -> Result<KeyRegion, MemError> {
+        let slot = self.slot(key.handle().ok_or(MemError::UnknownRegion)?)?;
+        Ok(KeyRegion {
+            len: slot.region.as_ref().map_or(0, |r| r.as_ref().len()) as u64,
+            access: slot.access.bits(),
+            device: slot.device,
+        })
     }
 
     /// The whole region of a local handle.
@@ -432,6 +469,17 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>, C: BorrowMut<[RegSlot<M>]>> Registrations<M, 
             .filter(|s| s.region.is_some() && s.generation == h.generation)
             .ok_or(MemError::UnknownRegion)
     }
+}
+
+/// The checks of a peer's registration for `s` with access `need`, made
+/// against what the peer said of it ([`Registrations::describe`]) in the
+/// order the peer makes them: access, then range.
+pub fn check_described(region: &KeyRegion, s: RemoteSlice, need: Access) -> Result<(), MemError> {
+    if !Access::from_bits_truncate(region.access).contains(need) {
+        return Err(MemError::AccessDenied);
+    }
+    let size = usize::try_from(region.len).unwrap_or(usize::MAX);
+    range(size, s.offset, s.len).map(|_| ())
 }
 
 fn check_access<M>(slot: &RegSlot<M>, need: Access) -> Result<(), MemError> {

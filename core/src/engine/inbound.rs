@@ -7,7 +7,7 @@ use crate::endpoint::EndpointId;
 use crate::time::Instant;
 use crate::wire::{
     self, AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HeaderRepr, HelloAckRepr, HelloRepr,
-    Limits, NotifyRepr, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
+    KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 use super::framing::{Datagram, Framing, Stream};
@@ -284,6 +284,14 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             PacketType::Done => control(ControlIn::Done {
                 seq: header.seq,
                 done: DoneRepr::parse(chunk(fixed)?),
+            }),
+            PacketType::Key => control(ControlIn::Key {
+                seq: header.seq,
+                key: KeyRepr::parse(chunk(fixed)?),
+            }),
+            PacketType::KeyInfo => control(ControlIn::KeyInfo {
+                seq: header.seq,
+                info: KeyInfoRepr::parse(chunk(fixed)?).map_err(bad)?,
             }),
             // Its event's place is kept now; none free: the frame waits in
             // the stream (a datagram is dropped and comes again).

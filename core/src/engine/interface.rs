@@ -16,6 +16,7 @@ use super::events::Pending;
 use super::framing::Framing;
 use super::ops::{Op, OpKind};
 use super::packet::HEADER_RESERVE;
+use super::rdma::Route;
 use super::storage::Storage;
 use super::{Engine, MAX_PEER_LINKS};
 
@@ -327,21 +328,20 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         let p = self.check_endpoint(endpoint)?;
         let (op, under_way) = self.start_op(OpKind::Get, p, local, remote, ctx, None)?;
         if !under_way {
-            // Ended at once (empty, or refused): nothing to ask the peer.
+            // Ended at once (empty, or refused), or going by the device:
+            // nothing to ask the peer.
             return Ok(op);
         }
         let me = self.shared.config.me;
-        let get = GetRepr {
-            xfer_id: op.0,
-            src_handle: remote.key.0,
-            src_offset: remote.offset,
-            len: remote.len,
-            target_job: me.job,
-            target_rank: me.rank,
-            dst_handle: 0,
-            dst_offset: 0,
-        };
-        self.queue_get(p, op, get)?;
+        let get = self
+            .shared
+            .ops
+            .find(OpKind::Get, p, op.0)
+            .and_then(|i| self.shared.ops.get(i))
+            .map(|o| o.get_request(me));
+        if let Some(get) = get {
+            self.queue_get(p, op, get)?;
+        }
         Ok(op)
     }
 
@@ -451,7 +451,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
 
     /// Checks a put's or get's ranges and starts it, a put with the value
     /// `notice` for its target's event if it has one; its id, and whether
-    /// it is still under way (not ended at once, empty or refused).
+    /// a get is to ask the peer with a GET (it did not end at once, empty
+    /// or refused, and does not go by the driver's device).
     fn start_op(
         &mut self,
         kind: OpKind,
@@ -486,8 +487,20 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             );
             return Ok((OpId(id), false));
         }
+        let mut packets = true;
+        if self.shared.regs.device(local.handle).is_some()
+            && local.len > 0
+            && let Some(peer) = self.peers.get_mut(p)
+            && let Some(op) = self.shared.ops.get(i).copied()
+        {
+            let route = peer.lookup_key(&op);
+            if route != Route::Packets {
+                packets = false;
+                peer.take_route(i, op, route, &mut self.shared);
+            }
+        }
         self.flush_peer(p);
-        Ok((OpId(id), true))
+        Ok((OpId(id), packets))
     }
 
     /// A free slot for an operation of this side's, which ends with an

@@ -13,8 +13,8 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HelloAckRepr, HelloRepr, Limits,
-    NotifyRepr, PutRepr, RejectRepr,
+    AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HelloAckRepr, HelloRepr, KeyInfoRepr,
+    KeyRepr, Limits, NotifyRepr, PutRepr, RejectRepr,
 };
 
 use super::config::EngineConfig;
@@ -132,6 +132,20 @@ pub enum ControlIn {
         seq: u64,
         /// The notice.
         notify: NotifyRepr,
+    },
+    /// The peer asks what one of this side's keys names.
+    Key {
+        /// Its sequence number.
+        seq: u64,
+        /// The question.
+        key: KeyRepr,
+    },
+    /// The peer says what one of its keys names.
+    KeyInfo {
+        /// Its sequence number.
+        seq: u64,
+        /// The answer.
+        info: KeyInfoRepr,
     },
 }
 

@@ -39,12 +39,14 @@ pub mod framing;
 pub mod handshake;
 mod inbound;
 mod interface;
+mod keys;
 pub mod link;
 pub mod mover;
 mod ops;
 mod outbox;
 mod packet;
 pub mod peer;
+pub mod rdma;
 pub mod rtt;
 mod shared;
 pub mod storage;
@@ -60,6 +62,7 @@ pub use framing::{Datagram, Framing, Stream};
 pub use ops::OpSlot;
 pub use packet::{HEADER_RESERVE, MAX_SEGMENTS, Segments};
 pub use peer::MAX_PEER_LINKS;
+pub use rdma::{KeyRefused, Rdma, RdmaKind, RdmaToken};
 pub use storage::{Lent, Storage};
 pub use tables::{Capacities, Inline, Tables};
 
@@ -475,6 +478,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         };
         let (peer, index) = (l.peer(), l.index());
         self.release_dropped(peer, l.closed());
+        self.shared.ops.unpost(link, &mut self.shared.events);
         if let Some(p) = peer
             && let Some(peer) = self.peers.get_mut(p)
             && peer.forget_link(link).is_some()

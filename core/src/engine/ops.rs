@@ -14,13 +14,14 @@
 
 use core::borrow::BorrowMut;
 
+use super::LinkId;
 use super::events::{EventSlot, Events, Pending};
 use super::packet::Answer;
 use crate::btl::{
     Access, BtlError, Completion, MemSlice, OpId, RejectCode, RemoteKey, RemoteSlice,
 };
 use crate::endpoint::{EndpointId, ProcName};
-use crate::wire::{DoneRepr, GetRepr, NotifyRepr, PutRepr, RejectRepr};
+use crate::wire::{DeviceKey, DoneRepr, GetRepr, NotifyRepr, PutRepr, RejectRepr};
 
 /// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
 pub(crate) const GET_REPLY: u64 = 1 << 63;
@@ -54,6 +55,26 @@ pub enum OpKind {
     Serve,
 }
 
+/// How an operation's bytes move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// In PUT packets: this side's (a put, a served get) or the peer's (a
+    /// get).
+    Packets,
+    /// By the driver's device, once the peer has said what its key names
+    /// ([`keys`](super::keys)).
+    Key,
+    /// By the driver's device, into or out of the peer's region `remote`;
+    /// handed to the driver for `posted`, its link, once it has been
+    /// ([`Engine::poll_rdma`](super::Engine::poll_rdma)).
+    Device {
+        /// How the peer's device reaches the region.
+        remote: DeviceKey,
+        /// The link the driver carries it on, while it does.
+        posted: Option<LinkId>,
+    },
+}
+
 /// One operation.
 #[derive(Debug, Clone, Copy)]
 pub struct Op {
@@ -85,6 +106,12 @@ pub struct Op {
     pub next_index: u32,
     /// A put's notice to its target, if it asked for one.
     pub notice: Option<Notice>,
+    /// How its bytes move.
+    pub path: Path,
+    /// Why it fails once the driver gives it back: its peer was lost
+    /// while the device had it, and its memory is the device's until the
+    /// device is done with it.
+    pub failed: Option<BtlError>,
 }
 
 /// A put's notice to its target ([`Btl::put_notify`]): its value, and how
@@ -152,6 +179,8 @@ impl Op {
             count: u32::try_from(len.div_ceil(chunk.max(1)).max(1)).unwrap_or(u32::MAX),
             next_index: 0,
             notice: None,
+            path: Path::Packets,
+            failed: None,
         }
     }
 
@@ -167,9 +196,24 @@ impl Op {
         }
     }
 
+    /// The GET that asks the peer for a get's data, for this process `me`.
+    pub fn get_request(&self, me: ProcName) -> GetRepr {
+        GetRepr {
+            xfer_id: self.id,
+            src_handle: self.remote.key.0,
+            src_offset: self.remote.offset,
+            len: self.remote.len,
+            target_job: me.job,
+            target_rank: me.rank,
+            dst_handle: 0,
+            dst_offset: 0,
+        }
+    }
+
     /// Whether it still has data, or its notice, to hand to packets.
     fn is_sending(&self) -> bool {
         matches!(self.kind, OpKind::Put | OpKind::Serve)
+            && self.path == Path::Packets
             && (self.queued < self.len || self.notice.is_some_and(|n| !n.sent))
     }
 
@@ -440,6 +484,71 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
         }
     }
 
+    /// Changes the operation in slot `i` with `change`, if it is still
+    /// transfer `id` of `peer`; `None` if it is not.
+    pub fn update<R>(
+        &mut self,
+        i: usize,
+        peer: EndpointId,
+        id: u64,
+        change: impl FnOnce(&mut Op) -> R,
+    ) -> Option<R> {
+        let op = self.op_of(i, peer, id)?;
+        let was = op.is_sending();
+        let out = change(op);
+        let now = op.is_sending();
+        self.sending = self.sending + usize::from(now) - usize::from(was);
+        Some(out)
+    }
+
+    /// Hands the next operation to `peer` that its device is to carry out
+    /// to the driver, for `link`.
+    pub fn next_device(&mut self, peer: EndpointId, link: LinkId) -> Option<(usize, Op)> {
+        let slots: &mut [OpSlot] = self.slots.borrow_mut();
+        slots
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, s)| match &mut s.0 {
+                Slot::Op(op) if op.peer == peer => match &mut op.path {
+                    Path::Device { posted, .. } if posted.is_none() => {
+                        *posted = Some(link);
+                        Some((i, *op))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+    }
+
+    /// `link` is gone, and the device is done with what it carried: those
+    /// operations are handed out again, or end if their peer was lost
+    /// meanwhile.
+    pub fn unpost<E: BorrowMut<[EventSlot]>>(&mut self, link: LinkId, events: &mut Events<E>) {
+        for i in 0..self.capacity() {
+            let Some(op) = self.get(i) else { continue };
+            let Path::Device { remote, posted } = op.path else {
+                continue;
+            };
+            if posted != Some(link) {
+                continue;
+            }
+            match op.failed {
+                Some(error) => {
+                    self.finish(i, Err(error), events);
+                }
+                None => {
+                    let (peer, id) = (op.peer, op.id);
+                    self.update(i, peer, id, |op| {
+                        op.path = Path::Device {
+                            remote,
+                            posted: None,
+                        }
+                    });
+                }
+            }
+        }
+    }
+
     /// The notice of the put in slot `i` was acknowledged (or failed), if
     /// it is still transfer `id` of `peer`; how the put ended, if it did.
     pub fn notice_taken<E: BorrowMut<[EventSlot]>>(
@@ -548,9 +657,24 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
         events: &mut Events<E>,
     ) {
         for i in 0..self.capacity() {
-            if self.get(i).is_some_and(|o| o.peer == peer) {
-                self.finish(i, Err(error), events);
+            let Some(op) = self.get(i).filter(|o| o.peer == peer) else {
+                continue;
+            };
+            let with_device = matches!(
+                op.path,
+                Path::Device {
+                    posted: Some(_),
+                    ..
+                }
+            );
+            if with_device && error != BtlError::Finalized {
+                // Its memory is the device's until the device gives it
+                // back: it ends then.
+                let id = op.id;
+                self.update(i, peer, id, |op| op.failed = Some(error));
+                continue;
             }
+            self.finish(i, Err(error), events);
         }
     }
 
@@ -593,6 +717,7 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
 mod tests {
     use super::*;
     use crate::btl::MemHandle;
+    use crate::engine::testkit::link;
 
     const P: EndpointId = EndpointId(1);
 
@@ -736,6 +861,108 @@ mod tests {
             ops.notice_taken(i, P, id, Err(BtlError::NotSupported), &mut ev),
             Some(Ended::Reported)
         );
+    }
+
+    #[test]
+    fn a_device_transfer_is_handed_out_once_per_link_and_again_when_its_link_goes() {
+        let mut ops = Ops::new([OpSlot::EMPTY; 2]);
+        let mut ev = events();
+        let i = ops.free_slot().expect("room");
+        let id = ops.new_id();
+        assert!(ev.owe());
+        ops.start(
+            i,
+            Op::new(
+                OpKind::Put,
+                P,
+                7,
+                id,
+                Some(local(handle(), 8)),
+                remote(8),
+                8,
+                4,
+            ),
+        );
+        let remote = DeviceKey { key: 3, base: 0 };
+        let (l1, l2) = (link(1), link(2));
+        assert!(ops.next_device(P, l1).is_none(), "in packets");
+        ops.update(i, P, id, |o| {
+            o.path = Path::Device {
+                remote,
+                posted: None,
+            }
+        });
+        assert_eq!(ops.next_put(P, 4), None, "the device's, not the packets'");
+        let (slot, op) = ops.next_device(P, l1).expect("handed out");
+        assert_eq!(
+            (slot, op.path),
+            (
+                i,
+                Path::Device {
+                    remote,
+                    posted: Some(l1)
+                }
+            )
+        );
+        assert!(ops.next_device(P, l1).is_none(), "once");
+        ops.unpost(l2, &mut ev);
+        assert!(
+            ops.next_device(P, l2).is_none(),
+            "another link's loss changes nothing"
+        );
+        ops.unpost(l1, &mut ev);
+        assert!(ops.next_device(P, l2).is_some(), "again, on the next link");
+        assert_eq!(ev.len(), 0);
+    }
+
+    #[test]
+    fn a_lost_peers_device_transfer_ends_once_the_device_lets_go() {
+        let mut ops = Ops::new([OpSlot::EMPTY; 2]);
+        let mut ev = events();
+        let i = ops.free_slot().expect("room");
+        let id = ops.new_id();
+        assert!(ev.owe());
+        let op = Op::new(
+            OpKind::Get,
+            P,
+            7,
+            id,
+            Some(local(handle(), 8)),
+            remote(8),
+            8,
+            4,
+        );
+        ops.start(i, op);
+        let remote = DeviceKey { key: 3, base: 0 };
+        ops.update(i, P, id, |o| {
+            o.path = Path::Device {
+                remote,
+                posted: None,
+            }
+        });
+        let _ = ops.next_device(P, link(1));
+        let lost = BtlError::PeerLost(crate::btl::LostReason::Timeout);
+        ops.fail_peer(P, lost, &mut ev);
+        assert_eq!(ev.len(), 0, "the device may still write its memory");
+        assert_eq!(ops.get(i).and_then(|o| o.failed), Some(lost));
+        ops.unpost(link(1), &mut ev);
+        assert!(matches!(
+            ev.pop(),
+            Some(Pending::Done(Completion::Get { result: Err(e), .. })) if e == lost
+        ));
+        assert_eq!(ops.len(), 0);
+        // Finalize does not wait: the driver's device goes with it.
+        let i = ops.free_slot().expect("room");
+        assert!(ev.owe());
+        ops.start(i, op);
+        ops.update(i, P, id, |o| {
+            o.path = Path::Device {
+                remote,
+                posted: Some(link(1)),
+            }
+        });
+        ops.fail_peer(P, BtlError::Finalized, &mut ev);
+        assert_eq!(ev.len(), 1);
     }
 
     #[test]

@@ -10,8 +10,8 @@ use crate::desc::Descriptor;
 use crate::pool::PoolsRef;
 use crate::wire::{
     self, AckRepr, CHECKSUM_LEN, CloseRepr, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN,
-    HeaderRepr, HelloAckRepr, HelloRepr, NotifyRepr, PacketRepr, PacketType, PutRepr, RejectRepr,
-    SendRepr,
+    HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, NotifyRepr, PacketRepr, PacketType,
+    PutRepr, RejectRepr, SendRepr,
 };
 
 /// Bytes a descriptor keeps in front of its payload for the engine's
@@ -116,6 +116,10 @@ pub enum ControlPacket {
     Done(DoneRepr),
     /// Tells the peer a put of this side's has landed in its memory.
     Notify(NotifyRepr),
+    /// Asks the peer what one of its registration keys names.
+    Key(KeyRepr),
+    /// Tells the peer what one of this side's keys names.
+    KeyInfo(KeyInfoRepr),
 }
 
 impl ControlPacket {
@@ -125,6 +129,8 @@ impl ControlPacket {
             ControlPacket::Reject(r) => PacketRepr::Reject(r),
             ControlPacket::Done(d) => PacketRepr::Done(d),
             ControlPacket::Notify(n) => PacketRepr::Notify(n),
+            ControlPacket::Key(k) => PacketRepr::Key(k),
+            ControlPacket::KeyInfo(k) => PacketRepr::KeyInfo(k),
         }
     }
 }
@@ -137,14 +143,26 @@ pub enum Answer {
     Reject(RejectRepr),
     /// The get for a third process landed.
     Done(DoneRepr),
+    /// What a registration key the peer asked about names.
+    KeyInfo(KeyInfoRepr),
 }
 
 impl Answer {
-    /// The transfer it answers.
-    pub fn xfer_id(&self) -> u64 {
+    /// Whether it answers what `other` answers: the same transfer, or the
+    /// same key.
+    pub fn answers_as(&self, other: &Answer) -> bool {
+        match (self, other) {
+            (Answer::KeyInfo(a), Answer::KeyInfo(b)) => a.key == b.key,
+            (Answer::KeyInfo(_), _) | (_, Answer::KeyInfo(_)) => false,
+            _ => self.xfer_id() == other.xfer_id(),
+        }
+    }
+
+    fn xfer_id(&self) -> u64 {
         match self {
             Answer::Reject(r) => r.xfer_id,
             Answer::Done(d) => d.xfer_id,
+            Answer::KeyInfo(k) => k.key,
         }
     }
 }
@@ -154,6 +172,7 @@ impl From<Answer> for ControlPacket {
         match a {
             Answer::Reject(r) => ControlPacket::Reject(r),
             Answer::Done(d) => ControlPacket::Done(d),
+            Answer::KeyInfo(k) => ControlPacket::KeyInfo(k),
         }
     }
 }

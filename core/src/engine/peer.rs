@@ -24,7 +24,8 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, NotifyRepr, RejectRepr, SendRepr,
+    CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, KeyInfoRepr, KeyRepr, NotifyRepr,
+    RejectRepr, SendRepr,
 };
 
 use super::acks::AckOwed;
@@ -32,12 +33,14 @@ use super::config::EngineConfig;
 use super::credits::Credits;
 use super::events::Pending;
 use super::framing::Framing;
+use super::keys::KeyCache;
 use super::link::{ControlIn, Receiving};
-use super::ops::{GET_REPLY, Mail, Next, OpKind, get_parts};
+use super::ops::{GET_REPLY, Mail, Next, Op, OpKind, Path, get_parts};
 use super::outbox::Retained;
 use super::packet::{
     Answer, ControlFrame, ControlPacket, HEADER_RESERVE, Outgoing, Queued, ack_frame,
 };
+use super::rdma::{Route, route};
 use super::rtt::{RttConfig, RttEstimator};
 use super::shared::Shared;
 use super::storage::Storage;
@@ -115,6 +118,8 @@ enum Held {
     Done(DoneRepr),
     /// A put's notice; its event's place is kept.
     Notify(NotifyRepr),
+    Key(KeyRepr),
+    KeyInfo(KeyInfoRepr),
 }
 
 /// What the peer's HELLO said, as the peer keeps it.
@@ -130,10 +135,14 @@ pub struct Hello {
     pub checksum: bool,
     /// Whether it takes a put's notice (NOTIFY, from minor version 1).
     pub notices: bool,
+    /// Whether it answers KEY (from minor version 2).
+    pub keys: bool,
 }
 
 /// The minor protocol version that brought NOTIFY.
 const NOTIFY_SINCE: u8 = 1;
+/// The minor protocol version that brought KEY and KEY_INFO.
+const KEYS_SINCE: u8 = 2;
 
 impl Hello {
     /// The facts of `hello`, with trailers as the handshake agreed.
@@ -144,6 +153,7 @@ impl Hello {
             initial_credits: hello.initial_credits,
             checksum,
             notices: hello.version_minor >= NOTIFY_SINCE,
+            keys: hello.version_minor >= KEYS_SINCE,
         }
     }
 }
@@ -193,6 +203,9 @@ pub struct Peer<const W: usize> {
     peer_max_body: u64,
     checksum: bool,
     notices: bool,
+    /// Whether it answers KEY; what it said of its keys.
+    answers_keys: bool,
+    keys: KeyCache,
     credits: Credits,
     acks: AckOwed,
     last_heard: Instant,
@@ -237,6 +250,8 @@ impl<const W: usize> Peer<W> {
             peer_max_body: crate::wire::MIN_MAX_BODY,
             checksum: false,
             notices: true,
+            answers_keys: true,
+            keys: KeyCache::default(),
             credits: Credits::default(),
             acks: AckOwed::default(),
             last_heard: Instant::ZERO,
@@ -447,6 +462,7 @@ impl<const W: usize> Peer<W> {
         self.epoch = Some(hello.epoch);
         self.checksum = hello.checksum;
         self.notices = hello.notices;
+        self.answers_keys = hello.keys;
         self.peer_max_body = hello.max_body;
         self.credits.open(hello.initial_credits);
         self.last_heard = now;
@@ -891,7 +907,7 @@ impl<const W: usize> Peer<W> {
     /// peer that outgrows the answers it is owed (it asks faster than it
     /// takes answers) breaks the protocol and is lost.
     pub fn answer<S: Storage>(&mut self, answer: Answer, shared: &mut Shared<S>) {
-        if self.lost().is_some() || self.answers.iter().any(|a| a.xfer_id() == answer.xfer_id()) {
+        if self.lost().is_some() || self.answers.iter().any(|a| a.answers_as(&answer)) {
             return;
         }
         if self.answers.push_back(answer).is_err() {
@@ -916,9 +932,17 @@ impl<const W: usize> Peer<W> {
         if self.state != PeerState::Open {
             return None;
         }
+        if !self.answers_keys && self.keys.drop_pending() {
+            self.keys_unanswerable(shared);
+        }
         while !self.send.is_full() {
             if let Some(answer) = self.answers.pop_front() {
                 return self.push(Outgoing::control(answer.into()), shared);
+            }
+            if self.answers_keys
+                && let Some(key) = self.keys.poll_query()
+            {
+                return self.push(Outgoing::control(ControlPacket::Key(key)), shared);
             }
             match self.queue.front() {
                 Some(Queued::Send(_)) if self.credits.has_credit() => {
@@ -1210,6 +1234,10 @@ impl<const W: usize> Peer<W> {
             Receiving::Control(ControlIn::Notify { seq, notify }) => {
                 Some((seq, Held::Notify(notify)))
             }
+            Receiving::Control(ControlIn::Key { seq, key }) => Some((seq, Held::Key(key))),
+            Receiving::Control(ControlIn::KeyInfo { seq, info }) => {
+                Some((seq, Held::KeyInfo(info)))
+            }
             _ => None,
         };
         let Some((seq, item)) = held else {
@@ -1255,6 +1283,19 @@ impl<const W: usize> Peer<W> {
                 }
             }
             Held::Get(get) => self.serve_get(get, shared),
+            Held::Key(k) => {
+                let region = shared.regs.describe(RemoteKey(k.key));
+                let info = KeyInfoRepr {
+                    key: k.key,
+                    region: region.map_err(RejectCode::from),
+                };
+                self.answer(Answer::KeyInfo(info), shared);
+            }
+            Held::KeyInfo(info) => {
+                if self.keys.answer(&info) {
+                    self.settle_key(info.key, info.region, shared);
+                }
+            }
             Held::Reject(reject) => {
                 // Any of this side's transfers to the peer: its put or get,
                 // or the data of a get it serves.
@@ -1334,6 +1375,99 @@ impl<const W: usize> Peer<W> {
         let chunk = self.put_chunk(shared);
         if let Err(code) = shared.serve(self.id, chunk, get.xfer_id | GET_REPLY, local, dst, None) {
             self.answer(reject(code), shared);
+        }
+    }
+
+    /// The peer described `key` as `region`: the operations waiting for
+    /// it go their way.
+    fn settle_key<S: Storage>(
+        &mut self,
+        key: u64,
+        region: Result<crate::wire::KeyRegion, RejectCode>,
+        shared: &mut Shared<S>,
+    ) {
+        for i in 0..shared.ops.capacity() {
+            let Some(op) = shared.ops.get(i).copied() else {
+                continue;
+            };
+            if op.peer == self.id && op.path == Path::Key && op.remote.key.0 == key {
+                self.take_route(i, op, route(&op, region), shared);
+            }
+        }
+    }
+
+    /// The peer does not answer KEY: the operations waiting for an answer
+    /// go in packets.
+    fn keys_unanswerable<S: Storage>(&mut self, shared: &mut Shared<S>) {
+        for i in 0..shared.ops.capacity() {
+            let Some(op) = shared.ops.get(i).copied() else {
+                continue;
+            };
+            if op.peer == self.id && op.path == Path::Key {
+                self.take_route(i, op, Route::Packets, shared);
+            }
+        }
+    }
+
+    /// How this side's put or get `op`, in slot `i`, goes: it fails,
+    /// waits for the peer to describe its key, goes by the driver's device,
+    /// or goes in packets (a get asks the peer with a GET).
+    pub fn take_route<S: Storage>(
+        &mut self,
+        i: usize,
+        op: Op,
+        route: Route,
+        shared: &mut Shared<S>,
+    ) {
+        let path = match route {
+            Route::Refused(code) => {
+                let error = Err(BtlError::Rejected(code));
+                shared.ops.finish(i, error, &mut shared.events);
+                return;
+            }
+            Route::Ask => Path::Key,
+            Route::Device(remote) => Path::Device {
+                remote,
+                posted: None,
+            },
+            Route::Packets => Path::Packets,
+        };
+        shared.ops.update(i, op.peer, op.id, |o| o.path = path);
+        if path == Path::Packets
+            && op.kind == OpKind::Get
+            && !self.queue_get(op.get_request(shared.config.me))
+        {
+            let error = Err(BtlError::OutOfResource);
+            shared.ops.finish(i, error, &mut shared.events);
+        }
+    }
+
+    /// How a put or get of this side's naming `key` goes, from what the
+    /// peer said of the key, asking it if nobody has.
+    pub fn lookup_key(&mut self, op: &Op) -> Route {
+        if !self.answers_keys {
+            return Route::Packets;
+        }
+        match self.keys.lookup(op.remote.key.0) {
+            super::keys::Lookup::Known(region) => route(op, Ok(region)),
+            super::keys::Lookup::Asking => Route::Ask,
+            super::keys::Lookup::Full => Route::Packets,
+        }
+    }
+
+    /// The device refused `key` (its region is gone): what the peer said of
+    /// it is forgotten, and the transfers about to use it ask again.
+    pub fn key_refused<S: Storage>(&mut self, key: u64, shared: &mut Shared<S>) {
+        self.keys.forget(key);
+        for i in 0..shared.ops.capacity() {
+            let Some(op) = shared.ops.get(i).copied() else {
+                continue;
+            };
+            let idle = matches!(op.path, Path::Device { posted: None, .. });
+            if op.peer == self.id && idle && op.remote.key.0 == key {
+                let route = self.lookup_key(&op);
+                self.take_route(i, op, route, shared);
+            }
         }
     }
 

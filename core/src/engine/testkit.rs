@@ -108,6 +108,7 @@ pub(crate) fn hello(epoch: u64, credits: u32) -> Hello {
         initial_credits: credits,
         checksum: false,
         notices: true,
+        keys: true,
     }
 }
 

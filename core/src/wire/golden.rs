@@ -84,6 +84,18 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         len: 10000,
         imm: 0x0102_0304,
     });
+    let key = PacketRepr::Key(KeyRepr { key: 0xabcd });
+    let key_info = PacketRepr::KeyInfo(KeyInfoRepr {
+        key: 0xabcd,
+        region: Ok(KeyRegion {
+            len: 10000,
+            access: 0b11,
+            device: Some(DeviceKey {
+                key: 0x1234,
+                base: 0x10000,
+            }),
+        }),
+    });
     let hello = PacketRepr::Hello(HELLO_A);
     std::vec![
         ("hello", HeaderRepr::new(&hello), hello),
@@ -114,6 +126,8 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         ("reject", reliable(&reject, 12), reject),
         ("done", reliable(&done, 13), done),
         ("notify", reliable(&notify, 14), notify),
+        ("key", reliable(&key, 15), key),
+        ("key_info", reliable(&key_info, 16), key_info),
     ]
 }
 
@@ -244,6 +258,8 @@ fn golden_lengths() {
             ("reject", 48),
             ("done", 40),
             ("notify", 72),
+            ("key", 40),
+            ("key_info", 72),
         ]
     );
 }

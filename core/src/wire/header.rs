@@ -17,7 +17,7 @@ use bitflags::bitflags;
 use super::field::{Fields, FieldsMut, check_reserved};
 use super::{
     AckRepr, CHECKSUM_LEN, CloseRepr, DoneRepr, GetRepr, HEADER_LEN, HelloAckRepr, HelloRepr,
-    Limits, NotifyRepr, PacketRepr, PutRepr, RejectRepr, SendRepr, WireError,
+    KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketRepr, PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 const TYPE: usize = 0;
@@ -54,11 +54,15 @@ pub enum PacketType {
     /// Tells the target of a PUT that its data has landed (since minor
     /// version 1).
     Notify = 10,
+    /// Asks what a registration key names (since minor version 2).
+    Key = 11,
+    /// Answers a KEY (since minor version 2).
+    KeyInfo = 12,
 }
 
 impl PacketType {
     /// Every packet type, in type-number order.
-    pub const ALL: [PacketType; 10] = [
+    pub const ALL: [PacketType; 12] = [
         Self::Hello,
         Self::HelloAck,
         Self::Send,
@@ -69,6 +73,8 @@ impl PacketType {
         Self::Reject,
         Self::Done,
         Self::Notify,
+        Self::Key,
+        Self::KeyInfo,
     ];
 
     /// The type with wire number `raw`, if there is one.
@@ -84,6 +90,8 @@ impl PacketType {
             8 => Self::Reject,
             9 => Self::Done,
             10 => Self::Notify,
+            11 => Self::Key,
+            12 => Self::KeyInfo,
             _ => return None,
         })
     }
@@ -101,6 +109,8 @@ impl PacketType {
             Self::Reject => "REJECT",
             Self::Done => "DONE",
             Self::Notify => "NOTIFY",
+            Self::Key => "KEY",
+            Self::KeyInfo => "KEY_INFO",
         }
     }
 
@@ -134,6 +144,8 @@ impl PacketType {
             Self::Reject => RejectRepr::LEN,
             Self::Done => DoneRepr::LEN,
             Self::Notify => NotifyRepr::LEN,
+            Self::Key => KeyRepr::LEN,
+            Self::KeyInfo => KeyInfoRepr::LEN,
         }
     }
 

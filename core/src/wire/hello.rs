@@ -26,9 +26,9 @@ pub const MAGIC: [u8; 4] = *b"BTL\0";
 /// Major protocol version: peers with different majors cannot talk.
 pub const VERSION_MAJOR: u8 = 1;
 /// Minor protocol version: a higher minor only adds what a peer uses with
-/// those that announce it (minor 1 added NOTIFY), so peers with the same
-/// major talk whatever their minors.
-pub const VERSION_MINOR: u8 = 1;
+/// those that announce it (minor 1 added NOTIFY, minor 2 KEY and
+/// KEY_INFO), so peers with the same major talk whatever their minors.
+pub const VERSION_MINOR: u8 = 2;
 /// Bytes of the per-connection random nonce that the job-key proof binds.
 pub const NONCE_LEN: usize = 16;
 

@@ -4,10 +4,12 @@
 //! Every packet is a 32-byte [`Header`] followed by a body and, with
 //! [`Flags::CHECKSUM`], a 4-byte CRC32C trailer. All integers are
 //! big-endian and all lengths and offsets 64 bits wide. The body is one of
-//! nine types ([`PacketType`]): the handshake ([`HelloRepr`],
+//! twelve types ([`PacketType`]): the handshake ([`HelloRepr`],
 //! [`HelloAckRepr`] with its [`hello_proof`]), active messages
 //! ([`SendRepr`]), bulk transfers ([`PutRepr`], [`GetRepr`],
-//! [`RejectRepr`], [`DoneRepr`], [`NotifyRepr`]), acknowledgements ([`AckRepr`]) and [`CloseRepr`]. The
+//! [`RejectRepr`], [`DoneRepr`], [`NotifyRepr`]), registration keys for
+//! devices that move bytes themselves ([`KeyRepr`], [`KeyInfoRepr`]),
+//! acknowledgements ([`AckRepr`]) and [`CloseRepr`]. The
 //! book's protocol chapter specifies each byte, with golden vectors that
 //! the tests check against this code.
 //!
@@ -60,6 +62,7 @@ mod get;
 mod header;
 mod hello;
 mod hello_ack;
+mod key;
 mod limits;
 mod notify;
 mod packet;
@@ -82,6 +85,7 @@ pub use get::GetRepr;
 pub use header::{Flags, Header, HeaderRepr, PacketType};
 pub use hello::{Capabilities, HelloRepr, MAGIC, NONCE_LEN, VERSION_MAJOR, VERSION_MINOR};
 pub use hello_ack::HelloAckRepr;
+pub use key::{DeviceKey, KeyInfoRepr, KeyRegion, KeyRepr};
 pub use limits::{Limits, MAX_MAX_BODY, MIN_MAX_BODY};
 pub use notify::NotifyRepr;
 pub use packet::{

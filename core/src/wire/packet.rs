@@ -4,8 +4,8 @@
 use super::checksum::{Crc32c, check_trailer};
 use super::{
     AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, DoneRepr, Flags, GetRepr, HEADER_LEN, Header,
-    HeaderRepr, HelloAckRepr, HelloRepr, Limits, NotifyRepr, PacketType, PutRepr, RejectRepr,
-    SendRepr, WireError,
+    HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketType,
+    PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 /// A decoded packet body of any type, borrowing its payload from the frame.
@@ -42,6 +42,10 @@ pub enum PacketRepr<'a> {
     Done(DoneRepr),
     /// NOTIFY.
     Notify(NotifyRepr),
+    /// KEY.
+    Key(KeyRepr),
+    /// KEY_INFO.
+    KeyInfo(KeyInfoRepr),
 }
 
 impl<'a> PacketRepr<'a> {
@@ -58,6 +62,8 @@ impl<'a> PacketRepr<'a> {
             Self::Reject(_) => PacketType::Reject,
             Self::Done(_) => PacketType::Done,
             Self::Notify(_) => PacketType::Notify,
+            Self::Key(_) => PacketType::Key,
+            Self::KeyInfo(_) => PacketType::KeyInfo,
         }
     }
 
@@ -116,6 +122,8 @@ impl<'a> PacketRepr<'a> {
             PacketType::Reject => Self::Reject(RejectRepr::parse(exact(body, bad_length)?)?),
             PacketType::Done => Self::Done(DoneRepr::parse(exact(body, bad_length)?)),
             PacketType::Notify => Self::Notify(NotifyRepr::parse(exact(body, bad_length)?)),
+            PacketType::Key => Self::Key(KeyRepr::parse(exact(body, bad_length)?)),
+            PacketType::KeyInfo => Self::KeyInfo(KeyInfoRepr::parse(exact(body, bad_length)?)?),
         })
     }
 
@@ -133,6 +141,8 @@ impl<'a> PacketRepr<'a> {
             Self::Reject(r) => r.emit(chunk(buf)?),
             Self::Done(r) => r.emit(chunk(buf)?),
             Self::Notify(r) => r.emit(chunk(buf)?),
+            Self::Key(r) => r.emit(chunk(buf)?),
+            Self::KeyInfo(r) => r.emit(chunk(buf)?),
         }
         Ok(self.fixed_len())
     }

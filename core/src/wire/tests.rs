@@ -77,7 +77,7 @@ fn packet_type_numbers_round_trip() {
         assert_eq!(t.to_string(), t.name());
     }
     assert_eq!(PacketType::try_from(0), Err(WireError::UnknownType(0)));
-    assert_eq!(PacketType::try_from(11), Err(WireError::UnknownType(11)));
+    assert_eq!(PacketType::try_from(13), Err(WireError::UnknownType(13)));
     let reliable: Vec<_> = PacketType::ALL.iter().filter(|t| t.is_reliable()).collect();
     assert_eq!(
         reliable,
@@ -88,7 +88,9 @@ fn packet_type_numbers_round_trip() {
             &PacketType::Close,
             &PacketType::Reject,
             &PacketType::Done,
-            &PacketType::Notify
+            &PacketType::Notify,
+            &PacketType::Key,
+            &PacketType::KeyInfo
         ]
     );
 }
@@ -153,12 +155,76 @@ fn truncated_body() {
 
 #[test]
 fn unknown_type() {
-    for t in [0, 11, 0xff] {
+    for t in [0, 13, 0xff] {
         assert_eq!(
             parse_err(&patched(golden("ack"), 0, &[t])),
             WireError::UnknownType(t)
         );
     }
+}
+
+#[test]
+fn key_info_unused_fields_and_bits_must_be_zero() {
+    // Body starts at 32: code 40, access 41, flags 42, reserved 43..48,
+    // len 48, device_key 56, base 64.
+    let good = golden("key_info");
+    for (at, value, field) in [
+        (43, &[1u8][..], "key_info.reserved"),
+        (41, &[0x04], "key_info.access"),
+        (42, &[0x02], "key_info.flags"),
+    ] {
+        assert_eq!(
+            parse_err(&patched(good.clone(), at, value)),
+            WireError::ReservedNonZero { field }
+        );
+    }
+    // Without DEVICE, the device's fields are unused.
+    let no_device = patched(good.clone(), 42, &[0]);
+    assert_eq!(
+        parse_err(&no_device),
+        WireError::ReservedNonZero {
+            field: "key_info.device_key"
+        }
+    );
+    let bare = patched(patched(no_device, 56, &[0; 8]), 64, &[0; 8]);
+    let (_, packet, _) = parse(&bare, &LIMITS).expect("a region without a device");
+    assert_eq!(
+        packet,
+        PacketRepr::KeyInfo(KeyInfoRepr {
+            key: 0xabcd,
+            region: Ok(KeyRegion {
+                len: 10000,
+                access: 0b11,
+                device: None
+            })
+        })
+    );
+    // A refusal carries nothing else.
+    let refused = patched(good.clone(), 40, &[1]);
+    assert_eq!(
+        parse_err(&refused),
+        WireError::ReservedNonZero {
+            field: "key_info.access"
+        }
+    );
+    let mut bare_refusal = patched(refused, 41, &[0, 0]);
+    bare_refusal[48..72].fill(0);
+    let (_, packet, _) = parse(&bare_refusal, &LIMITS).expect("a refusal");
+    assert_eq!(
+        packet,
+        PacketRepr::KeyInfo(KeyInfoRepr {
+            key: 0xabcd,
+            region: Err(RejectCode::BadHandle)
+        })
+    );
+    let mut with_len = bare_refusal.clone();
+    with_len[55] = 1;
+    assert_eq!(
+        parse_err(&with_len),
+        WireError::ReservedNonZero {
+            field: "key_info.len"
+        }
+    );
 }
 
 #[test]

@@ -189,6 +189,7 @@ impl SimModule {
                         recv_buffers: 8,
                         send_buffers: 8,
                         buffer_size: 16 << 10,
+                        rdma_depth: 8,
                         tuning: QpTuning {
                             // 67 ms, seven times: a dead peer's queue pair
                             // fails within half a second.
@@ -397,6 +398,8 @@ struct Shared {
 struct Run {
     seen: Vec<Seen>,
     steps: u64,
+    /// What the soft HCA did, over verbs.
+    hca: btl_verbs::soft::Counters,
 }
 
 fn run(plan: &Plan, seed: u64) -> Run {
@@ -534,6 +537,7 @@ fn run(plan: &Plan, seed: u64) -> Run {
     Run {
         seen: std::mem::take(&mut shared.borrow_mut().seen),
         steps,
+        hca: fabric.counters(),
     }
 }
 
@@ -1048,7 +1052,14 @@ fn all_to_all_over_udp_with_loss_duplication_and_reordering() {
 fn all_to_all_over_verbs() {
     for_seeds(3, |seed| {
         let plan = Plan::new(Component::Verbs, 3 + (seed % 3) as u32, 30);
-        check(&plan, seed, &run(&plan, seed).seen, none);
+        let run = run(&plan, seed);
+        check(&plan, seed, &run.seen, none);
+        // The puts and gets went as RDMA writes and reads.
+        assert!(
+            run.hca.rdma_writes > 0 && run.hca.rdma_reads > 0,
+            "seed {seed}: {:?}",
+            run.hca
+        );
     });
 }
 

@@ -6,7 +6,9 @@
 //! key names (KEY, KEY_INFO), check each transfer as its target would,
 //! and hand the device only what passes.
 
-use btl_core::btl::{Access, Btl, BtlError, MemHandle, RejectCode, RemoteKey, RemoteSlice};
+use btl_core::btl::{
+    Access, Btl, BtlError, MemError, MemHandle, RejectCode, RemoteKey, RemoteSlice,
+};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::engine::{KeyRefused, Rdma, RdmaKind};
 use btl_core::time::Duration;
@@ -52,10 +54,18 @@ impl Device {
         h
     }
 
-    /// Takes `h` from the device, then from the engine, as a driver must.
+    /// Takes `h` from the device, then from the engine, as a driver must
+    /// (the engine refuses while the device holds it).
     fn deregister(&mut self, pair: &mut Pair, side: Side, h: MemHandle) -> Vec<u8> {
+        let e = pair.engine_mut(side);
+        assert_eq!(
+            e.deregister_mem(h).err(),
+            Some(BtlError::Memory(MemError::InUse)),
+            "the device holds it"
+        );
         self.regions.retain(|&(s, _, r)| !(s == side && r == h));
-        pair.engine_mut(side).deregister_mem(h).expect("registered")
+        e.set_device_key(h, None).expect("registered");
+        e.deregister_mem(h).expect("registered")
     }
 
     /// Takes what each engine hands its device on its link and carries it

@@ -5,7 +5,9 @@ use btl_tests::harness::verbs::VerbsWorld;
 
 btl_tests::conformance_suite!(VerbsWorld::new, gated: [pause, peer_loss]);
 
-use btl_core::btl::{Access, BtlError, Event, LostReason, MemSlice, RemoteSlice, Tag};
+use btl_core::btl::{
+    Access, BtlError, Event, LostReason, MemSlice, RejectCode, RemoteKey, RemoteSlice, Tag,
+};
 use btl_core::desc::{DescFlags, Order};
 use btl_tests::world::{Side, World};
 
@@ -110,6 +112,10 @@ fn through_faults(world: &mut VerbsWorld, mut fault: impl FnMut(&mut VerbsWorld,
             );
         }
     }
+    assert!(
+        world.fabric().counters().rdma_writes > 0,
+        "the put went as RDMA writes"
+    );
     let copied = btl_tests::suite::region(world, Side::B, hd);
     assert!(
         copied
@@ -233,4 +239,207 @@ fn a_stopped_receiver_holds_the_sender_on_rnr_until_it_runs() {
     }
     assert_eq!(got, sent - 1, "everything sent while it stood arrived");
     assert_eq!(world.fabric().counters().unanswered, 0, "nothing timed out");
+}
+
+/// Runs rounds until `side` has an event that `take` takes; panics after
+/// `MAX_ROUNDS`. Messages and other events are dropped.
+fn until<R>(
+    world: &mut VerbsWorld,
+    side: Side,
+    mut take: impl FnMut(&Event<'_>) -> Option<R>,
+) -> R {
+    for _ in 0..btl_tests::harness::verbs::MAX_ROUNDS {
+        world.progress();
+        while let Some(ev) = world.btl(side).poll_event() {
+            if let Some(r) = take(&ev) {
+                return r;
+            }
+        }
+    }
+    panic!("side {side:?}: no such event");
+}
+
+fn put_result(world: &mut VerbsWorld, ctx: u64) -> Result<(), BtlError> {
+    until(world, Side::A, |ev| match *ev {
+        Event::PutComplete { ctx: c, result, .. } if c == ctx => Some(result),
+        _ => None,
+    })
+}
+
+fn get_result(world: &mut VerbsWorld, ctx: u64) -> Result<(), BtlError> {
+    until(world, Side::A, |ev| match *ev {
+        Event::GetComplete { ctx: c, result, .. } if c == ctx => Some(result),
+        _ => None,
+    })
+}
+
+/// Puts and gets go as RDMA writes and reads once A has asked B what its
+/// keys name; a transfer B would refuse is refused at A with B's code,
+/// before the HCA sees it.
+#[test]
+fn puts_and_gets_are_rdma_writes_and_reads_refused_as_the_target_would() {
+    let mut world = VerbsWorld::new();
+    let peer = world.peer(Side::A);
+    let src: Vec<u8> = (0..100_000).map(|i| (i % 253) as u8).collect();
+    let hs = world
+        .btl(Side::A)
+        .register_mem(src.clone(), Access::empty())
+        .expect("src");
+    let dst = world
+        .btl(Side::B)
+        .register_mem(vec![0; 100_000], Access::REMOTE_WRITE)
+        .expect("dst");
+    let readable: Vec<u8> = (0..4096).map(|i| (i % 7) as u8).collect();
+    let hr = world
+        .btl(Side::B)
+        .register_mem(readable.clone(), Access::REMOTE_READ)
+        .expect("readable");
+
+    world
+        .btl(Side::A)
+        .put(
+            peer,
+            hs.slice(0, 100_000),
+            dst.remote_key().slice(0, 100_000),
+            1,
+        )
+        .expect("put");
+    assert_eq!(put_result(&mut world, 1), Ok(()));
+    assert_eq!(btl_tests::suite::region(&mut world, Side::B, dst), src);
+    world
+        .btl(Side::A)
+        .get(peer, hs.slice(500, 4096), hr.remote_key().slice(0, 4096), 2)
+        .expect("get");
+    assert_eq!(get_result(&mut world, 2), Ok(()));
+    let landed = btl_tests::suite::region(&mut world, Side::A, hs);
+    assert_eq!(landed[500..4596], readable[..]);
+    let c = world.fabric().counters();
+    assert_eq!((c.rdma_writes, c.rdma_reads), (1, 1), "{c:?}");
+
+    let refusals = [
+        (
+            dst.remote_key().slice(99_000, 2000),
+            true,
+            RejectCode::OutOfBounds,
+        ),
+        (hr.remote_key().slice(0, 16), true, RejectCode::AccessDenied),
+        (
+            dst.remote_key().slice(0, 16),
+            false,
+            RejectCode::AccessDenied,
+        ),
+        (
+            RemoteKey(0x5_0009).slice(0, 16),
+            true,
+            RejectCode::BadHandle,
+        ),
+    ];
+    for (i, (remote, put, code)) in refusals.into_iter().enumerate() {
+        let ctx = 10 + i as u64;
+        let local = hs.slice(0, remote.len);
+        let btl = world.btl(Side::A);
+        let result = if put {
+            btl.put(peer, local, remote, ctx).expect("put");
+            put_result(&mut world, ctx)
+        } else {
+            btl.get(peer, local, remote, ctx).expect("get");
+            get_result(&mut world, ctx)
+        };
+        assert_eq!(result, Err(BtlError::Rejected(code)), "refusal {i}");
+    }
+    let c = world.fabric().counters();
+    assert_eq!(
+        (c.rdma_writes, c.rdma_reads),
+        (1, 1),
+        "none reached the HCA"
+    );
+    assert_eq!(c.remote_access_errors, 0);
+}
+
+/// B deregisters a region A has written and registers another in its
+/// slot: A's next put with the old key is refused by the HCA (a remote
+/// access error, the queue pair to Err), fails with `BadHandle`, and
+/// leaves the new region untouched; A asks B about the key again before
+/// it uses it again, and messages and the new key carry on over a new
+/// queue pair.
+#[test]
+fn a_stale_key_is_a_remote_access_error_and_fails_with_bad_handle() {
+    let mut world = VerbsWorld::new();
+    let peer = world.peer(Side::A);
+    let hs = world
+        .btl(Side::A)
+        .register_mem(vec![0xab; 8192], Access::empty())
+        .expect("src");
+    let old = world
+        .btl(Side::B)
+        .register_mem(vec![0; 8192], Access::REMOTE_WRITE)
+        .expect("dst");
+    world
+        .btl(Side::A)
+        .put(peer, hs.slice(0, 8192), old.remote_key().slice(0, 8192), 1)
+        .expect("put");
+    assert_eq!(put_result(&mut world, 1), Ok(()));
+
+    let back = world
+        .btl(Side::B)
+        .deregister_mem(old)
+        .expect("deregistered");
+    assert_eq!(back, vec![0xab; 8192]);
+    let new = world
+        .btl(Side::B)
+        .register_mem(vec![0; 8192], Access::REMOTE_WRITE)
+        .expect("dst again");
+    world
+        .btl(Side::A)
+        .put(peer, hs.slice(0, 8192), old.remote_key().slice(0, 8192), 2)
+        .expect("put");
+    assert_eq!(
+        put_result(&mut world, 2),
+        Err(BtlError::Rejected(RejectCode::BadHandle))
+    );
+    assert_eq!(world.fabric().counters().remote_access_errors, 1);
+    world
+        .btl(Side::A)
+        .put(peer, hs.slice(0, 8192), old.remote_key().slice(0, 8192), 3)
+        .expect("put");
+    assert_eq!(
+        put_result(&mut world, 3),
+        Err(BtlError::Rejected(RejectCode::BadHandle)),
+        "asked again: B refuses it"
+    );
+    assert_eq!(
+        world.fabric().counters().remote_access_errors,
+        1,
+        "the HCA saw it once"
+    );
+    assert_eq!(
+        btl_tests::suite::region(&mut world, Side::B, new),
+        vec![0; 8192]
+    );
+
+    world
+        .btl(Side::A)
+        .sendi(
+            peer,
+            &[],
+            b"still here",
+            Tag(0x80),
+            Order(0),
+            DescFlags::empty(),
+        )
+        .expect("sendi");
+    let got = until(&mut world, Side::B, |ev| match ev {
+        Event::Received(m) => Some(m.data.to_vec()),
+        _ => None,
+    });
+    assert_eq!(got, b"still here");
+    world
+        .btl(Side::A)
+        .put(peer, hs.slice(0, 8192), new.remote_key().slice(0, 8192), 4)
+        .expect("put");
+    assert_eq!(put_result(&mut world, 4), Ok(()));
+    assert_eq!(
+        btl_tests::suite::region(&mut world, Side::B, new),
+        vec![0xab; 8192]
+    );
 }

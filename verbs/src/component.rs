@@ -30,7 +30,7 @@ const fn int(min: i64, max: i64) -> ParamKind {
 }
 
 /// The component's own parameters (the CPCs register theirs too).
-pub const PARAMS: [ParamSpec; 11] = [
+pub const PARAMS: [ParamSpec; 12] = [
     ParamSpec::new(BTL_FRAMEWORK, NAME, "device", ParamKind::Str, "")
         .help("The RDMA device to use (`mlx5_0`); empty: the first one listed")
         .level(2),
@@ -58,6 +58,9 @@ pub const PARAMS: [ParamSpec; 11] = [
     )
     .help("Bytes of each send and receive buffer: the most one SEND carries")
     .level(5),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "rdma_depth", int(1, 16_384), "16")
+        .help("RDMA writes and reads (puts and gets) outstanding on each queue pair")
+        .level(5),
     ParamSpec::new(BTL_FRAMEWORK, NAME, "ib_timeout", int(0, 31), "20")
         .help(
             "Local ACK timeout, 4.096 us times 2 to this power (0: none); a request goes \
@@ -135,6 +138,7 @@ impl VerbsParams {
             send_buffers: count(self.int(params, "send_buffers")?),
             buffer_size: usize::try_from(params.size(self.id("buffer_size"))?)
                 .unwrap_or(usize::MAX),
+            rdma_depth: count(self.int(params, "rdma_depth")?),
             tuning: QpTuning {
                 ack_timeout: AckTimeout(small(self.int(params, "ib_timeout")?)),
                 retry_cnt: small(self.int(params, "ib_retry_count")?),

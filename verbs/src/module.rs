@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use btl_core::btl::{Access, BtlError, MemHandle};
 use btl_core::endpoint::ProcName;
 use btl_core::engine::driver::{Io, Nonces};
 use btl_core::engine::{ConnectRequest, LinkId, Stream};
@@ -220,6 +221,24 @@ where
 
     fn few_sockets(&self) -> bool {
         true
+    }
+
+    /// Registers the region with the device too, so that puts and gets
+    /// from it are RDMA; a region the device refuses goes in packets.
+    fn registered(&mut self, engine: &mut StdEngine<Self>, handle: MemHandle, access: Access) {
+        if let Err(e) = self.links.register(engine, handle, access) {
+            tracing::debug!(
+                "verbs: a region stays off the device ({e}): its transfers go in packets"
+            );
+        }
+    }
+
+    fn deregister(
+        &mut self,
+        engine: &mut StdEngine<Self>,
+        handle: MemHandle,
+    ) -> Result<Vec<u8>, BtlError> {
+        self.links.deregister(engine, handle)
     }
 
     fn read_directly(

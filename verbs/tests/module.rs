@@ -46,6 +46,7 @@ fn open(fabric: &SoftFabric, bootstrap: &Arc<dyn Bootstrap>, rank: u32) -> Verbs
             recv_buffers: 8,
             send_buffers: 8,
             buffer_size: 8 << 10,
+            rdma_depth: 8,
             ..VerbsConfig::default()
         },
         oob: OobConfig::default(),
@@ -187,6 +188,12 @@ fn two_modules_talk_over_rc_queue_pairs() {
             .enumerate()
             .all(|(i, &x)| x == (i % 251) as u8)
     );
+    assert_eq!(fabric.counters().rdma_writes, 1, "one RDMA write");
+    // Deregistered, the regions leave the device first, and come back.
+    assert_eq!(a.transport().links().registrations(), 1);
+    let back = a.deregister_mem(hs).expect("deregistered");
+    assert_eq!(back.len(), 300_000);
+    assert_eq!(a.transport().links().registrations(), 0);
     a.finalize();
     b.finalize();
     let _ = std::fs::remove_dir_all(&dir);

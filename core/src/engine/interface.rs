@@ -274,8 +274,12 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         // A frame that reads the region must keep its length: a region
         // taken away mid-send would shorten the frame and desynchronise
         // the stream.
+        // The driver's device must let go of it first (set_device_key with
+        // None): a peer's RDMA must never reach memory the user owns
+        // again.
         let in_use = self.shared.ops.uses(handle)
-            || self.peers.iter().any(|(_, _, peer)| peer.reads(handle));
+            || self.peers.iter().any(|(_, _, peer)| peer.reads(handle))
+            || self.shared.regs.device(handle).is_some();
         if in_use {
             return Err(BtlError::Memory(MemError::InUse));
         }

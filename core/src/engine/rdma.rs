@@ -8,7 +8,7 @@
 //! the device:
 //!
 //! 1. The first transfer naming a peer's key asks the peer what the key
-//!    names ([`keys`](super::keys)). The answer says the region's length
+//!    names (KEY), once: the answer is kept. It says the region's length
 //!    and access, so the transfer is checked here as the peer would check
 //!    it, and refused with the same [`RejectCode`]; and it says the peer
 //!    device's key for the region.

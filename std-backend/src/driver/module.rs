@@ -25,8 +25,8 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{
-    Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RegisterError, RemoteSlice,
-    SendError, SendStatus, Tag,
+    Access, Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RegisterError,
+    RemoteSlice, SendError, SendStatus, Tag,
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
@@ -129,6 +129,24 @@ pub trait Transport: Sized {
     /// poller first (one system call instead of two), or `false` when
     /// there are too many for that to pay.
     fn few_sockets(&self) -> bool;
+
+    /// The upper layer registered `handle` with the engine, for peers to
+    /// reach with `access`: a transport whose device moves put and get
+    /// data itself (RDMA) registers it there too. Nothing by default.
+    fn registered(&mut self, engine: &mut StdEngine<Self>, handle: MemHandle, access: Access) {
+        let _ = (engine, handle, access);
+    }
+
+    /// Deregisters `handle` from the engine and gives its memory back; a
+    /// transport whose device holds the region takes it from the device
+    /// first, so that no peer reaches memory the user owns again.
+    fn deregister(
+        &mut self,
+        engine: &mut StdEngine<Self>,
+        handle: MemHandle,
+    ) -> Result<Vec<u8>, BtlError> {
+        engine.deregister_mem(handle)
+    }
 
     /// Reads every socket directly, without the poller (see
     /// [`few_sockets`](Self::few_sockets)); whether anything came.
@@ -779,11 +797,13 @@ impl<T: Transport> Btl for Module<T> {
         region: Vec<u8>,
         access: btl_core::btl::Access,
     ) -> Result<MemHandle, RegisterError<Vec<u8>>> {
-        self.engine.register_mem(region, access)
+        let handle = self.engine.register_mem(region, access)?;
+        self.transport.registered(&mut self.engine, handle, access);
+        Ok(handle)
     }
 
     fn deregister_mem(&mut self, handle: MemHandle) -> Result<Vec<u8>, BtlError> {
-        self.engine.deregister_mem(handle)
+        self.transport.deregister(&mut self.engine, handle)
     }
 
     fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {

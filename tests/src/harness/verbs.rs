@@ -14,10 +14,15 @@
 //!   unacknowledged until their retries are spent, its queue pair fails,
 //!   and its CPC's new attempts go unanswered until the peer timeout.
 
-use btl_core::btl::Btl;
-use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::btl::{
+    Access, Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RegisterError,
+    RemoteSlice, SendError, SendStatus, Tag,
+};
+use btl_core::desc::{DescFlags, Descriptor, Order};
+use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::{Capacities, Stream};
 use btl_core::mca::{Params, Registry};
+use btl_core::pool::PoolsRef;
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
 use btl_std::driver::heap::{Heap, HeapEngine};
@@ -86,11 +91,170 @@ const CAPACITIES: Capacities = Capacities {
     registrations: 16,
 };
 
-/// One process: its engine and, while alive, its transport.
+/// One process: its engine and, while alive, its transport. As the
+/// suite's BTL it is the engine, but for registrations: a region goes to
+/// the device too (puts and gets from it are RDMA writes and reads), and
+/// leaves the device before the engine gives it back.
 struct Proc {
     engine: Box<VerbsEngine>,
     transport: Option<Transport<SoftHca>>,
     paused: bool,
+}
+
+impl Btl for Proc {
+    type Memory = Memory;
+
+    fn attributes(&self) -> &Attributes {
+        self.engine.attributes()
+    }
+
+    fn pools(&self) -> PoolsRef<'_> {
+        self.engine.pools()
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        self.engine.add_procs(procs, endpoints, reachable)
+    }
+
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        self.engine.del_procs(endpoints)
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.engine.alloc(endpoint, order, size, flags)
+    }
+
+    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
+        self.engine.free(desc)
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.engine
+            .prepare_src(endpoint, data, reserve, order, flags)
+    }
+
+    fn prepare_src_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.engine
+            .prepare_src_registered(endpoint, data, reserve, order, flags)
+    }
+
+    fn send(
+        &mut self,
+        endpoint: EndpointId,
+        desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError> {
+        self.engine.send(endpoint, desc, tag)
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<(), BtlError> {
+        self.engine
+            .sendi(endpoint, header, payload, tag, order, flags)
+    }
+
+    fn register_mem(
+        &mut self,
+        region: Memory,
+        access: Access,
+    ) -> Result<MemHandle, RegisterError<Memory>> {
+        let handle = self.engine.register_mem(region, access)?;
+        if let Some(t) = self.transport.as_mut() {
+            // A region the device refuses (an empty one) goes in packets.
+            let _ = t.register(&mut self.engine, handle, access);
+        }
+        Ok(handle)
+    }
+
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<Memory, BtlError> {
+        match self.transport.as_mut() {
+            Some(t) => t.deregister(&mut self.engine, handle),
+            None => self.engine.deregister_mem(handle),
+        }
+    }
+
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
+        self.engine.region(handle)
+    }
+
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
+        self.engine.region_mut(handle)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.engine.put(endpoint, local, remote, ctx)
+    }
+
+    fn put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.engine.put_notify(endpoint, local, remote, imm, ctx)
+    }
+
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.engine.get(endpoint, local, remote, ctx)
+    }
+
+    fn progress(&mut self) -> usize {
+        self.engine.progress()
+    }
+
+    fn poll_event(&mut self) -> Option<Event<'_>> {
+        self.engine.poll_event()
+    }
+
+    fn finalize(&mut self) {
+        self.engine.finalize()
+    }
 }
 
 /// A and B over RC queue pairs of the software HCA.
@@ -216,7 +380,7 @@ impl World for VerbsWorld {
     }
 
     fn btl(&mut self, s: Side) -> &mut dyn Btl<Memory = Memory> {
-        &mut *self.sides[s.index()].engine
+        &mut self.sides[s.index()]
     }
 
     fn peer(&self, side: Side) -> EndpointId {
@@ -291,6 +455,7 @@ fn transport_of(
         recv_buffers: BUFFERS,
         send_buffers: BUFFERS,
         buffer_size: BUFFER,
+        rdma_depth: BUFFERS,
         tuning,
     };
     let mut nonces = SplitMix64(seed);

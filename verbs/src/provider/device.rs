@@ -162,8 +162,9 @@ bitflags! {
     }
 }
 
-/// A registered memory region. Addresses in it are offsets from its start
-/// (it is registered zero-based), for this process and for peers alike.
+/// A registered memory region. The device's address of its byte `i` is
+/// `base + i`, for this process (a scatter/gather entry's offset) and for
+/// peers (an RDMA request's remote offset) alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mr {
     /// Its local key.
@@ -172,4 +173,31 @@ pub struct Mr {
     pub rkey: Rkey,
     /// Its length in bytes.
     pub len: u64,
+    /// The device's address of its first byte: 0 for memory handed to the
+    /// provider ([`Provider::reg_mr`](super::Provider::reg_mr)), less
+    /// than a page for memory lent in place
+    /// ([`Provider::reg_lent`](super::Provider::reg_lent)).
+    pub base: u64,
+}
+
+/// Memory its owner keeps and lends a device in place
+/// ([`Provider::reg_lent`](super::Provider::reg_lent)), as a BTL's upper
+/// layer lends it the regions it registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LentRegion {
+    /// The owner's name for it, by which a device that reaches it only
+    /// through its owner asks for it ([`LentMemory`]).
+    pub id: u64,
+    /// Its first byte.
+    pub addr: *mut u8,
+    /// Its length in bytes (at least 1).
+    pub len: usize,
+}
+
+/// The owner of lent memory, as a device that reaches that memory only
+/// through its owner sees it ([`Provider::serve`](super::Provider::serve)).
+pub trait LentMemory {
+    /// The bytes of region `id`, or `None` if the owner no longer lends
+    /// them.
+    fn bytes(&mut self, id: u64) -> Option<&mut [u8]>;
 }

@@ -6,11 +6,16 @@
 //! regions) belongs to it and goes with it. Only reliable-connected queue
 //! pairs exist here, the only kind the BTL uses.
 //!
-//! Registered memory is handed to the provider and owned by it until
-//! deregistered, and it is registered zero-based: a region's addresses,
-//! for this process and for its peers, are offsets from its start.
-//! Nothing here is an address in this process, so the same code runs on a
-//! software HCA that keeps regions in its own tables.
+//! Memory is registered in one of two ways. The transport's own buffers
+//! are handed to the provider and owned by it until deregistered
+//! ([`Provider::reg_mr`]), zero-based: a region's addresses, for this
+//! process and for its peers, are offsets from its start. The upper
+//! layer's regions stay their owner's and are lent in place
+//! ([`Provider::reg_lent`]): a real HCA reaches them whenever it works, the
+//! software HCA only through their owner ([`Provider::serve`]), so that it
+//! never touches memory its owner may hold a reference to. Either way a
+//! region's addresses are `base + offset` ([`Mr::base`]), never a pointer
+//! of this process.
 //!
 //! Every call returns at once. Work the HCA carries out later ends in a
 //! [`WorkCompletion`] on a completion queue, which [`Provider::poll_cq`]
@@ -22,8 +27,8 @@ mod qp;
 mod work;
 
 pub use device::{
-    Access, Cq, DeviceAttr, Gid, LinkLayer, Lkey, Mr, Mtu, Pd, PortAttr, PortState, QpNum, Rkey,
-    Srq,
+    Access, Cq, DeviceAttr, Gid, LentMemory, LentRegion, LinkLayer, Lkey, Mr, Mtu, Pd, PortAttr,
+    PortState, QpNum, Rkey, Srq,
 };
 pub use error::{PostError, VerbsError};
 pub use qp::{
@@ -79,9 +84,33 @@ pub trait Provider {
     /// [`dereg_mr`](Self::dereg_mr) gives it back.
     fn reg_mr(&mut self, pd: Pd, memory: Vec<u8>, access: Access) -> Result<Mr, VerbsError>;
 
-    /// Deregisters a region and gives its memory back. Its keys are dead
-    /// from then on: a peer's RDMA naming them fails with
-    /// [`WcStatus::RemoteAccess`], and no later region takes them.
+    /// Registers memory its owner keeps, in place, in `pd` with `access`.
+    /// The device reaches it until [`dereg_mr`](Self::dereg_mr): a real
+    /// HCA at any time, the software HCA during
+    /// [`serve`](Self::serve) only, through the owner.
+    ///
+    /// # Safety
+    ///
+    /// `region.addr` must point to `region.len` bytes that stay valid and
+    /// in place until the region is deregistered, and the caller must not
+    /// rely on their contents while a device operation on them may be
+    /// under way (an RDMA write or read by a peer, or by this process):
+    /// a real HCA writes them behind any reference the caller holds.
+    // The one contract of memory shared with a device; see the crate's
+    // rule on `unsafe`.
+    #[allow(unsafe_code)]
+    unsafe fn reg_lent(
+        &mut self,
+        pd: Pd,
+        region: LentRegion,
+        access: Access,
+    ) -> Result<Mr, VerbsError>;
+
+    /// Deregisters a region and gives back the memory handed to it (an
+    /// empty `Vec` for memory lent in place, which stays its owner's).
+    /// Its keys are dead from then on: a peer's RDMA naming them fails
+    /// with [`WcStatus::RemoteAccess`], and no later region takes them.
+    /// Once it returns, the device no longer touches the memory.
     fn dereg_mr(&mut self, lkey: Lkey) -> Result<Vec<u8>, VerbsError>;
 
     /// Runs `f` on a region's bytes. Call it only on bytes no outstanding
@@ -110,6 +139,15 @@ pub trait Provider {
     /// Takes up to `out.len()` completions from `cq`, oldest first; how
     /// many. An overrun queue answers [`VerbsError::CqOverrun`].
     fn poll_cq(&mut self, cq: Cq, out: &mut [WorkCompletion]) -> Result<usize, VerbsError>;
+
+    /// Lets a device that reaches lent memory only through its owner
+    /// ([`reg_lent`](Self::reg_lent)) do now what it has to do there:
+    /// write what peers wrote, read what they read, place what this
+    /// process read, take what it writes. The software HCA's work on lent
+    /// memory waits for this call; a real HCA needs none.
+    fn serve(&mut self, memory: &mut dyn LentMemory) {
+        let _ = memory;
+    }
 
     /// Tells a provider whose timers run on its caller's clock (the
     /// software HCA's RNR and ACK timers) what time it is. A real HCA keeps

@@ -46,6 +46,9 @@ pub(super) enum Memory {
     InPlace(Vec<u8>),
     /// A copy of the caller's bytes in page-aligned memory.
     Moved(Pages),
+    /// Memory its owner keeps and lent in place, registered at the IOVA of
+    /// its offset in its page: not the provider's to read or give back.
+    Lent,
 }
 
 impl Memory {
@@ -61,6 +64,14 @@ impl Memory {
         Pages::copy_of(&bytes, page).map(Memory::Moved)
     }
 
+    /// The IOVA a region lent in place at `addr` is registered at: its
+    /// offset in its page of `page` bytes, the only one the kernel maps
+    /// onto it, and below a page as [`Mr::base`](crate::provider::Mr)
+    /// promises.
+    pub(super) fn lent_base(addr: *const u8, page: usize) -> u64 {
+        (addr.addr() & (page - 1)) as u64
+    }
+
     /// Whether the caller's buffer is registered where it was.
     #[cfg(test)]
     pub(super) fn in_place(&self) -> bool {
@@ -73,30 +84,35 @@ impl Memory {
         match self {
             Memory::InPlace(v) => v.as_mut_ptr().cast(),
             Memory::Moved(p) => p.ptr.as_ptr().cast(),
+            Memory::Lent => std::ptr::null_mut(),
         }
     }
 
-    /// The region's bytes.
-    pub(super) fn as_slice(&self) -> &[u8] {
+    /// The region's bytes; `None` for lent memory, its owner's.
+    pub(super) fn as_slice(&self) -> Option<&[u8]> {
         match self {
-            Memory::InPlace(v) => v,
-            Memory::Moved(p) => p.as_slice(),
+            Memory::InPlace(v) => Some(v),
+            Memory::Moved(p) => Some(p.as_slice()),
+            Memory::Lent => None,
         }
     }
 
-    /// The region's bytes, to change them.
-    pub(super) fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// The region's bytes, to change them; `None` for lent memory.
+    pub(super) fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match self {
-            Memory::InPlace(v) => v,
-            Memory::Moved(p) => p.as_mut_slice(),
+            Memory::InPlace(v) => Some(v),
+            Memory::Moved(p) => Some(p.as_mut_slice()),
+            Memory::Lent => None,
         }
     }
 
-    /// The bytes as a `Vec` again, once the region is deregistered.
+    /// The bytes as a `Vec` again, once the region is deregistered (none
+    /// for lent memory, which stayed its owner's).
     pub(super) fn into_vec(self) -> Vec<u8> {
         match self {
             Memory::InPlace(v) => v,
             Memory::Moved(p) => p.as_slice().to_vec(),
+            Memory::Lent => Vec::new(),
         }
     }
 }
@@ -194,12 +210,26 @@ mod tests {
         let mut memory = Memory::place(bytes, page).expect("placed");
         assert!(!memory.in_place());
         assert!(memory.start().addr().is_multiple_of(page));
-        assert_eq!(memory.as_slice(), &expected[..]);
-        memory.as_mut_slice()[4999] = 1;
+        assert_eq!(memory.as_slice(), Some(&expected[..]));
+        memory.as_mut_slice().expect("its bytes")[4999] = 1;
         let back = memory.into_vec();
         assert_eq!(back.len(), 5000);
         assert_eq!(back[..4999], expected[..4999]);
         assert_eq!(back[4999], 1);
+    }
+
+    #[test]
+    fn lent_memory_is_registered_at_its_offset_in_its_page() {
+        let page = page_size();
+        let bytes = vec![0u8; 3 * page];
+        let inside = bytes[page + 100..].as_ptr();
+        assert_eq!(
+            Memory::lent_base(inside, page),
+            (inside.addr() % page) as u64
+        );
+        assert!(Memory::lent_base(inside, page) < page as u64);
+        assert_eq!(Memory::Lent.as_slice(), None);
+        assert_eq!(Memory::Lent.into_vec(), Vec::<u8>::new());
     }
 
     #[test]

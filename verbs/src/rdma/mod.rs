@@ -58,11 +58,15 @@ use std::ptr::{self, NonNull};
 use ibverbs_sys as sys;
 
 use crate::provider::{
-    Access, Cq, DeviceAttr, Lkey, Mr, Pd, PortAttr, PostError, Provider, QpInit, QpNum, QpState,
-    RecvWr, Rkey, SendWr, Srq, Transition, VerbsError, WcOpcode, WorkCompletion,
+    Access, Cq, DeviceAttr, LentRegion, Lkey, Mr, Pd, PortAttr, PostError, Provider, QpInit, QpNum,
+    QpState, RecvWr, Rkey, SendWr, Srq, Transition, VerbsError, WcOpcode, WorkCompletion,
 };
 
 pub use device::devices;
+
+/// What touching lent memory through the provider answers: it is its
+/// owner's.
+const LENT: VerbsError = VerbsError::Invalid("lent memory is its owner's");
 use device::{Context, DeviceList, device_attr, last_os_error, mtu_from_raw, port_attr};
 use memory::Memory;
 use posted::Outstanding;
@@ -507,6 +511,44 @@ impl Provider for RdmaProvider {
             lkey: Lkey(lkey),
             rkey: Rkey(rkey),
             len: len as u64,
+            base: 0,
+        })
+    }
+
+    /// Registers the owner's memory where it is, at the IOVA of its offset
+    /// in its page (the kernel maps an IOVA only onto memory at the same
+    /// offset in its page).
+    unsafe fn reg_lent(
+        &mut self,
+        pd: Pd,
+        region: LentRegion,
+        access: Access,
+    ) -> Result<Mr, VerbsError> {
+        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
+            return Err(VerbsError::Invalid("REMOTE_WRITE needs LOCAL_WRITE"));
+        }
+        if region.len == 0 || region.addr.is_null() {
+            return Err(VerbsError::Invalid("an empty memory region"));
+        }
+        let raw_pd = self.pd(pd)?;
+        let base = Memory::lent_base(region.addr, self.page);
+        let flags = qp::access_flags(access).0 as c_int;
+        // SAFETY: `raw_pd` is a live domain of this context; the caller
+        // keeps the `len` bytes at `addr` valid and in place until the
+        // region is deregistered (this function's contract). The IOVA has
+        // the offset in its page of `addr`, as the kernel requires.
+        let raw = created(unsafe {
+            sys::ibv_reg_mr_iova(raw_pd.as_ptr(), region.addr.cast(), region.len, base, flags)
+        })?;
+        // SAFETY: `raw` is the region just registered.
+        let (lkey, rkey) = unsafe { ((*raw.as_ptr()).lkey, (*raw.as_ptr()).rkey) };
+        let memory = Memory::Lent;
+        self.mrs.insert(lkey, MrEntry { raw, pd, memory });
+        Ok(Mr {
+            lkey: Lkey(lkey),
+            rkey: Rkey(rkey),
+            len: region.len as u64,
+            base,
         })
     }
 
@@ -531,7 +573,7 @@ impl Provider for RdmaProvider {
             .mrs
             .get(&lkey.0)
             .ok_or(VerbsError::Unknown("memory region"))?;
-        Ok(f(entry.memory.as_slice()))
+        Ok(f(entry.memory.as_slice().ok_or(LENT)?))
     }
 
     fn with_mr_mut<R>(
@@ -543,7 +585,7 @@ impl Provider for RdmaProvider {
             .mrs
             .get_mut(&lkey.0)
             .ok_or(VerbsError::Unknown("memory region"))?;
-        Ok(f(entry.memory.as_mut_slice()))
+        Ok(f(entry.memory.as_mut_slice().ok_or(LENT)?))
     }
 
     fn post_send(&mut self, qp: QpNum, wrs: &[SendWr<'_>]) -> Result<(), PostError> {

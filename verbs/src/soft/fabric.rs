@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use btl_core::time::Instant;
 
 use crate::provider::{
-    Access, DeviceAttr, LinkLayer, Pd, PortAddr, PortAttr, PortState, QpNum, QpState,
+    Access, DeviceAttr, LentMemory, LinkLayer, Pd, PortAddr, PortAttr, PortState, QpNum, QpState,
     RNR_RETRY_FOREVER, SendOp, WcOpcode, WcStatus, WorkCompletion,
 };
 
@@ -113,6 +113,29 @@ enum Outcome {
         status: WcStatus,
         responder: Option<(QpKey, Option<WorkCompletion>)>,
     },
+    /// It needs lent memory whose owner is not serving the device now: it
+    /// waits, at the head of its queue, for the owner's next
+    /// [`serve`](Fabric::serve).
+    AwaitMemory,
+}
+
+/// The lent memory of one context, while that context serves the device.
+pub(crate) struct View<'a> {
+    pub(crate) dev: usize,
+    pub(crate) ctx: ContextId,
+    pub(crate) memory: &'a mut dyn LentMemory,
+}
+
+/// The lent memory of `owner` on device `dev`, if `view` is it.
+fn lender<'v>(
+    view: &'v mut Option<View<'_>>,
+    dev: usize,
+    owner: ContextId,
+) -> Option<&'v mut dyn LentMemory> {
+    match view {
+        Some(v) if v.dev == dev && v.ctx == owner => Some(&mut *v.memory),
+        _ => None,
+    }
 }
 
 /// What a fabric has seen happen, for tests to check that a path ran.
@@ -129,6 +152,10 @@ pub struct Counters {
     pub flushed: u64,
     /// Completion queues that overran.
     pub cq_overruns: u64,
+    /// RDMA writes carried out (with or without immediate data).
+    pub rdma_writes: u64,
+    /// RDMA reads carried out.
+    pub rdma_reads: u64,
 }
 
 /// Every device of a soft fabric and its clock.
@@ -227,6 +254,16 @@ impl Fabric {
     /// Tries the request at the head of every sending queue pair until
     /// none moves.
     pub(crate) fn pump(&mut self) {
+        self.pump_with(&mut None);
+    }
+
+    /// [`pump`](Self::pump) while context `ctx` of device `dev` lends its
+    /// memory: what waited for it moves now.
+    pub(crate) fn serve(&mut self, dev: usize, ctx: ContextId, memory: &mut dyn LentMemory) {
+        self.pump_with(&mut Some(View { dev, ctx, memory }));
+    }
+
+    fn pump_with(&mut self, view: &mut Option<View<'_>>) {
         let mut ready = std::mem::take(&mut self.ready);
         loop {
             ready.clear();
@@ -240,7 +277,7 @@ impl Fabric {
             }
             let mut moved = false;
             for &key in &ready {
-                moved |= self.step(key);
+                moved |= self.step(key, view);
             }
             if !moved {
                 break;
@@ -250,7 +287,7 @@ impl Fabric {
     }
 
     /// Tries the head request of `key`; whether it ended.
-    fn step(&mut self, key: QpKey) -> bool {
+    fn step(&mut self, key: QpKey, view: &mut Option<View<'_>>) -> bool {
         let now = self.now;
         let Some(q) = self.qp(key) else {
             return false;
@@ -270,11 +307,18 @@ impl Fabric {
             }
             _ => {}
         }
-        match self.attempt(key, &req) {
+        match self.attempt(key, &req, view) {
             Outcome::Done {
                 byte_len,
                 responder_wc,
             } => {
+                match req.op {
+                    SendOp::RdmaWrite(_) | SendOp::RdmaWriteWithImm(..) => {
+                        self.counters.rdma_writes += 1;
+                    }
+                    SendOp::RdmaRead(_) => self.counters.rdma_reads += 1,
+                    SendOp::Send | SendOp::SendWithImm(_) => {}
+                }
                 let q = self.qp_mut(key).expect("present above");
                 q.sq.pop_front();
                 q.wait = None;
@@ -307,6 +351,7 @@ impl Fabric {
                 self.counters.rnr_naks += 1;
                 self.wait_rnr(key, timer)
             }
+            Outcome::AwaitMemory => false,
             Outcome::Failed { status, responder } => {
                 if status == WcStatus::RemoteAccess {
                     self.counters.remote_access_errors += 1;
@@ -428,7 +473,7 @@ impl Fabric {
 
     /// Tries `req`, the head request of `key`, and carries it out if it
     /// can be.
-    fn attempt(&mut self, key: QpKey, req: &SendReq) -> Outcome {
+    fn attempt(&mut self, key: QpKey, req: &SendReq, view: &mut Option<View<'_>>) -> Outcome {
         let q = self.qp(key).expect("checked by the caller");
         let (pd, port, path_mtu) = (q.pd, q.port, q.rtr.map_or(256, |r| r.path_mtu.bytes()));
         let len = req.sg.bytes();
@@ -472,6 +517,10 @@ impl Fabric {
             status,
             responder: Some((rkey, None)),
         };
+        let local_fault = |status| Outcome::Failed {
+            status,
+            responder: None,
+        };
         let check_remote = |need: Access, at: &crate::provider::RemoteAddr| {
             if !r_access.contains(need) {
                 return Err(Refused::Access);
@@ -512,6 +561,40 @@ impl Fabric {
                 timer: r_timer.unwrap_or_default(),
             };
         }
+        // Lent memory is reached through its owner only: the bytes wait at
+        // the head of the queue for the owner of the memory they come from,
+        // then for the owner of the memory they go to.
+        let ((src_dev, src_owner), (dst_dev, dst_owner)) = self.lent_owners(key, rkey, req);
+        let serving = |view: &Option<View<'_>>, dev: usize, owner: Option<ContextId>| {
+            owner.is_none_or(|o| view.as_ref().is_some_and(|v| v.dev == dev && v.ctx == o))
+        };
+        let staged = self.qp_mut(key).and_then(|q| q.staged.take());
+        if staged.is_none() && !serving(view, src_dev, src_owner) {
+            return Outcome::AwaitMemory;
+        }
+        let data = match staged {
+            Some(bytes) => bytes,
+            None => {
+                let mut bytes = std::mem::take(&mut self.scratch);
+                bytes.clear();
+                let from = src_owner.and_then(|o| lender(view, src_dev, o));
+                if !self.take_source(key, rkey, req, from, &mut bytes) {
+                    self.scratch = bytes;
+                    // Its owner no longer lends it.
+                    return match req.op {
+                        SendOp::RdmaRead(_) => remote_fault(WcStatus::RemoteAccess),
+                        _ => local_fault(WcStatus::LocalProtection),
+                    };
+                }
+                bytes
+            }
+        };
+        if !serving(view, dst_dev, dst_owner) {
+            if let Some(q) = self.qp_mut(key) {
+                q.staged = Some(data);
+            }
+            return Outcome::AwaitMemory;
+        }
         // The receive it takes, if any.
         let receive = if takes_receive {
             let taken = match r_srq {
@@ -522,6 +605,9 @@ impl Fabric {
                 None => self.qp_mut(rkey).and_then(|r| r.rq.pop_front()),
             };
             let Some(taken) = taken else {
+                if let Some(q) = self.qp_mut(key) {
+                    q.staged = Some(data);
+                }
                 return Outcome::NotReady {
                     timer: r_timer.unwrap_or_default(),
                 };
@@ -550,9 +636,13 @@ impl Fabric {
                         responder: Some((rkey, Some(wc))),
                     };
                 }
-                if regions
-                    .check_list(rcv.sg.as_slice(), r_pd, Access::LOCAL_WRITE)
-                    .is_err()
+                // A receive into lent memory is refused: it would wait for
+                // its owner with the message already taken.
+                let lent = regions.lent_owner(rcv.sg.as_slice()).is_some();
+                if lent
+                    || regions
+                        .check_list(rcv.sg.as_slice(), r_pd, Access::LOCAL_WRITE)
+                        .is_err()
                 {
                     let wc = recv_wc(rcv.wr_id, WcStatus::LocalProtection, WcOpcode::Recv, 0);
                     return Outcome::Failed {
@@ -562,41 +652,32 @@ impl Fabric {
                 }
             }
         }
-        // Everything checked: the bytes move.
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        match req.op {
-            SendOp::Send | SendOp::SendWithImm(_) => {
-                self.devices[key.dev]
-                    .regions
-                    .gather(req.sg.as_slice(), &mut scratch);
-                if let Some(rcv) = &receive {
-                    self.devices[rkey.dev]
-                        .regions
-                        .scatter(rcv.sg.as_slice(), &scratch);
-                }
-            }
-            SendOp::RdmaWrite(at) | SendOp::RdmaWriteWithImm(at, _) => {
-                self.devices[key.dev]
-                    .regions
-                    .gather(req.sg.as_slice(), &mut scratch);
+        // Everything checked: the bytes land.
+        let to = dst_owner.and_then(|o| lender(view, dst_dev, o));
+        let placed = match req.op {
+            SendOp::Send | SendOp::SendWithImm(_) => receive.as_ref().is_none_or(|rcv| {
                 self.devices[rkey.dev]
                     .regions
-                    .write(at.rkey.0, at.offset, &scratch);
-            }
-            SendOp::RdmaRead(at) => {
-                self.devices[rkey.dev].regions.read(
-                    at.rkey.0,
-                    at.offset,
-                    len as usize,
-                    &mut scratch,
-                );
+                    .scatter(rcv.sg.as_slice(), None, &data)
+            }),
+            SendOp::RdmaWrite(at) | SendOp::RdmaWriteWithImm(at, _) => self.devices[rkey.dev]
+                .regions
+                .write(at.rkey.0, at.offset, to, &data),
+            SendOp::RdmaRead(_) => {
                 self.devices[key.dev]
                     .regions
-                    .scatter(req.sg.as_slice(), &scratch);
+                    .scatter(req.sg.as_slice(), to, &data)
             }
+        };
+        self.scratch = data;
+        if !placed {
+            // The owner no longer lends the memory: it was deregistered
+            // while the bytes were on their way.
+            return match req.op {
+                SendOp::RdmaRead(_) => local_fault(WcStatus::LocalProtection),
+                _ => remote_fault(WcStatus::RemoteAccess),
+            };
         }
-        self.scratch = scratch;
         let used = packets(len, path_mtu);
         if let Some(q) = self.qp_mut(key) {
             q.sq_psn = q.sq_psn.wrapping_add(used) & PSN_MASK;
@@ -622,6 +703,59 @@ impl Fabric {
                 0
             },
             responder_wc,
+        }
+    }
+
+    /// Where `req`'s bytes come from and go to, as (device, owner of lent
+    /// memory there, if any): a send's and a write's from the requester
+    /// `key`, a read's from the responder `rkey`. A receive is never lent
+    /// memory (the responder's receive checks refuse it).
+    fn lent_owners(
+        &self,
+        key: QpKey,
+        rkey: QpKey,
+        req: &SendReq,
+    ) -> ((usize, Option<ContextId>), (usize, Option<ContextId>)) {
+        let local = self.devices[key.dev].regions.lent_owner(req.sg.as_slice());
+        match req.op {
+            SendOp::Send | SendOp::SendWithImm(_) => ((key.dev, local), (rkey.dev, None)),
+            SendOp::RdmaWrite(at) | SendOp::RdmaWriteWithImm(at, _) => (
+                (key.dev, local),
+                (
+                    rkey.dev,
+                    self.devices[rkey.dev].regions.lent_owner_of(at.rkey.0),
+                ),
+            ),
+            SendOp::RdmaRead(at) => (
+                (
+                    rkey.dev,
+                    self.devices[rkey.dev].regions.lent_owner_of(at.rkey.0),
+                ),
+                (key.dev, local),
+            ),
+        }
+    }
+
+    /// Appends the bytes `req` moves to `out`, lent ones through `lender`;
+    /// `false` if they were out of reach.
+    fn take_source(
+        &mut self,
+        key: QpKey,
+        rkey: QpKey,
+        req: &SendReq,
+        lender: Option<&mut dyn LentMemory>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        match req.op {
+            SendOp::RdmaRead(at) => {
+                let len = req.sg.bytes() as usize;
+                self.devices[rkey.dev]
+                    .regions
+                    .read(at.rkey.0, at.offset, len, lender, out)
+            }
+            _ => self.devices[key.dev]
+                .regions
+                .gather(req.sg.as_slice(), lender, out),
         }
     }
 

@@ -58,15 +58,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use btl_core::time::{Duration, Instant};
 
 use crate::provider::{
-    Access, Cq, DeviceAttr, Gid, LinkLayer, Lkey, Mr, Mtu, Pd, PortAttr, PortState, PostError,
-    Provider, QpInit, QpNum, QpState, RecvWr, SendWr, Srq, Transition, VerbsError, WcOpcode,
-    WcStatus, WorkCompletion,
+    Access, Cq, DeviceAttr, Gid, LentMemory, LentRegion, LinkLayer, Lkey, Mr, Mtu, Pd, PortAttr,
+    PortState, PostError, Provider, QpInit, QpNum, QpState, RecvWr, SendWr, Srq, Transition,
+    VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use cq::CompletionQueue;
 pub use fabric::Counters;
 use fabric::{Device, Fabric, QpKey, SharedQueue};
-use mr::Region;
+use mr::{Memory, Region};
+
+/// What touching lent memory through the provider answers: it is its
+/// owner's.
+const LENT: VerbsError = VerbsError::Invalid("lent memory is its owner's");
 use qp::{MAX_SGE, QueuePair, RecvReq, SendReq};
 
 /// Most work requests one queue holds on a soft device.
@@ -573,12 +577,59 @@ impl Provider for SoftHca {
                 ctx,
                 pd,
                 access,
-                bytes: memory,
+                memory: Memory::Owned(memory),
             };
             let key = d.regions.register(region, MAX_MR)?;
             let (lkey, rkey) = mr::keys(key);
-            Ok(Mr { lkey, rkey, len })
+            Ok(Mr {
+                lkey,
+                rkey,
+                len,
+                base: 0,
+            })
         })
+    }
+
+    /// Registers the region by its owner's name only: its bytes are
+    /// reached through the owner, while it serves the device
+    /// ([`serve`](Provider::serve)); `region.addr` is never read.
+    #[allow(unsafe_code)]
+    unsafe fn reg_lent(
+        &mut self,
+        pd: Pd,
+        region: LentRegion,
+        access: Access,
+    ) -> Result<Mr, VerbsError> {
+        if (access.contains(Access::REMOTE_WRITE)) && !access.contains(Access::LOCAL_WRITE) {
+            return Err(VerbsError::Invalid("REMOTE_WRITE needs LOCAL_WRITE"));
+        }
+        if region.len == 0 {
+            return Err(VerbsError::Invalid("an empty memory region"));
+        }
+        let len = region.len as u64;
+        self.on_device(|f, dev, ctx| {
+            let d = &mut f.devices[dev];
+            Self::own_pd(d, ctx, pd)?;
+            let lent = Region {
+                ctx,
+                pd,
+                access,
+                memory: Memory::Lent { id: region.id, len },
+            };
+            let key = d.regions.register(lent, MAX_MR)?;
+            let (lkey, rkey) = mr::keys(key);
+            Ok(Mr {
+                lkey,
+                rkey,
+                len,
+                base: 0,
+            })
+        })
+    }
+
+    fn serve(&mut self, memory: &mut dyn LentMemory) {
+        let (dev, ctx) = (self.dev, self.ctx);
+        self.fabric.lock().serve(dev, ctx, memory);
     }
 
     fn dereg_mr(&mut self, lkey: Lkey) -> Result<Vec<u8>, VerbsError> {
@@ -587,12 +638,13 @@ impl Provider for SoftHca {
 
     fn with_mr<R>(&self, lkey: Lkey, f: impl FnOnce(&[u8]) -> R) -> Result<R, VerbsError> {
         let fabric = self.fabric.lock();
-        let r = fabric.devices[self.dev]
-            .regions
+        let regions = &fabric.devices[self.dev].regions;
+        regions
             .get(lkey.0)
             .filter(|r| r.ctx == self.ctx)
             .ok_or(VerbsError::Unknown("memory region"))?;
-        Ok(f(&r.bytes))
+        let bytes = regions.owned(lkey.0).ok_or(LENT)?;
+        Ok(f(bytes))
     }
 
     fn with_mr_mut<R>(
@@ -601,12 +653,13 @@ impl Provider for SoftHca {
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, VerbsError> {
         let mut fabric = self.fabric.lock();
-        let r = fabric.devices[self.dev]
-            .regions
-            .get_mut(lkey.0)
+        let regions = &mut fabric.devices[self.dev].regions;
+        regions
+            .get(lkey.0)
             .filter(|r| r.ctx == self.ctx)
             .ok_or(VerbsError::Unknown("memory region"))?;
-        Ok(f(&mut r.bytes))
+        let bytes = regions.owned_mut(lkey.0).ok_or(LENT)?;
+        Ok(f(bytes))
     }
 
     fn post_send(&mut self, qp: QpNum, wrs: &[SendWr<'_>]) -> Result<(), PostError> {

@@ -4,8 +4,14 @@
 //! HCAs build theirs from an index and an 8-bit variant: a region's keys
 //! die with it, and the next region in the slot gets other ones. The local
 //! and the remote key of a region are the same number.
+//!
+//! A region's bytes are the device's (handed to it) or their owner's (lent
+//! in place). Lent bytes are reached only through their owner, while it
+//! serves the device ([`LentMemory`]): the byte operations here take the
+//! owner's memory when the caller has it, and say when they needed it
+//! and did not have it.
 
-use crate::provider::{Access, Lkey, Pd, Rkey, Sge, VerbsError};
+use crate::provider::{Access, LentMemory, Lkey, Pd, Rkey, Sge, VerbsError};
 
 use super::ContextId;
 
@@ -15,8 +21,42 @@ pub(crate) struct Region {
     pub(crate) ctx: ContextId,
     pub(crate) pd: Pd,
     pub(crate) access: Access,
-    pub(crate) bytes: Vec<u8>,
+    pub(crate) memory: Memory,
 }
+
+/// Where a region's bytes are.
+#[derive(Debug)]
+pub(crate) enum Memory {
+    /// Handed to the device: here.
+    Owned(Vec<u8>),
+    /// Lent in place by their owner, who calls them `id`.
+    Lent { id: u64, len: u64 },
+}
+
+impl Memory {
+    fn len(&self) -> u64 {
+        match self {
+            Memory::Owned(bytes) => bytes.len() as u64,
+            Memory::Lent { len, .. } => *len,
+        }
+    }
+
+    /// Bytes `at` of the region, through `lender` if they are lent;
+    /// `None` if they are lent and the lender does not give them.
+    fn slice_mut<'a>(
+        &'a mut self,
+        at: std::ops::Range<usize>,
+        lender: Option<&'a mut (dyn LentMemory + '_)>,
+    ) -> Option<&'a mut [u8]> {
+        match self {
+            Memory::Owned(bytes) => bytes.get_mut(at),
+            Memory::Lent { id, .. } => lender?.bytes(*id)?.get_mut(at),
+        }
+    }
+}
+
+/// The owner whose lent memory an operation needs.
+pub(crate) type Owner = ContextId;
 
 #[derive(Debug, Default)]
 struct Slot {
@@ -72,7 +112,10 @@ impl Regions {
             .take()
             .ok_or(VerbsError::Unknown("memory region"))?;
         s.generation = s.generation.wrapping_add(1);
-        Ok(region.bytes)
+        Ok(match region.memory {
+            Memory::Owned(bytes) => bytes,
+            Memory::Lent { .. } => Vec::new(),
+        })
     }
 
     fn slot_mut(&mut self, key: u32) -> Option<&mut Slot> {
@@ -124,7 +167,7 @@ impl Regions {
     ) -> Result<(), Refused> {
         let r = self.get(key).filter(|r| r.pd == pd).ok_or(Refused::Key)?;
         let end = offset.checked_add(len).ok_or(Refused::Bounds)?;
-        if end > r.bytes.len() as u64 {
+        if end > r.memory.len() {
             return Err(Refused::Bounds);
         }
         if !r.access.contains(need) {
@@ -139,45 +182,123 @@ impl Regions {
             .try_for_each(|s| self.check(s.lkey.0, pd, s.offset, u64::from(s.len), need))
     }
 
-    /// Appends the bytes a checked scatter/gather list names to `out`.
-    pub(crate) fn gather(&self, sg: &[Sge], out: &mut Vec<u8>) {
+    /// The owner of the lent memory a checked scatter/gather list names,
+    /// if it names any (a list's regions share a domain, so one owner).
+    pub(crate) fn lent_owner(&self, sg: &[Sge]) -> Option<Owner> {
+        sg.iter().find_map(|s| self.lent_owner_of(s.lkey.0))
+    }
+
+    /// The owner of region `key`, if its memory is lent.
+    pub(crate) fn lent_owner_of(&self, key: u32) -> Option<Owner> {
+        self.get(key)
+            .filter(|r| matches!(r.memory, Memory::Lent { .. }))
+            .map(|r| r.ctx)
+    }
+
+    /// Appends the bytes a checked scatter/gather list names to `out`,
+    /// lent ones through `lender`; `false` if some were out of reach.
+    pub(crate) fn gather(
+        &mut self,
+        sg: &[Sge],
+        mut lender: Option<&mut dyn LentMemory>,
+        out: &mut Vec<u8>,
+    ) -> bool {
         for s in sg {
-            if let Some(r) = self.get(s.lkey.0) {
-                let start = s.offset as usize;
-                out.extend_from_slice(&r.bytes[start..start + s.len as usize]);
-            }
+            let start = s.offset as usize;
+            let at = start..start + s.len as usize;
+            let bytes = self
+                .get_mut(s.lkey.0)
+                .and_then(|r| r.memory.slice_mut(at, lender.as_deref_mut()));
+            let Some(bytes) = bytes else {
+                return false;
+            };
+            out.extend_from_slice(bytes);
         }
+        true
     }
 
     /// Spreads `data` over a checked scatter/gather list, in order, as far
-    /// as it reaches.
-    pub(crate) fn scatter(&mut self, sg: &[Sge], mut data: &[u8]) {
+    /// as it reaches, lent bytes through `lender`; `false` if some were
+    /// out of reach.
+    pub(crate) fn scatter(
+        &mut self,
+        sg: &[Sge],
+        mut lender: Option<&mut dyn LentMemory>,
+        mut data: &[u8],
+    ) -> bool {
         for s in sg {
             if data.is_empty() {
-                return;
+                break;
             }
             let n = data.len().min(s.len as usize);
-            if let Some(r) = self.get_mut(s.lkey.0) {
-                let start = s.offset as usize;
-                r.bytes[start..start + n].copy_from_slice(&data[..n]);
-            }
+            let start = s.offset as usize;
+            let bytes = self
+                .get_mut(s.lkey.0)
+                .and_then(|r| r.memory.slice_mut(start..start + n, lender.as_deref_mut()));
+            let Some(bytes) = bytes else {
+                return false;
+            };
+            bytes.copy_from_slice(&data[..n]);
             data = &data[n..];
         }
+        true
     }
 
-    /// Appends `len` bytes from `offset` of a checked region to `out`.
-    pub(crate) fn read(&self, key: u32, offset: u64, len: usize, out: &mut Vec<u8>) {
-        if let Some(r) = self.get(key) {
-            let start = offset as usize;
-            out.extend_from_slice(&r.bytes[start..start + len]);
+    /// Appends `len` bytes from `offset` of a checked region to `out`;
+    /// `false` if they were out of reach.
+    pub(crate) fn read(
+        &mut self,
+        key: u32,
+        offset: u64,
+        len: usize,
+        lender: Option<&mut dyn LentMemory>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let start = offset as usize;
+        let Some(bytes) = self
+            .get_mut(key)
+            .and_then(|r| r.memory.slice_mut(start..start + len, lender))
+        else {
+            return false;
+        };
+        out.extend_from_slice(bytes);
+        true
+    }
+
+    /// Writes `data` at `offset` of a checked region; `false` if it was
+    /// out of reach.
+    pub(crate) fn write(
+        &mut self,
+        key: u32,
+        offset: u64,
+        lender: Option<&mut dyn LentMemory>,
+        data: &[u8],
+    ) -> bool {
+        let start = offset as usize;
+        let Some(bytes) = self
+            .get_mut(key)
+            .and_then(|r| r.memory.slice_mut(start..start + data.len(), lender))
+        else {
+            return false;
+        };
+        bytes.copy_from_slice(data);
+        true
+    }
+
+    /// The bytes of a region handed to the device; `None` for lent ones,
+    /// which are their owner's.
+    pub(crate) fn owned(&self, key: u32) -> Option<&[u8]> {
+        match &self.get(key)?.memory {
+            Memory::Owned(bytes) => Some(bytes),
+            Memory::Lent { .. } => None,
         }
     }
 
-    /// Writes `data` at `offset` of a checked region.
-    pub(crate) fn write(&mut self, key: u32, offset: u64, data: &[u8]) {
-        if let Some(r) = self.get_mut(key) {
-            let start = offset as usize;
-            r.bytes[start..start + data.len()].copy_from_slice(data);
+    /// As [`owned`](Self::owned), to change them.
+    pub(crate) fn owned_mut(&mut self, key: u32) -> Option<&mut [u8]> {
+        match &mut self.get_mut(key)?.memory {
+            Memory::Owned(bytes) => Some(bytes),
+            Memory::Lent { .. } => None,
         }
     }
 }
@@ -198,7 +319,7 @@ mod tests {
             ctx: CTX,
             pd: Pd(1),
             access,
-            bytes: vec![0; len],
+            memory: Memory::Owned(vec![0; len]),
         }
     }
 
@@ -283,9 +404,9 @@ mod tests {
                 len: 4,
             },
         ];
-        regions.scatter(&sg, b"abcde");
+        assert!(regions.scatter(&sg, None, b"abcde"));
         let mut out = Vec::new();
-        regions.gather(&sg, &mut out);
+        assert!(regions.gather(&sg, None, &mut out));
         assert_eq!(out, b"abcde\0");
     }
 

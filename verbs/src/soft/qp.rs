@@ -136,6 +136,10 @@ pub(crate) struct QueuePair {
     pub(crate) sq: VecDeque<SendReq>,
     pub(crate) rq: VecDeque<RecvReq>,
     pub(crate) wait: Option<Wait>,
+    /// The head request's bytes, once taken from lent memory whose owner
+    /// served the device, while the memory they go to waits for its own
+    /// owner.
+    pub(crate) staged: Option<Vec<u8>>,
 }
 
 impl QueuePair {
@@ -155,6 +159,7 @@ impl QueuePair {
             sq: VecDeque::with_capacity(init.caps.max_send_wr as usize),
             rq: VecDeque::with_capacity(init.caps.max_recv_wr as usize),
             wait: None,
+            staged: None,
         }
     }
 
@@ -192,6 +197,7 @@ impl QueuePair {
     pub(crate) fn flush(&mut self) -> impl Iterator<Item = (bool, WorkCompletion)> + '_ {
         let qp = self.num;
         self.wait = None;
+        self.staged = None;
         let sends = self.sq.drain(..).map(move |r| {
             (
                 true,

@@ -1,6 +1,8 @@
 //! The soft HCA against reliable-connected semantics, at explicit
 //! instants of the fabric's clock.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::provider::{
     AckTimeout, PortAddr, QpCaps, RNR_RETRY_FOREVER, RemoteAddr, Rkey, RnrTimer, SendOp, Sge,
@@ -899,4 +901,164 @@ fn a_domain_in_use_stays() {
     a.hca.destroy_qp(a.qp).expect("qp");
     a.hca.dereg_mr(a.mr.lkey).expect("mr");
     a.hca.dealloc_pd(a.pd).expect("pd");
+}
+
+/// Memory an end lends its device, in regions it names by number.
+#[derive(Default)]
+struct Lender {
+    regions: BTreeMap<u64, Vec<u8>>,
+}
+
+impl LentMemory for Lender {
+    fn bytes(&mut self, id: u64) -> Option<&mut [u8]> {
+        self.regions.get_mut(&id).map(Vec::as_mut_slice)
+    }
+}
+
+impl Lender {
+    /// Lends region `id` of `len` bytes, each `fill`, to `end`'s device.
+    fn lend(&mut self, end: &mut End, id: u64, len: usize, fill: u8, access: Access) -> Mr {
+        let bytes = self.regions.entry(id).or_insert_with(|| vec![fill; len]);
+        let region = LentRegion {
+            id,
+            addr: bytes.as_mut_ptr(),
+            len,
+        };
+        // SAFETY: the soft device never reads `addr`; it asks `self` for
+        // the bytes.
+        #[allow(unsafe_code)]
+        let mr = unsafe {
+            end.hca
+                .reg_lent(end.pd, region, Access::LOCAL_WRITE | access)
+        };
+        mr.expect("lent")
+    }
+}
+
+#[test]
+fn lent_memory_is_reached_only_while_its_owner_serves_the_device() {
+    let (_fabric, mut a, mut b) = pair();
+    let (mut la, mut lb) = (Lender::default(), Lender::default());
+    let src = la.lend(&mut a, 1, 64, 0xaa, Access::empty());
+    let dst = lb.lend(&mut b, 7, 64, 0, Access::REMOTE_WRITE | Access::REMOTE_READ);
+    assert_eq!(
+        a.hca.with_mr(src.lkey, |m| m.len()),
+        Err(LENT),
+        "the owner's, not the provider's"
+    );
+    let at = RemoteAddr {
+        rkey: dst.rkey,
+        offset: 8,
+    };
+    let sg = [Sge {
+        lkey: src.lkey,
+        offset: 0,
+        len: 16,
+    }];
+    a.send(1, SendOp::RdmaWrite(at), &sg);
+    assert!(a.poll().is_empty(), "A's bytes wait for A");
+    b.hca.serve(&mut lb);
+    assert!(a.poll().is_empty(), "and B cannot take them");
+    a.hca.serve(&mut la);
+    assert!(a.poll().is_empty(), "taken, they wait for B");
+    assert_eq!(lb.regions[&7], vec![0; 64]);
+    b.hca.serve(&mut lb);
+    assert_eq!(statuses(&a.poll()), [(1, WcStatus::Success)]);
+    assert_eq!(&lb.regions[&7][8..24], &[0xaa; 16]);
+    assert_eq!(lb.regions[&7][7], 0);
+
+    // A read, the other way: B's bytes first, then A's memory.
+    lb.regions.get_mut(&7).expect("lent")[40..48].fill(0x55);
+    let dst_local = la.lend(&mut a, 2, 8, 0, Access::empty());
+    let sg = [Sge {
+        lkey: dst_local.lkey,
+        offset: 0,
+        len: 8,
+    }];
+    let at = RemoteAddr {
+        rkey: dst.rkey,
+        offset: 40,
+    };
+    a.send(2, SendOp::RdmaRead(at), &sg);
+    a.hca.serve(&mut la);
+    assert!(a.poll().is_empty());
+    b.hca.serve(&mut lb);
+    assert!(a.poll().is_empty(), "read, it waits for A's memory");
+    a.hca.serve(&mut la);
+    assert_eq!(statuses(&a.poll()), [(2, WcStatus::Success)]);
+    assert_eq!(la.regions[&2], vec![0x55; 8]);
+    assert_eq!(
+        b.hca.dereg_mr(dst.lkey),
+        Ok(Vec::new()),
+        "nothing was handed over"
+    );
+}
+
+#[test]
+fn lent_memory_its_owner_took_back_is_never_written() {
+    let (fabric, mut a, mut b) = pair();
+    let (mut la, mut lb) = (Lender::default(), Lender::default());
+    let src = la.lend(&mut a, 1, 32, 0xaa, Access::empty());
+    let dst = lb.lend(&mut b, 7, 32, 0, Access::REMOTE_WRITE);
+    let sg = [Sge {
+        lkey: src.lkey,
+        offset: 0,
+        len: 32,
+    }];
+    let at = RemoteAddr {
+        rkey: dst.rkey,
+        offset: 0,
+    };
+    a.send(1, SendOp::RdmaWrite(at), &sg);
+    a.hca.serve(&mut la);
+    // B takes the memory back while the bytes are on their way, the
+    // device first, as a driver must.
+    b.hca.dereg_mr(dst.lkey).expect("registered");
+    lb.regions.remove(&7);
+    lb.regions.insert(7, vec![0; 32]);
+    b.hca.serve(&mut lb);
+    assert_eq!(statuses(&a.poll()), [(1, WcStatus::RemoteAccess)]);
+    assert_eq!(
+        lb.regions[&7],
+        vec![0; 32],
+        "the new memory under the old name is untouched"
+    );
+    assert_eq!(fabric.counters().remote_access_errors, 1);
+    assert_eq!(a.state(), QpState::Err);
+
+    // The owner that no longer lends what its device still names: the
+    // device's request fails, nothing else happens.
+    let (_fabric, mut a, b) = pair();
+    let mut la = Lender::default();
+    let src = la.lend(&mut a, 1, 32, 0xaa, Access::empty());
+    la.regions.clear();
+    let sg = [Sge {
+        lkey: src.lkey,
+        offset: 0,
+        len: 32,
+    }];
+    a.send(2, SendOp::RdmaWrite(b.remote(0)), &sg);
+    a.hca.serve(&mut la);
+    assert_eq!(statuses(&a.poll()), [(2, WcStatus::LocalProtection)]);
+    assert_eq!(b.read(0, 32), vec![0; 32]);
+}
+
+#[test]
+fn a_receive_into_lent_memory_is_refused() {
+    let (_fabric, mut a, mut b) = pair();
+    let mut lb = Lender::default();
+    let lent = lb.lend(&mut b, 3, 64, 0, Access::empty());
+    b.recv(
+        9,
+        &[Sge {
+            lkey: lent.lkey,
+            offset: 0,
+            len: 64,
+        }],
+    );
+    a.send(1, SendOp::Send, &[a.sge(0, 8)]);
+    b.hca.serve(&mut lb);
+    assert_eq!(statuses(&a.poll()), [(1, WcStatus::RemoteOperation)]);
+    assert_eq!(statuses(&b.poll()), [(9, WcStatus::LocalProtection)]);
+    assert_eq!(lb.regions[&3], vec![0; 64]);
 }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use btl_core::endpoint::ProcName;
-use btl_core::engine::{ConnectFailure, LinkId};
+use btl_core::engine::{ConnectFailure, LinkId, RdmaToken};
 
 use super::VerbsConfig;
 use super::channel::SideChannel;
@@ -20,30 +20,58 @@ use crate::provider::{
     Access, Cq, Mr, Pd, Provider, QpCaps, QpInit, QpNum, RecvWr, Sge, VerbsError,
 };
 
-/// The top bit of a send's work request identifier.
-const SEND_BIT: u64 = 1 << 63;
+/// The top two bits of a work request identifier: its kind.
+const KIND_SHIFT: u32 = 62;
 
-/// What a work request identifier says.
+/// What a work request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WrKind {
+    /// A receive into buffer `index`.
+    Recv = 0,
+    /// A SEND from buffer `index`.
+    Send = 1,
+    /// The last work request of an RDMA write or read the engine asked
+    /// for; `index` is its number on its queue pair.
+    Rdma = 2,
+}
+
+/// What a work request identifier says: its kind, the slot of its queue
+/// pair, and its buffer or number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WrId {
-    pub(crate) send: bool,
+    pub(crate) kind: WrKind,
     pub(crate) slot: usize,
     pub(crate) index: usize,
 }
 
 impl WrId {
     pub(crate) fn encode(self) -> u64 {
-        let kind = if self.send { SEND_BIT } else { 0 };
-        kind | (self.slot as u64) << 32 | self.index as u64
+        (self.kind as u64) << KIND_SHIFT
+            | ((self.slot as u64) << 32) & !(3 << KIND_SHIFT)
+            | (self.index as u64 & 0xFFFF_FFFF)
     }
 
     pub(crate) fn decode(id: u64) -> Self {
         WrId {
-            send: id & SEND_BIT != 0,
-            slot: ((id & !SEND_BIT) >> 32) as usize,
+            kind: match id >> KIND_SHIFT {
+                0 => WrKind::Recv,
+                1 => WrKind::Send,
+                _ => WrKind::Rdma,
+            },
+            slot: ((id & !(3 << KIND_SHIFT)) >> 32) as usize,
             index: (id & 0xFFFF_FFFF) as usize,
         }
     }
+}
+
+/// An RDMA transfer posted on a queue pair: its number (that of its last,
+/// signaled work request), the engine's token, and how many work requests
+/// it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Posted {
+    pub(crate) number: u32,
+    pub(crate) token: RdmaToken,
+    pub(crate) requests: usize,
 }
 
 /// Received bytes the engine has not taken all of yet, in the order they
@@ -65,9 +93,21 @@ pub(crate) struct QpLink {
     /// Sends posted and not yet completed, the oldest at `send_first`.
     pub(crate) sends_out: usize,
     pub(crate) send_first: usize,
+    /// RDMA transfers posted and not yet completed, oldest first, the
+    /// work requests they hold, and the next one's number.
+    pub(crate) rdma: VecDeque<Posted>,
+    pub(crate) rdma_requests: usize,
+    pub(crate) rdma_next: u32,
     /// The engine is done with the link: the queue pair goes once its
-    /// sends have completed.
+    /// sends and transfers have completed.
     pub(crate) closing: bool,
+}
+
+impl QpLink {
+    /// Whether nothing posted on it is outstanding.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.sends_out == 0 && self.rdma.is_empty()
+    }
 }
 
 /// What the CPC reported, for the transport to tell the engine.
@@ -103,7 +143,7 @@ impl<P: Provider> Host<P> {
     ) -> Result<Self, VerbsError> {
         let slots = config.max_peers;
         let pd = provider.alloc_pd()?;
-        let per_slot = config.recv_buffers + config.send_buffers;
+        let per_slot = config.recv_buffers + config.send_buffers + config.rdma_depth;
         let entries = u32::try_from(slots * per_slot + 16)
             .map_err(|_| VerbsError::Invalid("too many buffers for one completion queue"))?;
         let cq = provider.create_cq(entries)?;
@@ -128,7 +168,7 @@ impl<P: Provider> Host<P> {
     /// Replaces the completion queue, which overran: every queue pair on
     /// it must be gone already.
     pub(crate) fn renew_cq(&mut self) -> Result<(), VerbsError> {
-        let per_slot = self.config.recv_buffers + self.config.send_buffers;
+        let per_slot = self.config.recv_buffers + self.config.send_buffers + self.config.rdma_depth;
         let entries = (self.config.max_peers * per_slot + 16) as u32;
         let _ = self.provider.destroy_cq(self.cq);
         self.cq = self.provider.create_cq(entries)?;
@@ -158,7 +198,7 @@ impl<P: Provider> Host<P> {
             len: self.config.buffer_size as u32,
         }];
         let wr_id = WrId {
-            send: false,
+            kind: WrKind::Recv,
             slot,
             index,
         }
@@ -190,7 +230,7 @@ impl<P: Provider> CpcHost for Host<P> {
             recv_cq: self.cq,
             srq: None,
             caps: QpCaps {
-                max_send_wr: self.config.send_buffers as u32,
+                max_send_wr: (self.config.send_buffers + self.config.rdma_depth) as u32,
                 max_recv_wr: self.config.recv_buffers as u32,
                 max_send_sge: 1,
                 max_recv_sge: 1,
@@ -234,6 +274,9 @@ impl<P: Provider> CpcHost for Host<P> {
                 held: VecDeque::new(),
                 sends_out: 0,
                 send_first: 0,
+                rdma: VecDeque::new(),
+                rdma_requests: 0,
+                rdma_next: 0,
                 closing: false,
             },
         );
@@ -276,14 +319,19 @@ mod tests {
     fn work_request_ids_round_trip() {
         for id in [
             WrId {
-                send: true,
+                kind: WrKind::Send,
                 slot: 0,
                 index: 0,
             },
             WrId {
-                send: false,
+                kind: WrKind::Recv,
                 slot: 1023,
                 index: 77,
+            },
+            WrId {
+                kind: WrKind::Rdma,
+                slot: 5,
+                index: u32::MAX as usize,
             },
         ] {
             assert_eq!(WrId::decode(id.encode()), id);

@@ -18,7 +18,17 @@
 //!   fragment, stay, and so do the buffers after them);
 //! - a queue pair whose work fails (a peer gone, a retry count spent, a
 //!   flush) closes its link, and the engine reconnects or loses the peer
-//!   exactly as over TCP.
+//!   exactly as over TCP;
+//! - puts and gets are RDMA writes and reads: a region the upper layer
+//!   registers is registered with the device too, in place
+//!   ([`register`](Transport::register)), and the engine hands the
+//!   transport each transfer once it has checked it against what the
+//!   peer said of its key ([`btl_core::engine::rdma`]). The transport
+//!   posts it on the link's queue pair and reports its completion; a
+//!   remote access error means the peer's key is stale. Registrations are
+//!   the transport's table: a region leaves the device before it goes
+//!   back to the user ([`deregister`](Transport::deregister)), so no
+//!   peer's write can reach memory the user owns again.
 //!
 //! The engine's credits keep a sender within the receiver's fragments,
 //! as openib's `rd_num`; they come back on every header, and alone in an
@@ -38,14 +48,22 @@ pub use host::Host;
 
 use std::collections::BTreeMap;
 
+use btl_core::btl::{Access as BtlAccess, Btl, BtlError, MemHandle};
 use btl_core::endpoint::ProcName;
 use btl_core::engine::driver::{Io, Nonces};
-use btl_core::engine::{ConnectFailure, ConnectRequest, Engine, LinkId, Source, Storage, Stream};
+use btl_core::engine::{
+    ConnectFailure, ConnectRequest, Engine, KeyRefused, LinkId, Rdma, RdmaKind, Source, Storage,
+    Stream,
+};
 use btl_core::time::Instant;
+use btl_core::wire::DeviceKey;
 
 use crate::cpc::{Cpc, CpcHost, QpTuning};
-use crate::provider::{Provider, QpNum, SendOp, SendWr, Sge, VerbsError, WorkCompletion};
-use host::{Held, HostEvent, WrId};
+use crate::provider::{
+    Access, LentMemory, LentRegion, Mr, Provider, QpNum, RemoteAddr, SendOp, SendWr, Sge,
+    VerbsError, WcStatus, WorkCompletion,
+};
+use host::{Held, HostEvent, Posted, WrId, WrKind};
 
 /// How a verbs transport sizes its queue pairs and buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +78,9 @@ pub struct VerbsConfig {
     pub send_buffers: usize,
     /// Bytes of each send and receive buffer: the most one SEND carries.
     pub buffer_size: usize,
+    /// RDMA work requests outstanding on each queue pair (puts and gets;
+    /// more wait in the engine).
+    pub rdma_depth: usize,
     /// Timers and retries of its queue pairs.
     pub tuning: QpTuning,
 }
@@ -72,6 +93,7 @@ impl Default for VerbsConfig {
             recv_buffers: 16,
             send_buffers: 16,
             buffer_size: 16 << 10,
+            rdma_depth: 16,
             tuning: QpTuning::default(),
         }
     }
@@ -92,6 +114,31 @@ pub struct Transport<P: Provider> {
     /// to pass so that a pass allocates nothing.
     scratch: Vec<QpNum>,
     scratch_links: Vec<LinkId>,
+    /// The upper layer's regions the device holds, by their key.
+    regions: BTreeMap<u64, Registered>,
+}
+
+/// A region of the upper layer's, registered with the device in place.
+#[derive(Debug, Clone, Copy)]
+struct Registered {
+    handle: MemHandle,
+    mr: Mr,
+    /// What peers may do with it, to register it again.
+    access: BtlAccess,
+}
+
+/// The engine's registered memory, as the device asks for it by a
+/// region's key while the transport serves it.
+struct EngineMemory<'a, S: Storage, const W: usize> {
+    engine: &'a mut Engine<S, Stream, W>,
+    regions: &'a BTreeMap<u64, Registered>,
+}
+
+impl<S: Storage, const W: usize> LentMemory for EngineMemory<'_, S, W> {
+    fn bytes(&mut self, id: u64) -> Option<&mut [u8]> {
+        let handle = self.regions.get(&id)?.handle;
+        self.engine.region_mut(handle).ok()
+    }
 }
 
 impl<P: Provider> Transport<P> {
@@ -119,7 +166,90 @@ impl<P: Provider> Transport<P> {
             links: BTreeMap::new(),
             scratch: Vec::new(),
             scratch_links: Vec::new(),
+            regions: BTreeMap::new(),
         })
+    }
+
+    /// Registers `handle`, just registered with `engine` with peer access
+    /// `access`, with the device too, in place, and tells the engine its
+    /// device key: puts and gets from it go by RDMA, and peers' reach it.
+    /// A region the device refuses (an empty one; one beyond what the
+    /// device pins) stays the engine's alone, and its transfers go in
+    /// packets: the error says why.
+    ///
+    /// The region must leave the device through
+    /// [`deregister`](Self::deregister), never the engine's
+    /// `deregister_mem` alone (the engine refuses while the device holds
+    /// it).
+    pub fn register<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        handle: MemHandle,
+        access: BtlAccess,
+    ) -> Result<(), VerbsError> {
+        let bytes = engine
+            .region_mut(handle)
+            .map_err(|_| VerbsError::Unknown("registration"))?;
+        let region = LentRegion {
+            id: handle.remote_key().0,
+            addr: bytes.as_mut_ptr(),
+            len: bytes.len(),
+        };
+        let mut device = Access::LOCAL_WRITE;
+        if access.contains(BtlAccess::REMOTE_WRITE) {
+            device |= Access::REMOTE_WRITE;
+        }
+        if access.contains(BtlAccess::REMOTE_READ) {
+            device |= Access::REMOTE_READ;
+        }
+        // SAFETY: the engine keeps the region's bytes where they are until
+        // it deregisters them, which it refuses while a device key is set;
+        // `deregister` takes the region from the device before it clears
+        // the key. Peers write and read it only in transfers the BTL's
+        // contract gives the memory to.
+        #[allow(unsafe_code)]
+        let mr = unsafe { self.host.provider.reg_lent(self.host.pd, region, device) }?;
+        let key = DeviceKey {
+            key: u64::from(mr.rkey.0),
+            base: mr.base,
+        };
+        if engine.set_device_key(handle, Some(key)).is_err() {
+            let _ = self.host.provider.dereg_mr(mr.lkey);
+            return Err(VerbsError::Unknown("registration"));
+        }
+        self.regions
+            .insert(region.id, Registered { handle, mr, access });
+        Ok(())
+    }
+
+    /// Deregisters `handle`: from the device first, so that no RDMA
+    /// reaches the memory once it is the user's again, then from the
+    /// engine, which gives the memory back. If the engine refuses (a
+    /// transfer uses the region), the region goes back to the device.
+    pub fn deregister<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        handle: MemHandle,
+    ) -> Result<S::Memory, BtlError> {
+        let id = handle.remote_key().0;
+        let Some(r) = self.regions.remove(&id) else {
+            return engine.deregister_mem(handle);
+        };
+        // A device that cannot let go (none ever failed so) keeps the
+        // engine from giving the memory back.
+        if self.host.provider.dereg_mr(r.mr.lkey).is_err() {
+            self.regions.insert(id, r);
+            return Err(BtlError::Memory(btl_core::btl::MemError::InUse));
+        }
+        engine.set_device_key(handle, None)?;
+        engine.deregister_mem(handle).inspect_err(|_| {
+            let _ = self.register(engine, handle, r.access);
+        })
+    }
+
+    /// Regions the device holds for the upper layer.
+    pub fn registrations(&self) -> usize {
+        self.regions.len()
     }
 
     /// The completion queue, which a test may overrun.
@@ -137,9 +267,10 @@ impl<P: Provider> Transport<P> {
         self.host.qps.len()
     }
 
-    /// One pass at `now`: side-channel messages to the CPC, its timers,
-    /// the completions, then the engine's loop (its timers, connections,
-    /// writes and closes). Whether anything moved.
+    /// One pass at `now`: the input ([`poll`](Self::poll)), then the
+    /// engine's loop (its timers, connections, writes and closes, puts and
+    /// gets posted), then the device's turn at what was just posted from
+    /// registered memory. Whether anything moved.
     pub fn progress<S: Storage, const W: usize>(
         &mut self,
         engine: &mut Engine<S, Stream, W>,
@@ -148,20 +279,41 @@ impl<P: Provider> Transport<P> {
         let moved = self.poll(engine, now);
         engine.serve(self, now, true);
         self.apply_events(engine, now);
+        // What was just posted from registered memory, for a device that
+        // reaches it only now.
+        self.serve_memory(engine);
         moved
     }
 
+    /// Lets the device reach the engine's registered memory
+    /// ([`Provider::serve`]).
+    fn serve_memory<S: Storage, const W: usize>(&mut self, engine: &mut Engine<S, Stream, W>) {
+        if self.regions.is_empty() {
+            return;
+        }
+        let mut memory = EngineMemory {
+            engine,
+            regions: &self.regions,
+        };
+        self.host.provider.serve(&mut memory);
+    }
+
     /// The input half of [`progress`](Self::progress), for a driver that
-    /// runs the engine's loop itself: side-channel messages to the CPC, its
-    /// timers, the completions, and received bytes the engine could not
-    /// take before. Whether anything moved.
+    /// runs the engine's loop itself: the device's turn at registered
+    /// memory, the completions, side-channel messages to the CPC, its
+    /// timers, and received bytes the engine could not take before.
+    /// Whether anything moved.
     pub fn poll<S: Storage, const W: usize>(
         &mut self,
         engine: &mut Engine<S, Stream, W>,
         now: Instant,
     ) -> bool {
         self.host.provider.set_time(now);
-        let mut moved = false;
+        self.serve_memory(engine);
+        // Completions before the side channel: a peer's new REQ replaces
+        // the queue pair it had, and what that pair completed (a remote
+        // access error saying a key is stale) would go with it.
+        let mut moved = self.poll_completions(engine, now);
         while let Some((from, message)) = self.host.channel.recv() {
             self.cpc.handle_message(&mut self.host, from, &message, now);
             moved = true;
@@ -170,7 +322,6 @@ impl<P: Provider> Transport<P> {
             self.cpc.handle_timeout(&mut self.host, now);
         }
         self.apply_events(engine, now);
-        moved |= self.poll_completions(engine, now);
         moved |= self.feed_all(engine, now);
         moved
     }
@@ -295,16 +446,20 @@ impl<P: Provider> Transport<P> {
         if q.slot != id.slot {
             return;
         }
+        if id.kind == WrKind::Rdma {
+            self.on_rdma_completion(engine, wc, id.index as u32, now);
+            return;
+        }
         if !wc.status.is_success() {
             self.break_qp(engine, wc.qp, now);
             return;
         }
-        if id.send {
+        if id.kind == WrKind::Send {
             let n = self.host.config.send_buffers;
             let q = self.host.qps.get_mut(&wc.qp).expect("present above");
             q.sends_out = q.sends_out.saturating_sub(1);
             q.send_first = (q.send_first + 1) % n;
-            if q.closing && q.sends_out == 0 {
+            if q.closing && q.is_idle() {
                 self.finish_close(engine, wc.qp, now);
             }
             return;
@@ -324,6 +479,159 @@ impl<P: Provider> Transport<P> {
             });
         }
         self.feed(engine, wc.qp, now);
+    }
+
+    /// RDMA transfer `number` of `wc.qp` completed: the engine hears how
+    /// (a remote access error means the peer's key is stale), and a
+    /// failure takes the queue pair with it (the engine hands what it
+    /// carried out again on the next link).
+    fn on_rdma_completion<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        wc: &WorkCompletion,
+        number: u32,
+        now: Instant,
+    ) {
+        let Some(q) = self.host.qps.get_mut(&wc.qp) else {
+            return;
+        };
+        // In order: a completion is for the oldest transfer outstanding.
+        let Some(posted) = q.rdma.front().copied().filter(|p| p.number == number) else {
+            self.break_qp(engine, wc.qp, now);
+            return;
+        };
+        q.rdma.pop_front();
+        q.rdma_requests = q.rdma_requests.saturating_sub(posted.requests);
+        match wc.status {
+            WcStatus::Success => {
+                engine.handle_rdma(posted.token, Ok(()));
+                let q = self.host.qps.get(&wc.qp).expect("present above");
+                if q.closing && q.is_idle() {
+                    self.finish_close(engine, wc.qp, now);
+                }
+            }
+            WcStatus::RemoteAccess => {
+                engine.handle_rdma(posted.token, Err(KeyRefused));
+                self.break_qp(engine, wc.qp, now);
+            }
+            _ => self.break_qp(engine, wc.qp, now),
+        }
+    }
+
+    /// Posts the transfers the engine has for `link` as RDMA writes and
+    /// reads on its queue pair, as far as the queue pair takes them: one
+    /// work request per piece of at most the port's largest message, only
+    /// the last one signaled.
+    fn post_rdma<S: Storage, const W: usize>(
+        &mut self,
+        engine: &mut Engine<S, Stream, W>,
+        link: LinkId,
+        now: Instant,
+    ) {
+        let Some(&qp) = self.links.get(&link) else {
+            return;
+        };
+        let max_msg = u64::from(
+            self.host
+                .provider
+                .port(self.host.config.port)
+                .map_or(1 << 30, |p| p.max_msg_size)
+                .max(1),
+        );
+        loop {
+            let Some(q) = self.host.qps.get(&qp) else {
+                return;
+            };
+            let pieces_room = self.host.config.rdma_depth.saturating_sub(q.rdma_requests);
+            if q.closing || pieces_room == 0 {
+                return;
+            }
+            let Some(r) = engine.poll_rdma(link) else {
+                return;
+            };
+            let pieces = r.local.len.div_ceil(max_msg).max(1) as usize;
+            let local = self
+                .regions
+                .get(&r.local.handle.remote_key().0)
+                .map(|g| g.mr);
+            let Some(local) = local.filter(|_| pieces <= pieces_room.max(1)) else {
+                // Not the device's (it cannot be: the engine hands out only
+                // regions with a device key), or larger than the queue
+                // pair ever takes: the queue pair goes, and the transfer is
+                // handed out again, in packets if its region has left the
+                // device.
+                self.break_qp(engine, qp, now);
+                return;
+            };
+            if self.post_pieces(qp, &r, local, max_msg, pieces).is_err() {
+                self.break_qp(engine, qp, now);
+                return;
+            }
+        }
+    }
+
+    /// Posts transfer `r` on `qp` in `pieces` work requests of at most
+    /// `max_msg` bytes.
+    fn post_pieces(
+        &mut self,
+        qp: QpNum,
+        r: &Rdma,
+        local: Mr,
+        max_msg: u64,
+        pieces: usize,
+    ) -> Result<(), VerbsError> {
+        let q = self
+            .host
+            .qps
+            .get_mut(&qp)
+            .ok_or(VerbsError::Unknown("queue pair"))?;
+        let (slot, number) = (q.slot, q.rdma_next);
+        let rkey = crate::provider::Rkey(r.remote_key as u32);
+        for piece in 0..pieces {
+            let done = piece as u64 * max_msg;
+            let len = (r.local.len - done).min(max_msg);
+            let sg = [Sge {
+                lkey: local.lkey,
+                offset: local.base + r.local.offset + done,
+                len: len as u32,
+            }];
+            let at = RemoteAddr {
+                rkey,
+                offset: r.remote_addr + done,
+            };
+            let last = piece + 1 == pieces;
+            let wr = SendWr {
+                wr_id: WrId {
+                    kind: WrKind::Rdma,
+                    slot,
+                    index: number as usize,
+                }
+                .encode(),
+                op: match r.kind {
+                    RdmaKind::Write => SendOp::RdmaWrite(at),
+                    RdmaKind::Read => SendOp::RdmaRead(at),
+                },
+                sg: &sg,
+                signaled: last,
+            };
+            self.host
+                .provider
+                .post_send(qp, &[wr])
+                .map_err(|e| e.error)?;
+        }
+        let q = self
+            .host
+            .qps
+            .get_mut(&qp)
+            .ok_or(VerbsError::Unknown("queue pair"))?;
+        q.rdma.push_back(Posted {
+            number,
+            token: r.token,
+            requests: pieces,
+        });
+        q.rdma_requests += pieces;
+        q.rdma_next = number.wrapping_add(1);
+        Ok(())
     }
 
     /// Gives the engine what `qp` received, in order, as far as it takes
@@ -454,7 +762,7 @@ impl<P: Provider> Transport<P> {
             }];
             let wr = SendWr {
                 wr_id: WrId {
-                    send: true,
+                    kind: WrKind::Send,
                     slot,
                     index,
                 }
@@ -542,6 +850,7 @@ impl<P: Provider, S: Storage, const W: usize> Io<Engine<S, Stream, W>> for Trans
         links.clear();
         links.extend(self.links.keys().copied());
         for &link in &links {
+            self.post_rdma(engine, link, now);
             self.write_link(engine, link, now);
         }
         self.scratch_links = links;
@@ -558,7 +867,7 @@ impl<P: Provider, S: Storage, const W: usize> Io<Engine<S, Stream, W>> for Trans
             return;
         };
         q.closing = true;
-        if q.sends_out == 0 {
+        if q.is_idle() {
             self.finish_close(engine, qp, now);
         }
     }

@@ -18,8 +18,9 @@ use btl_cli::bench::{HEADER, Header};
 use btl_core::btl::Tag;
 use btl_core::engine::handshake::LocalHello;
 use btl_core::wire::{
-    self, AckRepr, CloseReason, CloseRepr, DoneRepr, Flags, GetRepr, HeaderRepr, HelloAckRepr,
-    NONCE_LEN, NotifyRepr, PacketRepr, PutRepr, RejectCode, RejectRepr, SendRepr, hello_proof,
+    self, AckRepr, CloseReason, CloseRepr, DeviceKey, DoneRepr, Flags, GetRepr, HeaderRepr,
+    HelloAckRepr, KeyInfoRepr, KeyRegion, KeyRepr, NONCE_LEN, NotifyRepr, PacketRepr, PutRepr,
+    RejectCode, RejectRepr, SendRepr, hello_proof,
 };
 use btl_core::xfer::wire as xfer;
 use btl_fuzz::bench_message;
@@ -116,12 +117,25 @@ fn every_packet() -> Vec<(&'static str, PacketRepr<'static>, u64)> {
             }),
             6,
         ),
+        ("key", PacketRepr::Key(KeyRepr { key: 3 }), 7),
+        (
+            "key_info",
+            PacketRepr::KeyInfo(KeyInfoRepr {
+                key: 3,
+                region: Ok(KeyRegion {
+                    len: 64,
+                    access: 0b11,
+                    device: Some(DeviceKey { key: 9, base: 0 }),
+                }),
+            }),
+            8,
+        ),
         (
             "close",
             PacketRepr::Close(CloseRepr {
                 reason: CloseReason::Normal,
             }),
-            7,
+            9,
         ),
     ]
 }

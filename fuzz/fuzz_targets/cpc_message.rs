@@ -6,8 +6,8 @@
 #![no_main]
 
 use btl_core::engine::{Capacities, HEADER_RESERVE, Stream};
-use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::mca::Registry;
+use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
 use btl_fuzz::cpc_message::{ME, PEERS, records};
 use btl_std::driver::heap::Heap;
@@ -87,7 +87,10 @@ fuzz_target!(|data: &[u8]| {
         }
         peers[r.from].send(ME, r.bytes);
         transport.progress(&mut engine, now);
-        assert!(transport.queue_pairs() <= MAX_PEERS, "queue pairs within the bound");
+        assert!(
+            transport.queue_pairs() <= MAX_PEERS,
+            "queue pairs within the bound"
+        );
         // What the transport sent back is read and dropped.
         for p in &mut peers {
             while p.recv().is_some() {}

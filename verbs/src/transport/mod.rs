@@ -60,7 +60,7 @@ use btl_core::wire::DeviceKey;
 
 use crate::cpc::{Cpc, CpcHost, QpTuning};
 use crate::provider::{
-    Access, LentMemory, LentRegion, Mr, Provider, QpNum, RemoteAddr, SendOp, SendWr, Sge,
+    Access, LentMemory, LentRegion, Mr, Provider, QpNum, RemoteAddr, Rkey, SendOp, SendWr, Sge,
     VerbsError, WcStatus, WorkCompletion,
 };
 use host::{Held, HostEvent, Posted, WrId, WrKind};
@@ -549,6 +549,11 @@ impl<P: Provider> Transport<P> {
             let Some(r) = engine.poll_rdma(link) else {
                 return;
             };
+            let Ok(rkey) = u32::try_from(r.remote_key) else {
+                // No HCA's key: the peer said something no device would.
+                engine.handle_rdma(r.token, Err(KeyRefused));
+                continue;
+            };
             let pieces = r.local.len.div_ceil(max_msg).max(1) as usize;
             let local = self
                 .regions
@@ -563,19 +568,23 @@ impl<P: Provider> Transport<P> {
                 self.break_qp(engine, qp, now);
                 return;
             };
-            if self.post_pieces(qp, &r, local, max_msg, pieces).is_err() {
+            if self
+                .post_pieces(qp, &r, Rkey(rkey), local, max_msg, pieces)
+                .is_err()
+            {
                 self.break_qp(engine, qp, now);
                 return;
             }
         }
     }
 
-    /// Posts transfer `r` on `qp` in `pieces` work requests of at most
-    /// `max_msg` bytes.
+    /// Posts transfer `r` on `qp`, to the peer's region `rkey`, in
+    /// `pieces` work requests of at most `max_msg` bytes.
     fn post_pieces(
         &mut self,
         qp: QpNum,
         r: &Rdma,
+        rkey: Rkey,
         local: Mr,
         max_msg: u64,
         pieces: usize,
@@ -586,7 +595,6 @@ impl<P: Provider> Transport<P> {
             .get_mut(&qp)
             .ok_or(VerbsError::Unknown("queue pair"))?;
         let (slot, number) = (q.slot, q.rdma_next);
-        let rkey = crate::provider::Rkey(r.remote_key as u32);
         for piece in 0..pieces {
             let done = piece as u64 * max_msg;
             let len = (r.local.len - done).min(max_msg);

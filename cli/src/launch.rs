@@ -76,6 +76,29 @@ pub fn udp_module(
     builder.udp().map_err(|e| e.to_string())
 }
 
+/// A verbs module of process `me`, on the RDMA device the parameters
+/// choose (`btl_verbs_device`, else the first one).
+#[cfg(feature = "rdma")]
+pub fn verbs_module(
+    sources: &ParamSources,
+    me: ProcName,
+    bootstrap: Arc<dyn Bootstrap>,
+) -> Result<btl_verbs::module::RdmaModule, String> {
+    let builder = sources.builder(me).bootstrap(bootstrap);
+    btl_verbs::module::open(builder).map_err(|e| e.to_string())
+}
+
+/// What a build without RDMA support says when asked for a verbs module.
+/// (Its `Ok` type is any module's: none is ever made.)
+#[cfg(not(feature = "rdma"))]
+pub fn verbs_module(
+    _sources: &ParamSources,
+    _me: ProcName,
+    _bootstrap: Arc<dyn Bootstrap>,
+) -> Result<TcpModule, String> {
+    Err("verbs: this build has no RDMA support (build btl with `--features rdma`)".to_owned())
+}
+
 /// The loopback module of process `me`.
 pub fn self_module(sources: &ParamSources, me: ProcName) -> Result<SelfModule, String> {
     sources.builder(me).loopback().map_err(|e| e.to_string())

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use btl_cli::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
 use btl_cli::info::{Filter, Report};
-use btl_cli::launch::{ParamSources, RunDir, reach, self_module, tcp_module, udp_module};
+use btl_cli::launch::{
+    ParamSources, RunDir, reach, self_module, tcp_module, udp_module, verbs_module,
+};
 use btl_core::btl::{Btl, BtlError, LostReason};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
@@ -59,6 +61,9 @@ enum Which {
     Tcp,
     /// UDP, made reliable by the engine.
     Udp,
+    /// RDMA verbs: reliable-connected queue pairs of an InfiniBand or RoCE
+    /// device (a build with the feature `rdma`, on a host with a device).
+    Verbs,
     /// Within the process (no second process).
     #[value(name = "self")]
     SelfBtl,
@@ -475,6 +480,7 @@ fn which_name(which: Which) -> &'static str {
     match which {
         Which::Tcp => "tcp",
         Which::Udp => "udp",
+        Which::Verbs => "verbs",
         Which::SelfBtl => "self",
     }
 }
@@ -567,6 +573,13 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     let dir = RunDir::new(job);
     let boot = Arc::new(SharedDir::new(dir.path()));
     let peer_name = ProcName::new(job, 1);
+    let me = ProcName::new(job, 0);
+    // Verbs may not run here at all (no device, no RDMA support): known
+    // before a peer process is started for nothing.
+    let mut verbs = match args.which {
+        Which::Verbs => Some(verbs_module(&sources, me, boot.clone())?),
+        _ => None,
+    };
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("peer")
@@ -603,7 +616,6 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         let _ = child.kill();
         return Err(Failure::Run(e));
     }
-    let me = ProcName::new(job, 0);
     let title = format!(
         "btl {} over {}, 2 processes on loopback, {mode}, {}",
         test_name(test),
@@ -628,6 +640,10 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
             &args,
             &title,
         ),
+        Which::Verbs => match verbs.take() {
+            Some(m) => measure(m, peer_name, &to, &plan, &args, &title),
+            None => unreachable!("opened above"),
+        },
         Which::SelfBtl => unreachable!("handled above"),
     };
     let result = match result {
@@ -808,6 +824,11 @@ fn peer(args: PeerArgs) -> Result<(), String> {
             m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
             bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
         }
+        Which::Verbs => {
+            let mut m = verbs_module(&sources, me, boot)?;
+            m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
+            bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
+        }
         Which::SelfBtl => return Err("a self run has no peer process".into()),
     }
     if let Some(listener) = raw {
@@ -839,7 +860,7 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     match args.which {
         Which::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, &stop),
         Which::Udp => serve_on(udp_module(&sources, me, boot)?, &args, &stop),
-        Which::SelfBtl => Err(Failure::Usage("serve needs tcp or udp".into())),
+        Which::SelfBtl | Which::Verbs => Err(Failure::Usage("serve needs tcp or udp".into())),
     }
 }
 
@@ -906,7 +927,7 @@ fn serve_tap(
             ));
             serve_driven(server, args, stop)
         }
-        Which::SelfBtl => Err(Failure::Usage("serve needs tcp or udp".into())),
+        Which::SelfBtl | Which::Verbs => Err(Failure::Usage("serve needs tcp or udp".into())),
     }
 }
 
@@ -1019,7 +1040,9 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
             &run,
             &title,
         ),
-        Which::SelfBtl => return Err(Failure::Usage("connect needs tcp or udp".into())),
+        Which::SelfBtl | Which::Verbs => {
+            return Err(Failure::Usage("connect needs tcp or udp".into()));
+        }
     };
     rows.map(|_| ()).map_err(Failure::Run)
 }

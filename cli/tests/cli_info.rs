@@ -160,3 +160,38 @@ fn info_says_why_verbs_cannot_run() {
         stdout(&out)
     );
 }
+
+/// `btl pingpong --btl verbs` on a machine where verbs cannot run fails
+/// at once, with the reason `btl info` gives (and starts no peer that
+/// would fail too); where it can, it measures.
+#[test]
+fn pingpong_over_verbs_runs_or_says_why_not() {
+    let info = stdout(&btl(&["info"], &[]));
+    let why = info
+        .lines()
+        .find(|l| l.starts_with("MCA btl: verbs "))
+        .and_then(|l| l.split_once(": not available: "))
+        .map(|(_, why)| why.trim().to_owned());
+    let out = btl(
+        &[
+            "pingpong",
+            "--btl",
+            "verbs",
+            "--max-size",
+            "64",
+            "--iters",
+            "100",
+        ],
+        &[],
+    );
+    match why {
+        Some(why) => {
+            assert!(!out.status.success());
+            let err = stderr(&out);
+            assert_eq!(err.matches("verbs:").count(), 1, "said once: {err}");
+            let first = why.split(" (").next().unwrap_or(&why);
+            assert!(err.contains(first), "{err} / {why}");
+        }
+        None => assert!(out.status.success(), "{}", stderr(&out)),
+    }
+}

@@ -18,6 +18,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use btl_core::endpoint::ProcName;
+use btl_core::engine::config::EngineConfig;
 use btl_core::loopback::{Loopback, SelfComponent};
 use btl_core::mca::{Component, Params, Source};
 use btl_core::pool::PoolCell;
@@ -188,6 +189,26 @@ impl ModuleBuilder {
         self.setup(&mut UdpComponent::default())
     }
 
+    /// Opens a module of `component`, a component of another crate (the
+    /// verbs one): its parameters are registered and take their values
+    /// from the same sources as the others', and `build` makes the module
+    /// from the component's setup and what this builder knows of the
+    /// process ([`Opening`]).
+    pub fn open_with<C: Component, M>(
+        self,
+        component: &mut C,
+        build: impl FnOnce(C::Module, Opening) -> Result<M, OpenError>,
+    ) -> Result<M, OpenError> {
+        let setup = self.setup(component)?;
+        let opening = Opening {
+            me: self.me,
+            bootstrap: self.peers()?,
+            job_key: self.job_key,
+            loopback: self.loopback,
+        };
+        build(setup, opening)
+    }
+
     /// Opens the loopback module, which reaches this process only.
     pub fn loopback(self) -> Result<SelfModule, OpenError> {
         let setup = self.setup(&mut SelfComponent::default())?;
@@ -251,6 +272,48 @@ impl ModuleBuilder {
             .into_iter()
             .next()
             .ok_or_else(|| na("no module".to_owned()))
+    }
+}
+
+/// What a [`ModuleBuilder`] knows of the process whose module a
+/// component's `build` makes ([`ModuleBuilder::open_with`]).
+#[derive(Clone)]
+pub struct Opening {
+    /// The process.
+    pub me: ProcName,
+    /// How it finds its peers and publishes its card.
+    pub bootstrap: Arc<dyn Bootstrap>,
+    /// The job key it proves, if any.
+    pub job_key: Option<Vec<u8>>,
+    /// Whether the run stays on this host's loopback.
+    pub loopback: bool,
+}
+
+impl Opening {
+    /// The engine's configuration for the process, from `base` (timers
+    /// and checks): its name and job key set.
+    pub fn engine_config(
+        &self,
+        component: &'static str,
+        base: EngineConfig,
+    ) -> Result<EngineConfig, OpenError> {
+        let job_key = crate::config::socket_params::job_key(self.job_key.as_deref())
+            .map_err(|error| OpenError::Io { component, error })?;
+        Ok(EngineConfig {
+            me: self.me,
+            job_key,
+            ..base
+        })
+    }
+}
+
+impl std::fmt::Debug for Opening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opening")
+            .field("me", &self.me)
+            .field("job_key", &self.job_key.is_some())
+            .field("loopback", &self.loopback)
+            .finish()
     }
 }
 

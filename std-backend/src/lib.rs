@@ -38,7 +38,7 @@ pub use btl_core::btl::{
     RemoteSlice, Tag, TagRange, TagTable,
 };
 pub use btl_core::endpoint::{EndpointId, ProcName};
-pub use builder::{ModuleBuilder, OpenError, SelfModule};
+pub use builder::{ModuleBuilder, OpenError, Opening, SelfModule};
 pub use config::sources::SourceError;
 pub use driver::module::{Module, ReachError, WaitError};
 pub use driver::progress_thread::{ProgressThread, Served};

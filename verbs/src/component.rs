@@ -9,12 +9,15 @@
 //! without InfiniBand or soft-RoCE, where listing devices fails with
 //! `ENOSYS`), a port that is not active, or no CPC that serves it.
 
+use btl_core::engine::HEADER_RESERVE;
 use btl_core::mca::{
-    AccessError, BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, NotAvailable, ParamId, ParamKind, ParamSpec,
-    Params, RegisterError, Version,
+    AccessError, BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamId,
+    ParamKind, ParamSpec, Params, RegisterError, Version,
 };
+use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, PoolParams, pool_param_specs};
+use btl_core::time::Duration;
 
-use crate::cpc::{self, QpTuning};
+use crate::cpc::{self, OobConfig, QpTuning};
 use crate::provider::{AckTimeout, RnrTimer};
 use crate::transport::VerbsConfig;
 
@@ -81,11 +84,18 @@ pub const PARAMS: [ParamSpec; 12] = [
         .level(6),
 ];
 
+/// The component's fragment pool parameters: Open MPI's names
+/// (`btl_verbs_eager_limit`, `btl_verbs_max_send_size`, ...) and the TCP
+/// BTL's sizes.
+pub static POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(NAME, PoolDefaults::DEFAULT);
+
 /// The ids of the component's parameters in a registry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct VerbsParams {
     /// Of [`PARAMS`], in order.
     ids: Vec<ParamId>,
+    /// Of [`POOL_PARAMS`].
+    pools: PoolParams,
     /// `btl_verbs_cpc`: the CPCs to use.
     pub cpc: ParamId,
     /// `btl_verbs_cpc_oob_timeout`.
@@ -98,10 +108,12 @@ pub fn register(params: &mut dyn Params) -> Result<VerbsParams, RegisterError> {
         .iter()
         .map(|spec| params.register(spec))
         .collect::<Result<Vec<_>, _>>()?;
+    let pools = PoolParams::register(params, &POOL_PARAMS)?;
     let cpc = params.register(&cpc::CPC_PARAM)?;
     let oob_timeout = params.register(&cpc::OOB_TIMEOUT_PARAM)?;
     Ok(VerbsParams {
         ids,
+        pools,
         cpc,
         oob_timeout,
     })
@@ -147,6 +159,81 @@ impl VerbsParams {
                 max_rd_atomic: small(self.int(params, "ib_max_rdma_dst_ops")?),
             },
         })
+    }
+}
+
+/// What the component's modules are made with: the device and port it
+/// found, and the parameters' values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsFound {
+    /// The device and port.
+    pub found: Found,
+    /// Queue pairs, buffers and their timers.
+    pub config: VerbsConfig,
+    /// The `oob` CPC's timeout and bound.
+    pub oob: OobConfig,
+    /// The engine's fragment pools.
+    pub pools: FragmentPoolsConfig,
+}
+
+/// The `verbs` component as the MCA drives it: its parameters, then, if
+/// a device and a CPC serve, what its module is made with
+/// ([`VerbsFound`]; `open` makes the module of a real HCA, with the
+/// feature `rdma`).
+#[derive(Debug, Default)]
+pub struct VerbsComponent {
+    ids: Option<VerbsParams>,
+}
+
+impl Component for VerbsComponent {
+    type Module = VerbsFound;
+
+    fn framework(&self) -> &'static str {
+        BTL_FRAMEWORK
+    }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn version(&self) -> Version {
+        VERSION
+    }
+
+    fn framework_version(&self) -> Version {
+        FRAMEWORK_VERSION
+    }
+
+    fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
+        self.ids = Some(register(params)?);
+        Ok(())
+    }
+
+    fn init(&mut self, params: &dyn Params) -> Result<Modules<VerbsFound>, NotAvailable> {
+        let ids = self
+            .ids
+            .as_ref()
+            .ok_or(NotAvailable::new("its parameters were not registered"))?;
+        let found = probe(params, ids)?;
+        let unreadable = |e: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("{e}"));
+        let config = ids.config(params).map_err(|e| unreadable(&e))?;
+        let millis = params.int(ids.oob_timeout).map_err(|e| unreadable(&e))?;
+        let oob = OobConfig {
+            timeout: Duration::from_millis(u64::try_from(millis).unwrap_or(1)),
+            max_peers: config.max_peers,
+        };
+        let pools = ids
+            .pools
+            .read(params, HEADER_RESERVE)
+            .map_err(|e| unreadable(&format_args!("{e:?}")))?;
+        let mut modules = Modules::new();
+        let _ = modules.push(VerbsFound {
+            found,
+            config,
+            oob,
+            pools,
+        });
+        Ok(modules)
     }
 }
 

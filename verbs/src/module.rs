@@ -250,3 +250,71 @@ where
         self.links.poll(engine, now)
     }
 }
+
+/// A verbs module on a real HCA, over the OS's sockets.
+#[cfg(feature = "rdma")]
+pub type RdmaModule = btl_std::Module<Verbs<crate::rdma::RdmaProvider, btl_std::driver::net::Os>>;
+
+/// Opens a verbs module on a real HCA as `builder` says: the parameters
+/// (`btl_verbs_*`) from its sources, the device and port the component
+/// finds. The side channel binds to the loopback for a run on one host
+/// ([`ModuleBuilder::on_loopback`](btl_std::ModuleBuilder::on_loopback)),
+/// else where a static peer list assigns this process its `verbs`
+/// contact.
+#[cfg(feature = "rdma")]
+pub fn open(builder: btl_std::ModuleBuilder) -> Result<RdmaModule, btl_std::OpenError> {
+    use btl_core::engine::Capacities;
+    use btl_core::engine::config::EngineConfig;
+    use btl_std::OpenError;
+    use btl_std::driver::net::Os;
+
+    use crate::component::VerbsComponent;
+    use crate::rdma::RdmaProvider;
+
+    let na = |reason: String| OpenError::NotAvailable {
+        component: NAME,
+        reason,
+    };
+    builder.open_with(&mut VerbsComponent::default(), |found, opening| {
+        let assigned = opening
+            .bootstrap
+            .assigned(opening.me)
+            .is_some_and(|card| card.contacts_of(NAME).next().is_some());
+        if !opening.loopback && !assigned {
+            return Err(na(
+                "across hosts, the static peer list (BTL_PEERS) must give each process a verbs \
+                 contact for its side channel"
+                    .to_owned(),
+            ));
+        }
+        let provider =
+            RdmaProvider::open(Some(&found.found.device)).map_err(|e| na(e.to_string()))?;
+        let setup = VerbsSetup {
+            config: VerbsConfig {
+                port: found.found.port,
+                ..found.config
+            },
+            oob: found.oob,
+            side: (SocketAddr::from(([127, 0, 0, 1], 0)), 8),
+            lookup_timeout: Duration::from_secs(30),
+        };
+        let config = opening.engine_config(NAME, EngineConfig::new(opening.me))?;
+        let (me, bootstrap) = (opening.me, opening.bootstrap);
+        btl_std::Module::open(
+            NAME,
+            config,
+            found.pools,
+            Capacities::SOCKET_MODULE,
+            Duration::from_micros(50),
+            Os,
+            move |net, registry| {
+                let nonces = Box::new(|| Os.random());
+                Verbs::start(me, setup, provider, bootstrap, net, registry, nonces)
+            },
+        )
+        .map_err(|error| OpenError::Io {
+            component: NAME,
+            error,
+        })
+    })
+}

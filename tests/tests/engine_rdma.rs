@@ -10,7 +10,7 @@ use btl_core::btl::{
     Access, Btl, BtlError, MemError, MemHandle, RejectCode, RemoteKey, RemoteSlice,
 };
 use btl_core::endpoint::{EndpointId, ProcName};
-use btl_core::engine::{KeyRefused, Rdma, RdmaKind};
+use btl_core::engine::{Rdma, RdmaFailure, RdmaKind};
 use btl_core::time::Duration;
 use btl_core::wire::DeviceKey;
 use btl_tests::pair::Side;
@@ -38,6 +38,8 @@ struct Device {
     /// Transfers taken and held back, not carried out, while `hold`.
     held: Vec<(Side, Rdma)>,
     hold: bool,
+    /// Declines every transfer (too large for its queues, say).
+    decline: bool,
 }
 
 impl Device {
@@ -78,7 +80,10 @@ impl Device {
             };
             while let Some(r) = pair.engine_mut(side).poll_rdma(link) {
                 any = true;
-                if self.hold {
+                if self.decline {
+                    pair.engine_mut(side)
+                        .handle_rdma(r.token, Err(RdmaFailure::Declined));
+                } else if self.hold {
                     self.held.push((side, r));
                 } else {
                     self.carry_out(pair, side, r);
@@ -122,7 +127,7 @@ impl Device {
                 }
                 Ok(())
             }
-            _ => Err(KeyRefused),
+            _ => Err(RdmaFailure::KeyRefused),
         };
         mine.handle_rdma(r.token, result);
     }
@@ -314,7 +319,8 @@ fn a_transfer_whose_link_breaks_goes_again_and_ends_once() {
     // The first hand-out's report, late: nothing changes.
     let (_, stale) = dev.held.pop().expect("held");
     pair.a().handle_rdma(stale.token, Ok(()));
-    pair.a().handle_rdma(stale.token, Err(KeyRefused));
+    pair.a()
+        .handle_rdma(stale.token, Err(RdmaFailure::KeyRefused));
     pump(&mut pair, &mut dev);
     assert!(drain(pair.a()).is_empty(), "it ended once");
     let sent = pair.a().region(src).expect("src").to_vec();
@@ -354,4 +360,33 @@ fn memory_the_device_has_not_got_goes_in_packets() {
     );
     let read = pair.b().region(dst).expect("dst")[2900..].to_vec();
     assert_eq!(&pair.a().region(src).expect("src")[2900..], &read[..]);
+}
+
+#[test]
+fn a_transfer_the_device_declines_goes_in_packets() {
+    let (mut pair, ep_b, mut dev) = new_pair();
+    let src = dev.register(&mut pair, Side::A, 5000, Access::empty());
+    let dst = dev.register(
+        &mut pair,
+        Side::B,
+        5000,
+        Access::REMOTE_WRITE | Access::REMOTE_READ,
+    );
+    pump(&mut pair, &mut dev);
+    dev.decline = true;
+    pair.a()
+        .put(ep_b, src.slice(0, 4000), remote(dst, 0, 4000), 1)
+        .expect("taken");
+    pair.a()
+        .get(ep_b, src.slice(4500, 500), remote(dst, 4500, 500), 2)
+        .expect("taken");
+    pump(&mut pair, &mut dev);
+    let mut seen = drain(pair.a());
+    seen.sort();
+    assert_eq!(seen, ["get 2 Ok(())", "put 1 Ok(())"]);
+    assert_eq!((dev.writes, dev.reads), (0, 0));
+    let (a, b) = pair.engines_mut();
+    let (sent, landed) = (a.region(src).expect("src"), b.region(dst).expect("dst"));
+    assert_eq!(&landed[..4000], &sent[..4000]);
+    assert_eq!(&sent[4500..], &landed[4500..]);
 }

@@ -62,7 +62,7 @@ pub use framing::{Datagram, Framing, Stream};
 pub use ops::OpSlot;
 pub use packet::{HEADER_RESERVE, MAX_SEGMENTS, Segments};
 pub use peer::MAX_PEER_LINKS;
-pub use rdma::{KeyRefused, Rdma, RdmaKind, RdmaToken};
+pub use rdma::{Rdma, RdmaFailure, RdmaKind, RdmaToken};
 pub use storage::{Lent, Storage};
 pub use tables::{Capacities, Inline, Tables};
 

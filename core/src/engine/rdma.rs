@@ -124,9 +124,16 @@ pub struct Rdma {
     pub remote_addr: u64,
 }
 
-/// The device refused the peer's key: the peer's region is gone.
+/// Why the driver's device did not carry out a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyRefused;
+pub enum RdmaFailure {
+    /// The device refused the peer's key (an RDMA remote access error):
+    /// the peer's region is gone. The transfer fails with `BadHandle`.
+    KeyRefused,
+    /// The device cannot carry this one (larger than its queues take):
+    /// it goes in packets instead.
+    Declined,
+}
 
 impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// Records how the driver's device reaches registration `handle`
@@ -184,9 +191,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     }
 
     /// The driver's device carried out the transfer `token` names, or
-    /// refused the peer's key. A report for a transfer handed out again
+    /// did not ([`RdmaFailure`]). A report for a transfer handed out again
     /// since, or already ended, changes nothing.
-    pub fn handle_rdma(&mut self, token: RdmaToken, result: Result<(), KeyRefused>) {
+    pub fn handle_rdma(&mut self, token: RdmaToken, result: Result<(), RdmaFailure>) {
         let i = usize::from(token.slot);
         let Some(op) = self.shared.ops.get(i).copied() else {
             return;
@@ -212,11 +219,16 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             Ok(()) => {
                 shared.ops.finish(i, Ok(()), &mut shared.events);
             }
-            Err(KeyRefused) => {
+            Err(RdmaFailure::KeyRefused) => {
                 let error = Err(BtlError::Rejected(RejectCode::BadHandle));
                 shared.ops.finish(i, error, &mut shared.events);
                 if let Some(peer) = self.peers.get_mut(op.peer) {
                     peer.key_refused(op.remote.key.0, &mut self.shared);
+                }
+            }
+            Err(RdmaFailure::Declined) => {
+                if let Some(peer) = self.peers.get_mut(op.peer) {
+                    peer.take_route(i, op, Route::Packets, &mut self.shared);
                 }
             }
         }

@@ -52,7 +52,7 @@ use btl_core::btl::{Access as BtlAccess, Btl, BtlError, MemHandle};
 use btl_core::endpoint::ProcName;
 use btl_core::engine::driver::{Io, Nonces};
 use btl_core::engine::{
-    ConnectFailure, ConnectRequest, Engine, KeyRefused, LinkId, Rdma, RdmaKind, Source, Storage,
+    ConnectFailure, ConnectRequest, Engine, LinkId, Rdma, RdmaFailure, RdmaKind, Source, Storage,
     Stream,
 };
 use btl_core::time::Instant;
@@ -511,7 +511,7 @@ impl<P: Provider> Transport<P> {
                 }
             }
             WcStatus::RemoteAccess => {
-                engine.handle_rdma(posted.token, Err(KeyRefused));
+                engine.handle_rdma(posted.token, Err(RdmaFailure::KeyRefused));
                 self.break_qp(engine, wc.qp, now);
             }
             _ => self.break_qp(engine, wc.qp, now),
@@ -551,7 +551,7 @@ impl<P: Provider> Transport<P> {
             };
             let Ok(rkey) = u32::try_from(r.remote_key) else {
                 // No HCA's key: the peer said something no device would.
-                engine.handle_rdma(r.token, Err(KeyRefused));
+                engine.handle_rdma(r.token, Err(RdmaFailure::KeyRefused));
                 continue;
             };
             let pieces = r.local.len.div_ceil(max_msg).max(1) as usize;
@@ -559,15 +559,18 @@ impl<P: Provider> Transport<P> {
                 .regions
                 .get(&r.local.handle.remote_key().0)
                 .map(|g| g.mr);
-            let Some(local) = local.filter(|_| pieces <= pieces_room.max(1)) else {
-                // Not the device's (it cannot be: the engine hands out only
-                // regions with a device key), or larger than the queue
-                // pair ever takes: the queue pair goes, and the transfer is
-                // handed out again, in packets if its region has left the
-                // device.
-                self.break_qp(engine, qp, now);
-                return;
+            let Some(local) = local.filter(|_| pieces <= self.host.config.rdma_depth) else {
+                // Larger than the queue pair ever takes (or, which cannot
+                // be, from a region the device has not got): in packets.
+                engine.handle_rdma(r.token, Err(RdmaFailure::Declined));
+                continue;
             };
+            if pieces > pieces_room {
+                // Room comes back as transfers complete; until then, this
+                // one goes in packets rather than wait.
+                engine.handle_rdma(r.token, Err(RdmaFailure::Declined));
+                continue;
+            }
             if self
                 .post_pieces(qp, &r, Rkey(rkey), local, max_msg, pieces)
                 .is_err()

@@ -553,3 +553,89 @@ fn a_notice_raises_one_event_unless_its_put_could_not_land() {
     p.on_packet(&h, r, &Stream, &mut sh).expect("a duplicate");
     assert_eq!((sh.events.owed(), sh.events.len()), (0, 0));
 }
+
+#[test]
+fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() {
+    use crate::wire::{DeviceKey, KeyInfoRepr, KeyRegion, KeyRepr};
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    let h = sh
+        .regs
+        .register(std::vec![0u8; 64], Access::REMOTE_WRITE)
+        .expect("room");
+    let device = DeviceKey { key: 77, base: 5 };
+    sh.regs.set_device(h, Some(device)).expect("registered");
+    let control = |seq: u64, packet_type: PacketType, body_len: usize, c: ControlIn| {
+        let header = HeaderRepr {
+            packet_type,
+            flags: Flags::empty(),
+            credits: 0,
+            seq,
+            ack: 0,
+            body_len: body_len as u64,
+        };
+        (header, Receiving::Control(c))
+    };
+    for (seq, key) in [(1, h.remote_key().0), (2, 0xdead_0001)] {
+        let (hd, r) = control(
+            seq,
+            PacketType::Key,
+            KeyRepr::LEN,
+            ControlIn::Key {
+                seq,
+                key: KeyRepr { key },
+            },
+        );
+        p.on_packet(&hd, r, &Stream, &mut sh)
+            .expect("in the window");
+    }
+    let answers: StdVec<KeyInfoRepr> = packets(&mut p, &mut sh)
+        .into_iter()
+        .filter_map(|(seq, _)| match p.send.get(seq) {
+            Some(Outgoing::Control {
+                packet: ControlPacket::KeyInfo(info),
+                ..
+            }) => Some(*info),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            KeyInfoRepr {
+                key: h.remote_key().0,
+                region: Ok(KeyRegion {
+                    len: 64,
+                    access: Access::REMOTE_WRITE.bits(),
+                    device: Some(device),
+                }),
+            },
+            KeyInfoRepr {
+                key: 0xdead_0001,
+                region: Err(RejectCode::BadHandle),
+            },
+        ]
+    );
+    // What the peer says of a key nobody asked about is not kept.
+    let forged = KeyInfoRepr {
+        key: 9,
+        region: Ok(KeyRegion {
+            len: u64::MAX,
+            access: 3,
+            device: Some(device),
+        }),
+    };
+    let (hd, r) = control(
+        3,
+        PacketType::KeyInfo,
+        KeyInfoRepr::LEN,
+        ControlIn::KeyInfo {
+            seq: 3,
+            info: forged,
+        },
+    );
+    p.on_packet(&hd, r, &Stream, &mut sh)
+        .expect("in the window");
+    assert_eq!(p.keys.known(9), None);
+    assert!(p.lost().is_none());
+}

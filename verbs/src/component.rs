@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn the_defaults_are_the_transports_defaults() {
-        let mut params = Registry::<16>::new();
+        let mut params = Registry::<32>::new();
         let ids = register(&mut params).expect("register");
         assert_eq!(ids.config(&params), Ok(VerbsConfig::default()));
         assert_eq!(ids.device(&params), Ok(None));
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn values_set_reach_the_configuration() {
-        let mut params = Registry::<16>::new();
+        let mut params = Registry::<32>::new();
         let ids = register(&mut params).expect("register");
         for (name, value) in [
             ("btl_verbs_device", "mlx5_1"),
@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn the_probe_says_why_it_cannot_run() {
-        let mut params = Registry::<16>::new();
+        let mut params = Registry::<32>::new();
         let ids = register(&mut params).expect("register");
         match probe(&params, &ids) {
             Err(why) => assert!(!why.reason().is_empty()),
@@ -349,5 +349,33 @@ mod tests {
             probe(&params, &ids).is_err_and(|why| why.reason().contains("feature `rdma`")),
             "a build without the feature says so"
         );
+    }
+
+    #[test]
+    fn the_component_opens_what_the_probe_finds_with_its_pools() {
+        let mut params = Registry::<32>::new();
+        let mut component = VerbsComponent::default();
+        assert!(component.init(&params).is_err(), "not registered yet");
+        component.register(&mut params).expect("register");
+        let eager = params
+            .find("btl_verbs_eager_limit")
+            .expect("a pool parameter");
+        params
+            .set(eager, "16k", Source::Environment)
+            .expect("a size");
+        let ids = register(&mut Registry::<32>::new()).expect("register");
+        match component.init(&params) {
+            Ok(modules) => {
+                let found = &modules[0];
+                assert_eq!(found.config.rdma_depth, 16);
+                assert_eq!(found.oob.timeout, Duration::from_secs(10));
+                assert!(found.pools.eager.fragment_size >= 16 << 10);
+            }
+            Err(why) => assert_eq!(
+                Some(why.reason().to_owned()),
+                probe(&params, &ids).err().map(|w| w.reason().to_owned()),
+                "the probe's reason"
+            ),
+        }
     }
 }

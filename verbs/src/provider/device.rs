@@ -162,6 +162,17 @@ bitflags! {
     }
 }
 
+impl Access {
+    /// Whether a memory region may be registered with this access: verbs
+    /// require local write wherever remote write is allowed.
+    pub fn check_region(self) -> Result<(), super::VerbsError> {
+        if self.contains(Access::REMOTE_WRITE) && !self.contains(Access::LOCAL_WRITE) {
+            return Err(super::VerbsError::Invalid("REMOTE_WRITE needs LOCAL_WRITE"));
+        }
+        Ok(())
+    }
+}
+
 /// A registered memory region. The device's address of its byte `i` is
 /// `base + i`, for this process (a scatter/gather entry's offset) and for
 /// peers (an RDMA request's remote offset) alike.

@@ -489,10 +489,7 @@ impl Provider for RdmaProvider {
     }
 
     fn reg_mr(&mut self, pd: Pd, memory: Vec<u8>, access: Access) -> Result<Mr, VerbsError> {
-        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
-            // As verbs require: remote write implies local write.
-            return Err(VerbsError::Invalid("REMOTE_WRITE needs LOCAL_WRITE"));
-        }
+        access.check_region()?;
         let raw_pd = self.pd(pd)?;
         let len = memory.len();
         let mut memory = Memory::place(memory, self.page)?;
@@ -524,9 +521,7 @@ impl Provider for RdmaProvider {
         region: LentRegion,
         access: Access,
     ) -> Result<Mr, VerbsError> {
-        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
-            return Err(VerbsError::Invalid("REMOTE_WRITE needs LOCAL_WRITE"));
-        }
+        access.check_region()?;
         if region.len == 0 || region.addr.is_null() {
             return Err(VerbsError::Invalid("an empty memory region"));
         }

@@ -346,6 +346,30 @@ impl SoftHca {
         r
     }
 
+    /// Registers `memory` in `pd` with `access`, zero-based.
+    fn register(&mut self, pd: Pd, access: Access, memory: Memory) -> Result<Mr, VerbsError> {
+        access.check_region()?;
+        let len = memory.len();
+        self.on_device(|f, dev, ctx| {
+            let d = &mut f.devices[dev];
+            Self::own_pd(d, ctx, pd)?;
+            let region = Region {
+                ctx,
+                pd,
+                access,
+                memory,
+            };
+            let key = d.regions.register(region, MAX_MR)?;
+            let (lkey, rkey) = mr::keys(key);
+            Ok(Mr {
+                lkey,
+                rkey,
+                len,
+                base: 0,
+            })
+        })
+    }
+
     fn own_pd(d: &Device, ctx: ContextId, pd: Pd) -> Result<(), VerbsError> {
         match d.pds.get(&pd.0) {
             Some(c) if *c == ctx => Ok(()),
@@ -565,29 +589,7 @@ impl Provider for SoftHca {
     }
 
     fn reg_mr(&mut self, pd: Pd, memory: Vec<u8>, access: Access) -> Result<Mr, VerbsError> {
-        if (access.contains(Access::REMOTE_WRITE)) && !access.contains(Access::LOCAL_WRITE) {
-            // As verbs require: remote write implies local write.
-            return Err(VerbsError::Invalid("REMOTE_WRITE needs LOCAL_WRITE"));
-        }
-        let len = memory.len() as u64;
-        self.on_device(|f, dev, ctx| {
-            let d = &mut f.devices[dev];
-            Self::own_pd(d, ctx, pd)?;
-            let region = Region {
-                ctx,
-                pd,
-                access,
-                memory: Memory::Owned(memory),
-            };
-            let key = d.regions.register(region, MAX_MR)?;
-            let (lkey, rkey) = mr::keys(key);
-            Ok(Mr {
-                lkey,
-                rkey,
-                len,
-                base: 0,
-            })
-        })
+        self.register(pd, access, Memory::Owned(memory))
     }
 
     /// Registers the region by its owner's name only: its bytes are
@@ -600,31 +602,11 @@ impl Provider for SoftHca {
         region: LentRegion,
         access: Access,
     ) -> Result<Mr, VerbsError> {
-        if (access.contains(Access::REMOTE_WRITE)) && !access.contains(Access::LOCAL_WRITE) {
-            return Err(VerbsError::Invalid("REMOTE_WRITE needs LOCAL_WRITE"));
-        }
         if region.len == 0 {
             return Err(VerbsError::Invalid("an empty memory region"));
         }
         let len = region.len as u64;
-        self.on_device(|f, dev, ctx| {
-            let d = &mut f.devices[dev];
-            Self::own_pd(d, ctx, pd)?;
-            let lent = Region {
-                ctx,
-                pd,
-                access,
-                memory: Memory::Lent { id: region.id, len },
-            };
-            let key = d.regions.register(lent, MAX_MR)?;
-            let (lkey, rkey) = mr::keys(key);
-            Ok(Mr {
-                lkey,
-                rkey,
-                len,
-                base: 0,
-            })
-        })
+        self.register(pd, access, Memory::Lent { id: region.id, len })
     }
 
     fn serve(&mut self, memory: &mut dyn LentMemory) {

@@ -34,7 +34,7 @@ pub(crate) enum Memory {
 }
 
 impl Memory {
-    fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Memory::Owned(bytes) => bytes.len() as u64,
             Memory::Lent { len, .. } => *len,

@@ -6,7 +6,8 @@ use btl_tests::harness::verbs::VerbsWorld;
 btl_tests::conformance_suite!(VerbsWorld::new, gated: [pause, peer_loss]);
 
 use btl_core::btl::{
-    Access, BtlError, Event, LostReason, MemSlice, RejectCode, RemoteKey, RemoteSlice, Tag,
+    Access, BtlError, Event, LostReason, MemError, MemSlice, RejectCode, RemoteKey, RemoteSlice,
+    Tag,
 };
 use btl_core::desc::{DescFlags, Order};
 use btl_tests::world::{Side, World};
@@ -442,4 +443,80 @@ fn a_stale_key_is_a_remote_access_error_and_fails_with_bad_handle() {
         btl_tests::suite::region(&mut world, Side::B, new),
         vec![0xab; 8192]
     );
+}
+
+/// A region a transfer still uses is not deregistered, and stays on the
+/// device as it was: a peer's key for it keeps working. Once
+/// deregistered, the peer's key is refused.
+#[test]
+fn a_region_in_use_stays_registered_and_its_key_good() {
+    let mut world = VerbsWorld::new();
+    let (to_b, to_a) = (world.peer(Side::A), world.peer(Side::B));
+    let data: Vec<u8> = (0..50_000).map(|i| (i % 241) as u8).collect();
+    let src = world
+        .btl(Side::A)
+        .register_mem(data.clone(), Access::REMOTE_READ)
+        .expect("src");
+    let dst = world
+        .btl(Side::B)
+        .register_mem(vec![0; 50_000], Access::REMOTE_WRITE)
+        .expect("dst");
+    world
+        .btl(Side::A)
+        .put(
+            to_b,
+            src.slice(0, 50_000),
+            dst.remote_key().slice(0, 50_000),
+            1,
+        )
+        .expect("put");
+    assert_eq!(
+        world.btl(Side::A).deregister_mem(src).err(),
+        Some(BtlError::Memory(MemError::InUse))
+    );
+    assert_eq!(put_result(&mut world, 1), Ok(()));
+
+    let back = world
+        .btl(Side::B)
+        .register_mem(vec![0; 1000], Access::empty())
+        .expect("b's buffer");
+    world
+        .btl(Side::B)
+        .get(
+            to_a,
+            back.slice(0, 1000),
+            src.remote_key().slice(7000, 1000),
+            2,
+        )
+        .expect("get");
+    let got = until(&mut world, Side::B, |ev| match *ev {
+        Event::GetComplete { ctx: 2, result, .. } => Some(result),
+        _ => None,
+    });
+    assert_eq!(got, Ok(()));
+    assert_eq!(
+        btl_tests::suite::region(&mut world, Side::B, back),
+        data[7000..8000]
+    );
+    let reads = world.fabric().counters().rdma_reads;
+    assert_eq!(reads, 1, "by RDMA, with the key B was told before");
+
+    assert_eq!(
+        world.btl(Side::A).deregister_mem(src).expect("free now"),
+        data
+    );
+    world
+        .btl(Side::B)
+        .get(
+            to_a,
+            back.slice(0, 1000),
+            src.remote_key().slice(0, 1000),
+            3,
+        )
+        .expect("get");
+    let stale = until(&mut world, Side::B, |ev| match *ev {
+        Event::GetComplete { ctx: 3, result, .. } => Some(result),
+        _ => None,
+    });
+    assert_eq!(stale, Err(BtlError::Rejected(RejectCode::BadHandle)));
 }

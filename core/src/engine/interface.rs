@@ -277,10 +277,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         // The driver's device must let go of it first (set_device_key with
         // None): a peer's RDMA must never reach memory the user owns
         // again.
-        let in_use = self.shared.ops.uses(handle)
-            || self.peers.iter().any(|(_, _, peer)| peer.reads(handle))
-            || self.shared.regs.device(handle).is_some();
-        if in_use {
+        if self.region_in_use(handle) || self.shared.regs.device(handle).is_some() {
             return Err(BtlError::Memory(MemError::InUse));
         }
         Ok(self.shared.regs.deregister(handle)?)
@@ -399,6 +396,14 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
 }
 
 impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
+    /// Whether a put, a get or a send under way reads or writes
+    /// registration `handle`: its deregistration is refused (`InUse`)
+    /// until they end. A driver whose device holds the region asks before
+    /// it takes the region from the device.
+    pub fn region_in_use(&self, handle: MemHandle) -> bool {
+        self.shared.ops.uses(handle) || self.peers.iter().any(|(_, _, peer)| peer.reads(handle))
+    }
+
     /// Asks the peer `source` to put its `src` into `dst`, a registration
     /// of process `target` (a third-party get, as Motr allows): the data
     /// moves from the source to the target without passing through this

@@ -123,8 +123,6 @@ pub struct Transport<P: Provider> {
 struct Registered {
     handle: MemHandle,
     mr: Mr,
-    /// What peers may do with it, to register it again.
-    access: BtlAccess,
 }
 
 /// The engine's registered memory, as the device asks for it by a
@@ -217,34 +215,34 @@ impl<P: Provider> Transport<P> {
             let _ = self.host.provider.dereg_mr(mr.lkey);
             return Err(VerbsError::Unknown("registration"));
         }
-        self.regions
-            .insert(region.id, Registered { handle, mr, access });
+        self.regions.insert(region.id, Registered { handle, mr });
         Ok(())
     }
 
     /// Deregisters `handle`: from the device first, so that no RDMA
     /// reaches the memory once it is the user's again, then from the
-    /// engine, which gives the memory back. If the engine refuses (a
-    /// transfer uses the region), the region goes back to the device.
+    /// engine, which gives the memory back. A region a transfer or a send
+    /// still uses is refused (`InUse`) and left as it was, on the device
+    /// too, so that peers' keys for it stay good.
     pub fn deregister<S: Storage, const W: usize>(
         &mut self,
         engine: &mut Engine<S, Stream, W>,
         handle: MemHandle,
     ) -> Result<S::Memory, BtlError> {
-        let id = handle.remote_key().0;
-        let Some(r) = self.regions.remove(&id) else {
-            return engine.deregister_mem(handle);
-        };
-        // A device that cannot let go (none ever failed so) keeps the
-        // engine from giving the memory back.
-        if self.host.provider.dereg_mr(r.mr.lkey).is_err() {
-            self.regions.insert(id, r);
+        if engine.region_in_use(handle) {
             return Err(BtlError::Memory(btl_core::btl::MemError::InUse));
         }
-        engine.set_device_key(handle, None)?;
-        engine.deregister_mem(handle).inspect_err(|_| {
-            let _ = self.register(engine, handle, r.access);
-        })
+        let id = handle.remote_key().0;
+        if let Some(r) = self.regions.get(&id) {
+            // A device that cannot let go (none ever failed so) keeps the
+            // engine from giving the memory back.
+            if self.host.provider.dereg_mr(r.mr.lkey).is_err() {
+                return Err(BtlError::Memory(btl_core::btl::MemError::InUse));
+            }
+            self.regions.remove(&id);
+            engine.set_device_key(handle, None)?;
+        }
+        engine.deregister_mem(handle)
     }
 
     /// Regions the device holds for the upper layer.

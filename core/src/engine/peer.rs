@@ -33,7 +33,7 @@ use super::config::EngineConfig;
 use super::credits::Credits;
 use super::events::Pending;
 use super::framing::Framing;
-use super::keys::KeyCache;
+use super::keys::{KeyCache, Lookup};
 use super::link::{ControlIn, Receiving};
 use super::ops::{GET_REPLY, Mail, Next, Op, OpKind, Path, get_parts};
 use super::outbox::Retained;
@@ -118,7 +118,9 @@ enum Held {
     Done(DoneRepr),
     /// A put's notice; its event's place is kept.
     Notify(NotifyRepr),
+    /// The peer asks what one of this side's keys names.
     Key(KeyRepr),
+    /// The peer says what one of its keys names.
     KeyInfo(KeyInfoRepr),
 }
 
@@ -1386,25 +1388,31 @@ impl<const W: usize> Peer<W> {
         region: Result<crate::wire::KeyRegion, RejectCode>,
         shared: &mut Shared<S>,
     ) {
-        for i in 0..shared.ops.capacity() {
-            let Some(op) = shared.ops.get(i).copied() else {
-                continue;
-            };
-            if op.peer == self.id && op.path == Path::Key && op.remote.key.0 == key {
-                self.take_route(i, op, route(&op, region), shared);
-            }
-        }
+        let waiting = |op: &Op| op.path == Path::Key && op.remote.key.0 == key;
+        self.reroute(shared, waiting, |_, op| route(op, region));
     }
 
     /// The peer does not answer KEY: the operations waiting for an answer
     /// go in packets.
     fn keys_unanswerable<S: Storage>(&mut self, shared: &mut Shared<S>) {
+        self.reroute(shared, |op| op.path == Path::Key, |_, _| Route::Packets);
+    }
+
+    /// Sends each of this side's operations to the peer that `pick`
+    /// chooses the way `route` says.
+    fn reroute<S: Storage>(
+        &mut self,
+        shared: &mut Shared<S>,
+        pick: impl Fn(&Op) -> bool,
+        route: impl Fn(&mut Self, &Op) -> Route,
+    ) {
         for i in 0..shared.ops.capacity() {
             let Some(op) = shared.ops.get(i).copied() else {
                 continue;
             };
-            if op.peer == self.id && op.path == Path::Key {
-                self.take_route(i, op, Route::Packets, shared);
+            if op.peer == self.id && pick(&op) {
+                let route = route(self, &op);
+                self.take_route(i, op, route, shared);
             }
         }
     }
@@ -1449,9 +1457,9 @@ impl<const W: usize> Peer<W> {
             return Route::Packets;
         }
         match self.keys.lookup(op.remote.key.0) {
-            super::keys::Lookup::Known(region) => route(op, Ok(region)),
-            super::keys::Lookup::Asking => Route::Ask,
-            super::keys::Lookup::Full => Route::Packets,
+            Lookup::Known(region) => route(op, Ok(region)),
+            Lookup::Asking => Route::Ask,
+            Lookup::Full => Route::Packets,
         }
     }
 
@@ -1459,16 +1467,10 @@ impl<const W: usize> Peer<W> {
     /// it is forgotten, and the transfers about to use it ask again.
     pub fn key_refused<S: Storage>(&mut self, key: u64, shared: &mut Shared<S>) {
         self.keys.forget(key);
-        for i in 0..shared.ops.capacity() {
-            let Some(op) = shared.ops.get(i).copied() else {
-                continue;
-            };
-            let idle = matches!(op.path, Path::Device { posted: None, .. });
-            if op.peer == self.id && idle && op.remote.key.0 == key {
-                let route = self.lookup_key(&op);
-                self.take_route(i, op, route, shared);
-            }
-        }
+        let about_to = |op: &Op| {
+            matches!(op.path, Path::Device { posted: None, .. }) && op.remote.key.0 == key
+        };
+        self.reroute(shared, about_to, |peer, op| peer.lookup_key(op));
     }
 
     /// The upper layer is done with a message from the peer at `now`: its

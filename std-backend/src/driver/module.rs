@@ -191,8 +191,10 @@ pub fn source_of(at: std::net::SocketAddr) -> Source {
 
 /// A BTL module: the engine over transport `T`.
 pub struct Module<T: Transport> {
-    engine: StdEngine<T>,
+    // The transport drops first: a device it holds may reach the engine's
+    // registered memory until then (RDMA), never after the memory goes.
     transport: T,
+    engine: StdEngine<T>,
     /// The poller, unless a progress thread has it.
     poller: Option<<T::Net as Net>::Poller>,
     /// The poller's registry, for the transport's sockets wherever the

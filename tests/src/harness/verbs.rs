@@ -96,8 +96,9 @@ const CAPACITIES: Capacities = Capacities {
 /// the device too (puts and gets from it are RDMA writes and reads), and
 /// leaves the device before the engine gives it back.
 struct Proc {
-    engine: Box<VerbsEngine>,
+    // The transport drops first: its device reaches the engine's memory.
     transport: Option<Transport<SoftHca>>,
+    engine: Box<VerbsEngine>,
     paused: bool,
 }
 

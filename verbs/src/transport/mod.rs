@@ -324,8 +324,14 @@ impl<P: Provider> Transport<P> {
         moved
     }
 
-    /// Destroys every queue pair: the engine must be finalized first.
+    /// Takes every region from the device and destroys every queue
+    /// pair: the engine must be finalized first. Its memory may go once
+    /// this returns (the engine's registrations still name device keys,
+    /// which nothing reaches any more).
     pub fn finalize(&mut self) {
+        for (_, r) in std::mem::take(&mut self.regions) {
+            let _ = self.host.provider.dereg_mr(r.mr.lkey);
+        }
         self.cpc.finalize(&mut self.host);
         let qps: Vec<QpNum> = self.host.qps.keys().copied().collect();
         for qp in qps {

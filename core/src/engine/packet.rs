@@ -143,8 +143,9 @@ pub enum Answer {
     Reject(RejectRepr),
     /// The get for a third process landed.
     Done(DoneRepr),
-    /// What a registration key the peer asked about names.
-    KeyInfo(KeyInfoRepr),
+    /// What the registration key the peer asked about names: described
+    /// when the answer goes (only the key waits, not its description).
+    KeyInfo(u64),
 }
 
 impl Answer {
@@ -152,7 +153,7 @@ impl Answer {
     /// same key.
     pub fn answers_as(&self, other: &Answer) -> bool {
         match (self, other) {
-            (Answer::KeyInfo(a), Answer::KeyInfo(b)) => a.key == b.key,
+            (Answer::KeyInfo(a), Answer::KeyInfo(b)) => a == b,
             (Answer::KeyInfo(_), _) | (_, Answer::KeyInfo(_)) => false,
             _ => self.xfer_id() == other.xfer_id(),
         }
@@ -162,17 +163,16 @@ impl Answer {
         match self {
             Answer::Reject(r) => r.xfer_id,
             Answer::Done(d) => d.xfer_id,
-            Answer::KeyInfo(k) => k.key,
+            Answer::KeyInfo(key) => *key,
         }
     }
-}
 
-impl From<Answer> for ControlPacket {
-    fn from(a: Answer) -> Self {
-        match a {
+    /// The packet that gives it, a key described by `describe`.
+    pub fn packet(self, describe: impl FnOnce(u64) -> KeyInfoRepr) -> ControlPacket {
+        match self {
             Answer::Reject(r) => ControlPacket::Reject(r),
             Answer::Done(d) => ControlPacket::Done(d),
-            Answer::KeyInfo(k) => ControlPacket::KeyInfo(k),
+            Answer::KeyInfo(key) => ControlPacket::KeyInfo(describe(key)),
         }
     }
 }

@@ -939,7 +939,14 @@ impl<const W: usize> Peer<W> {
         }
         while !self.send.is_full() {
             if let Some(answer) = self.answers.pop_front() {
-                return self.push(Outgoing::control(answer.into()), shared);
+                let packet = answer.packet(|key| KeyInfoRepr {
+                    key,
+                    region: shared
+                        .regs
+                        .describe(RemoteKey(key))
+                        .map_err(RejectCode::from),
+                });
+                return self.push(Outgoing::control(packet), shared);
             }
             if self.answers_keys
                 && let Some(key) = self.keys.poll_query()
@@ -1285,14 +1292,7 @@ impl<const W: usize> Peer<W> {
                 }
             }
             Held::Get(get) => self.serve_get(get, shared),
-            Held::Key(k) => {
-                let region = shared.regs.describe(RemoteKey(k.key));
-                let info = KeyInfoRepr {
-                    key: k.key,
-                    region: region.map_err(RejectCode::from),
-                };
-                self.answer(Answer::KeyInfo(info), shared);
-            }
+            Held::Key(k) => self.answer(Answer::KeyInfo(k.key), shared),
             Held::KeyInfo(info) => {
                 if self.keys.answer(&info) {
                     self.settle_key(info.key, info.region, shared);

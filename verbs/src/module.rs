@@ -290,10 +290,7 @@ pub fn open(builder: btl_std::ModuleBuilder) -> Result<RdmaModule, btl_std::Open
         let provider =
             RdmaProvider::open(Some(&found.found.device)).map_err(|e| na(e.to_string()))?;
         let setup = VerbsSetup {
-            config: VerbsConfig {
-                port: found.found.port,
-                ..found.config
-            },
+            config: found.config,
             oob: found.oob,
             side: (SocketAddr::from(([127, 0, 0, 1], 0)), 8),
             lookup_timeout: Duration::from_secs(30),

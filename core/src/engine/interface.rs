@@ -14,7 +14,7 @@ use crate::wire::GetRepr;
 
 use super::events::Pending;
 use super::framing::Framing;
-use super::ops::{Op, OpKind};
+use super::ops::{Op, OpKind, get_request};
 use super::packet::HEADER_RESERVE;
 use super::rdma::Route;
 use super::storage::Storage;
@@ -333,16 +333,8 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             // nothing to ask the peer.
             return Ok(op);
         }
-        let me = self.shared.config.me;
-        let get = self
-            .shared
-            .ops
-            .find(OpKind::Get, p, op.0)
-            .and_then(|i| self.shared.ops.get(i))
-            .map(|o| o.get_request(me));
-        if let Some(get) = get {
-            self.queue_get(p, op, get)?;
-        }
+        let get = get_request(op.0, remote, self.shared.config.me);
+        self.queue_get(p, op, get)?;
         Ok(op)
     }
 

@@ -26,6 +26,20 @@ use crate::wire::{DeviceKey, DoneRepr, GetRepr, NotifyRepr, PutRepr, RejectRepr}
 /// Bit of a PUT's `xfer_id` marking data that answers the receiver's GET.
 pub(crate) const GET_REPLY: u64 = 1 << 63;
 
+/// The GET of get `id`, asking for `remote` into process `me`.
+pub(crate) fn get_request(id: u64, remote: RemoteSlice, me: ProcName) -> GetRepr {
+    GetRepr {
+        xfer_id: id,
+        src_handle: remote.key.0,
+        src_offset: remote.offset,
+        len: remote.len,
+        target_job: me.job,
+        target_rank: me.rank,
+        dst_handle: 0,
+        dst_offset: 0,
+    }
+}
+
 /// What a GET asks for: its source in the process it is sent to, its
 /// destination in the target process, and the target.
 pub(crate) fn get_parts(get: &GetRepr) -> (RemoteSlice, RemoteSlice, ProcName) {
@@ -198,16 +212,12 @@ impl Op {
 
     /// The GET that asks the peer for a get's data, for this process `me`.
     pub fn get_request(&self, me: ProcName) -> GetRepr {
-        GetRepr {
-            xfer_id: self.id,
-            src_handle: self.remote.key.0,
-            src_offset: self.remote.offset,
-            len: self.remote.len,
-            target_job: me.job,
-            target_rank: me.rank,
-            dst_handle: 0,
-            dst_offset: 0,
-        }
+        get_request(self.id, self.remote, me)
+    }
+
+    /// Whether it waits for the driver to take it to its device.
+    fn is_for_device(&self) -> bool {
+        matches!(self.path, Path::Device { posted: None, .. })
     }
 
     /// Whether it still has data, or its notice, to hand to packets.
@@ -278,9 +288,10 @@ pub enum Ended {
 pub struct Ops<C> {
     slots: C,
     next_id: u64,
-    /// Operations with data left to hand out: when none, nothing is
-    /// scanned for it.
+    /// Operations with data left to hand out, and operations waiting for
+    /// the driver's device: when none, nothing is scanned for them.
     sending: usize,
+    for_device: usize,
 }
 
 impl<C: BorrowMut<[OpSlot]>> Ops<C> {
@@ -290,6 +301,7 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
             slots,
             next_id: 0,
             sending: 0,
+            for_device: 0,
         }
     }
 
@@ -324,7 +336,7 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
 
     /// Starts `op` in slot `i` (free, from [`free_slot`](Self::free_slot)).
     pub fn start(&mut self, i: usize, op: Op) {
-        self.sending += usize::from(op.is_sending());
+        self.count(&op, true);
         if let Some(slot) = self.slots_mut().get_mut(i) {
             slot.0 = Slot::Op(op);
         }
@@ -337,7 +349,23 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
             && let Slot::Op(op) = slot.0
         {
             slot.0 = Slot::Free;
-            self.sending -= usize::from(op.is_sending());
+            self.count(&op, false);
+        }
+    }
+
+    /// Counts `op` in (`add`) or out of the operations that are scanned
+    /// for.
+    fn count(&mut self, op: &Op, add: bool) {
+        let (sending, for_device) = (
+            usize::from(op.is_sending()),
+            usize::from(op.is_for_device()),
+        );
+        if add {
+            self.sending += sending;
+            self.for_device += for_device;
+        } else {
+            self.sending -= sending;
+            self.for_device -= for_device;
         }
     }
 
@@ -493,19 +521,23 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
         id: u64,
         change: impl FnOnce(&mut Op) -> R,
     ) -> Option<R> {
+        let before = *self.op_of(i, peer, id)?;
         let op = self.op_of(i, peer, id)?;
-        let was = op.is_sending();
         let out = change(op);
-        let now = op.is_sending();
-        self.sending = self.sending + usize::from(now) - usize::from(was);
+        let after = *op;
+        self.count(&before, false);
+        self.count(&after, true);
         Some(out)
     }
 
     /// Hands the next operation to `peer` that its device is to carry out
     /// to the driver, for `link`.
     pub fn next_device(&mut self, peer: EndpointId, link: LinkId) -> Option<(usize, Op)> {
+        if self.for_device == 0 {
+            return None;
+        }
         let slots: &mut [OpSlot] = self.slots.borrow_mut();
-        slots
+        let taken = slots
             .iter_mut()
             .enumerate()
             .find_map(|(i, s)| match &mut s.0 {
@@ -517,7 +549,9 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
                     _ => None,
                 },
                 _ => None,
-            })
+            })?;
+        self.for_device -= 1;
+        Some(taken)
     }
 
     /// `link` is gone, and the device is done with what it carried: those
@@ -612,7 +646,7 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
         let Slot::Op(op) = self.slots().get(i)?.0 else {
             return None;
         };
-        self.sending -= usize::from(op.is_sending());
+        self.count(&op, false);
         let slot = self.slots_mut().get_mut(i)?;
         slot.0 = Slot::Free;
         let (op_id, ctx) = (OpId(op.id), op.ctx);
@@ -913,6 +947,11 @@ mod tests {
         ops.unpost(l1, &mut ev);
         assert!(ops.next_device(P, l2).is_some(), "again, on the next link");
         assert_eq!(ev.len(), 0);
+        assert_eq!(ops.for_device, 0, "none waits for the device");
+        ops.unpost(l2, &mut ev);
+        assert_eq!(ops.for_device, 1, "it waits again");
+        assert_eq!(ops.finish(i, Ok(()), &mut ev), Some(Ended::Reported));
+        assert_eq!((ops.for_device, ops.sending), (0, 0), "counted out");
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct Transport<P: Provider> {
     /// to pass so that a pass allocates nothing.
     scratch: Vec<QpNum>,
     scratch_links: Vec<LinkId>,
+    /// The port's largest message: the most one RDMA work request moves.
+    max_msg: u64,
     /// The upper layer's regions the device holds, by their key.
     regions: BTreeMap<u64, Registered>,
 }
@@ -157,6 +159,7 @@ impl<P: Provider> Transport<P> {
         }
         let seed = u64::from_le_bytes(nonces.nonce()[..8].try_into().unwrap_or([1; 8]));
         Ok(Transport {
+            max_msg: u64::from(provider.port(config.port)?.max_msg_size.max(1)),
             host: Host::new(provider, config, channel, seed)?,
             cpc,
             nonces,
@@ -535,13 +538,7 @@ impl<P: Provider> Transport<P> {
         let Some(&qp) = self.links.get(&link) else {
             return;
         };
-        let max_msg = u64::from(
-            self.host
-                .provider
-                .port(self.host.config.port)
-                .map_or(1 << 30, |p| p.max_msg_size)
-                .max(1),
-        );
+        let max_msg = self.max_msg;
         loop {
             let Some(q) = self.host.qps.get(&qp) else {
                 return;

@@ -692,6 +692,9 @@ fn failure_with(e: &BenchError, to: &str) -> String {
         }
         LostReason::Unreachable => format!("no connection could be made to {to}"),
         LostReason::Timeout => format!("{to} did not answer within the peer timeout"),
+        LostReason::Stalled => format!(
+            "{to} stopped taking what was sent to it (nothing acknowledged within the peer timeout)"
+        ),
         LostReason::ProtocolViolation => format!("{to} broke the protocol"),
         LostReason::Closed => format!("{to} closed the connection"),
         LostReason::Restarted => format!("{to} restarted"),

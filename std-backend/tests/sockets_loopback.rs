@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use btl_core::btl::{Access, Btl, Event, Tag};
+use btl_core::btl::{Access, Btl, BtlError, Event, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
 use btl_std::transports::tcp::TcpModule;
@@ -32,15 +32,24 @@ fn run<M: Btl<Memory = Vec<u8>>>(
 /// Messages from A to B, then a put of 3 MiB and a get of it back.
 fn exchange<M: Btl<Memory = Vec<u8>>>(mut a: M, mut b: M, b_at_a: EndpointId) -> (M, M) {
     let max = a.attributes().max_send_size as u32;
-    for i in 0..50u32 {
-        let data: Vec<u8> = (0..(i * 997) % max).map(|x| (x ^ i) as u8).collect();
-        let d = a
-            .prepare_src(b_at_a, &data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
-            .expect("descriptor");
-        let _ = a.send(b_at_a, d, Tag(0x81)).expect("send");
-    }
+    // Sent as fast as A takes them: past its share of a fragment class (a
+    // peer may hold no more), A refuses until what B acknowledged frees
+    // some.
     let mut got = Vec::new();
-    run(&mut a, &mut b, |_, b| {
+    let mut sent = 0u32;
+    run(&mut a, &mut b, |a, b| {
+        while sent < 50 {
+            let i = sent;
+            let data: Vec<u8> = (0..(i * 997) % max).map(|x| (x ^ i) as u8).collect();
+            match a.prepare_src(b_at_a, &data, 0, Order(0), DescFlags::BTL_OWNERSHIP) {
+                Ok(d) => {
+                    let _ = a.send(b_at_a, d, Tag(0x81)).expect("send");
+                    sent += 1;
+                }
+                Err(BtlError::OutOfResource) => break,
+                Err(e) => panic!("descriptor: {e}"),
+            }
+        }
         while let Some(ev) = b.poll_event() {
             if let Event::Received(m) = ev {
                 got.push(m.data.to_vec());

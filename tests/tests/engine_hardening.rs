@@ -4,7 +4,7 @@
 //! peer up. Each test drives the engines by hand over explicit links, at
 //! explicit instants, so that it can alter or drop the bytes on the way.
 
-use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
+use btl_core::btl::{Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::HEADER_RESERVE;
@@ -12,7 +12,7 @@ use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Capacities, ConnectFailure, LinkError, LinkId, Source, Stream};
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
-use btl_core::wire::{self, CloseReason, HeaderRepr, Limits, PacketRepr};
+use btl_core::wire::{self, CloseReason, HeaderRepr, Limits, PacketRepr, RejectCode};
 use btl_std::driver::heap::{Heap, HeapEngine};
 
 type E = HeapEngine<Stream>;
@@ -64,6 +64,16 @@ fn engine(me: ProcName) -> Box<E> {
     let mut config = EngineConfig::new(me);
     config.epoch = u64::from(me.rank) + 1;
     engine_sized(config, 65536 + HEADER_RESERVE)
+}
+
+/// A client engine whose pools let it hold 48 messages of a class
+/// unacknowledged (its share with one peer: half the three quarters of
+/// each class kept for sends), for tests that send more than [`engine`]'s
+/// pools allow before anything is acknowledged.
+fn roomy_client(rank: u32) -> Box<E> {
+    let mut config = EngineConfig::new(client(rank));
+    config.epoch = u64::from(rank) + 1;
+    engine_pooled(config, 65536 + HEADER_RESERVE, 128)
 }
 
 /// The bytes `e` has for `link`, all of them, as written.
@@ -223,7 +233,7 @@ fn alter_hello(bytes: &mut Vec<u8>, f: impl Fn(&mut wire::HelloRepr)) {
 #[test]
 fn a_peer_that_sends_past_its_credits_is_lost_for_breaking_the_protocol() {
     let mut server = engine(SERVER);
-    let mut c = engine(client(1));
+    let mut c = roomy_client(1);
     let ep = add(&mut c, SERVER);
     c.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
         .expect("not open yet: the first send asks for a connection and waits for it");
@@ -267,7 +277,7 @@ fn a_peer_that_sends_past_its_credits_is_lost_for_breaking_the_protocol() {
 #[test]
 fn a_sender_within_its_credits_is_never_refused() {
     let mut server = engine(SERVER);
-    let mut c = engine(client(1));
+    let mut c = roomy_client(1);
     let (ep, mut link) = open(&mut c, &mut server, Source(1), 0);
     let mut received = 0;
     for round in 0..20u64 {
@@ -657,4 +667,282 @@ fn messages_wait_for_room_in_the_event_queue_and_none_is_lost() {
             "client {i}: all, once, in order"
         );
     }
+}
+
+/// A SEND frame numbered `seq`, tagged 1, carrying `data`, acknowledging
+/// nothing: what a peer that skips numbers writes.
+fn send_frame(seq: u64, data: &[u8]) -> Vec<u8> {
+    let packet = PacketRepr::Send {
+        send: wire::SendRepr { tag: 1 },
+        payload: data,
+    };
+    let header = HeaderRepr {
+        seq,
+        ..HeaderRepr::new(&packet)
+    };
+    let mut buf = vec![0; wire::HEADER_LEN + packet.buffer_len() + wire::CHECKSUM_LEN];
+    let len = wire::emit(&header, &packet, &mut buf).expect("a SEND");
+    buf.truncate(len);
+    buf
+}
+
+/// Attack 1 of the second hardening pass: peers that number their SENDs
+/// from 2 and never send 1 hold every packet behind the gap, each with a
+/// receive fragment and an event place. Held to a share of the places,
+/// they cannot take them all, and an honest peer's messages still arrive.
+#[test]
+fn peers_that_never_fill_a_gap_hold_only_their_share_of_the_event_places() {
+    // 64 events: 48 places claimable, which three peers' 16 credits each
+    // would fill.
+    let capacities = Capacities {
+        peers: 8,
+        events: 64,
+        ..CAPACITIES
+    };
+    let pool = |fragment_size| FragmentPoolConfig {
+        fragment_size,
+        num: 128,
+        max: 128,
+        inc: 8,
+    };
+    let pools = FragmentPoolsConfig {
+        small: pool(256),
+        eager: pool(4096 + HEADER_RESERVE),
+        max: pool(65536 + HEADER_RESERVE),
+    };
+    let mut config = EngineConfig::new(SERVER);
+    config.epoch = 1;
+    let mut server: Box<E> =
+        Box::new(Heap::engine(config, Stream, capacities, pools, Instant::ZERO).expect("pools"));
+    let mut attackers = Vec::new();
+    for rank in 1..=3 {
+        let mut c = engine(client(rank));
+        let (_, link) = open(&mut c, &mut server, Source(u64::from(rank)), 0);
+        let mut bytes = Vec::new();
+        for seq in 2..=17 {
+            bytes.extend(send_frame(seq, &[7; 8]));
+        }
+        let taken = server
+            .handle_stream(link.acceptor, &bytes, at(MS))
+            .expect("its link");
+        attackers.push((c, link, bytes.len() - taken));
+    }
+    // Shares of 48 places among the peers on record and one more: 24,
+    // 16, 12. The first two hold all 16 of theirs, the third 12: the 13th
+    // SEND's header is read, and its payload waits with the rest.
+    let left: Vec<usize> = attackers.iter().map(|(_, _, left)| *left).collect();
+    let frame = send_frame(2, &[7; 8]).len();
+    assert_eq!(
+        left,
+        [0, 0, 3 * frame + 8],
+        "the third attacker's stream waits once it holds its share"
+    );
+    assert!(
+        drain(&mut server).is_empty(),
+        "nothing delivered past a gap"
+    );
+
+    let mut honest = engine(client(4));
+    let (ep, mut link) = open(&mut honest, &mut server, Source(4), 2 * MS);
+    // The places the attackers left carry the honest peer's messages as
+    // fast as its user polls them.
+    let (mut sent, mut received) = (0u8, 0);
+    for round in 0..16 {
+        while sent < 16
+            && honest
+                .sendi(ep, &[], &[sent; 8], Tag(1), Order(0), DescFlags::empty())
+                .is_ok()
+        {
+            sent += 1;
+        }
+        let now = (3 + round) * MS;
+        carry(&mut honest, &mut server, &mut link, now, |_| {});
+        server.handle_timeout(at(now + MS / 2));
+        carry(&mut honest, &mut server, &mut link, now + MS / 2, |_| {});
+        let events = drain(&mut server);
+        assert!(events.iter().all(|e| e.starts_with("recv")), "{events:?}");
+        received += events.len();
+    }
+    assert_eq!(received, 16, "every honest message arrived");
+}
+
+/// Attack 2 of the second hardening pass: peers that take every message
+/// but acknowledge none keep the fragments of this side's sends. Held to
+/// a share of each class, they leave the rest to the others: sends to
+/// them are refused, sends to an honest peer go.
+#[test]
+fn peers_that_acknowledge_nothing_hold_only_their_share_of_the_fragments() {
+    // 32 fragments a class: 8 kept for receiving, 24 for sends.
+    let mut server = engine(SERVER);
+    let mut attackers = Vec::new();
+    for rank in 1..=3 {
+        let mut c = engine(client(rank));
+        let (_, link) = open(&mut c, &mut server, Source(u64::from(rank)), 0);
+        attackers.push((c, link));
+    }
+    let mut honest = engine(client(4));
+    let (_, mut link) = open(&mut honest, &mut server, Source(4), MS);
+    let honest_ep = server.endpoints().last().expect("the honest client");
+    let attacker_eps: Vec<EndpointId> = server.endpoints().take(3).collect();
+
+    // The attackers' bytes are never read: nothing of theirs acknowledges.
+    let mut held = Vec::new();
+    for &ep in &attacker_eps {
+        let mut n = 0;
+        while server
+            .sendi(ep, &[], &[1; 100], Tag(1), Order(0), DescFlags::empty())
+            .is_ok()
+        {
+            n += 1;
+            assert!(n <= 64, "refused at last");
+        }
+        held.push(n);
+    }
+    // A share of 24 among 4 peers and one more.
+    assert_eq!(held, [4, 4, 4], "each attacker holds its share");
+
+    for i in 0..4u8 {
+        server
+            .sendi(
+                honest_ep,
+                &[],
+                &[i; 100],
+                Tag(1),
+                Order(0),
+                DescFlags::empty(),
+            )
+            .expect("the honest peer's share is free");
+    }
+    carry(&mut honest, &mut server, &mut link, 2 * MS, |_| {});
+    let events = drain(&mut honest);
+    assert_eq!(
+        events.iter().filter(|e| e.starts_with("recv")).count(),
+        4,
+        "{events:?}"
+    );
+    // Acknowledged, they go back: the honest peer goes on.
+    honest.handle_timeout(at(3 * MS));
+    carry(&mut honest, &mut server, &mut link, 3 * MS, |_| {});
+    server
+        .sendi(
+            honest_ep,
+            &[],
+            &[9; 100],
+            Tag(1),
+            Order(0),
+            DescFlags::empty(),
+        )
+        .expect("its share came back");
+}
+
+/// Attack 9 of the second hardening pass: a peer whose gets are served
+/// but which never acknowledges their data keeps an operation slot per
+/// get. Held to its share of the slots, it is answered `Busy` beyond it,
+/// and another peer's get is still served.
+#[test]
+fn a_peer_that_never_takes_what_it_gets_holds_only_its_share_of_the_operation_slots() {
+    let mut server = engine(SERVER);
+    let served = server
+        .register_mem(vec![5u8; 64 << 10], Access::REMOTE_READ)
+        .expect("a region to get");
+    let remote = |i: u64| RemoteSlice {
+        key: served.remote_key(),
+        offset: i * 1024,
+        len: 1024,
+    };
+    let into = |handle, i: u64| MemSlice {
+        handle,
+        offset: i * 1024,
+        len: 1024,
+    };
+
+    let mut attacker = roomy_client(1);
+    let (ep, link) = open(&mut attacker, &mut server, Source(1), 0);
+    let buf = attacker
+        .register_mem(vec![0u8; 64 << 10], Access::empty())
+        .expect("its buffer");
+    for i in 0..64 {
+        attacker
+            .get(ep, into(buf, i), remote(i), i)
+            .expect("the attacker's get");
+    }
+    // Its GETs reach the server; nothing the server sends reaches it.
+    let gets = take_bytes(&mut attacker, link.opener);
+    let taken = server
+        .handle_stream(link.acceptor, &gets, at(MS))
+        .expect("its link");
+    assert_eq!(taken, gets.len());
+    let answers = take_bytes(&mut server, link.acceptor);
+    assert_eq!(
+        count_rejects(&answers, RejectCode::Busy),
+        32,
+        "served up to its share (64 slots, 1 peer), Busy beyond"
+    );
+
+    let mut honest = roomy_client(2);
+    let (hep, mut hlink) = open(&mut honest, &mut server, Source(2), 2 * MS);
+    let hbuf = honest
+        .register_mem(vec![0u8; 1024], Access::empty())
+        .expect("its buffer");
+    honest
+        .get(hep, into(hbuf, 0), remote(0), 99)
+        .expect("the honest get");
+    for round in 0..4 {
+        let now = (3 + round) * MS;
+        carry(&mut honest, &mut server, &mut hlink, now, |_| {});
+        server.handle_timeout(at(now + MS / 2));
+        honest.handle_timeout(at(now + MS / 2));
+    }
+    assert_eq!(
+        drain(&mut honest),
+        ["GetComplete { op: OpId(1), ctx: 99, result: Ok(()) }"]
+    );
+    assert_eq!(honest.region(hbuf).expect("its buffer"), &[5u8; 1024][..]);
+}
+
+/// How many REJECTs with `code` the frames in `bytes` hold.
+fn count_rejects(mut bytes: &[u8], code: RejectCode) -> usize {
+    let mut n = 0;
+    while let Ok((_, packet, used)) = wire::parse(bytes, &Limits::new(1 << 20)) {
+        if let PacketRepr::Reject(r) = packet
+            && r.code == code
+        {
+            n += 1;
+        }
+        bytes = &bytes[used..];
+    }
+    n
+}
+
+/// Attack 3 of the second hardening pass, as the engine sees it: a peer
+/// that sets the CHECKSUM flag the handshake did not agree on would have
+/// this side sum every byte it streams. It breaks the protocol, and is
+/// lost at its first such frame.
+#[test]
+fn a_trailer_the_handshake_did_not_agree_on_loses_the_peer() {
+    let mut server = engine(SERVER);
+    let mut c = engine(client(1));
+    let (_, link) = open(&mut c, &mut server, Source(1), 0);
+    let payload = [3u8; 4096];
+    let packet = PacketRepr::Send {
+        send: wire::SendRepr { tag: 1 },
+        payload: &payload,
+    };
+    let header = HeaderRepr {
+        seq: 1,
+        flags: wire::Flags::CHECKSUM,
+        ..HeaderRepr::new(&packet)
+    };
+    let mut frame = vec![0; wire::HEADER_LEN + packet.buffer_len() + wire::CHECKSUM_LEN];
+    let len = wire::emit(&header, &packet, &mut frame).expect("a SEND");
+    frame.truncate(len);
+    server
+        .handle_stream(link.acceptor, &frame, at(MS))
+        .expect("its link");
+    let events = drain(&mut server);
+    assert_eq!(events, ["error PeerLost(ProtocolViolation)"], "{events:?}");
+    assert_eq!(
+        closed(&mut server, &[link.acceptor]),
+        [(link.acceptor, CloseReason::ProtocolError)]
+    );
 }

@@ -48,6 +48,10 @@ pub enum LostReason {
     /// It refused this process for want of room (every peer or link slot
     /// in use).
     NoRoom,
+    /// It kept answering but stopped moving for `btl_peer_timeout`: it
+    /// acknowledged nothing this side sent, or never filled a gap in what
+    /// it sent, while holding this side's fragments and event places.
+    Stalled,
 }
 
 impl LostReason {
@@ -147,6 +151,7 @@ impl fmt::Display for LostReason {
             LostReason::Refused => "its host refuses connections",
             LostReason::Unreachable => "no connection could be made",
             LostReason::NoRoom => "it has no room for this process",
+            LostReason::Stalled => "no progress within the peer timeout",
         })
     }
 }

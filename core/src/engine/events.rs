@@ -68,6 +68,11 @@ impl<C: BorrowMut<[EventSlot]>> Events<C> {
         self.ring.borrow().len()
     }
 
+    /// Places work may claim: all but those kept for errors.
+    pub fn claimable(&self) -> usize {
+        self.capacity() - self.error_room()
+    }
+
     /// Places kept for lost peers' errors.
     fn error_room(&self) -> usize {
         self.capacity() / 4

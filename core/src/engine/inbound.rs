@@ -6,17 +6,20 @@ use crate::btl::{MemSlice, RejectCode, Tag};
 use crate::endpoint::EndpointId;
 use crate::time::Instant;
 use crate::wire::{
-    self, AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HeaderRepr, HelloAckRepr, HelloRepr,
-    KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
+    self, AckRepr, CloseReason, CloseRepr, DoneRepr, Flags, GetRepr, Header, HeaderRepr,
+    HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketType, PutRepr,
+    RejectRepr, SendRepr, WireError,
 };
 
 use super::framing::{Datagram, Framing, Stream};
 use super::link::{ControlIn, Handshaken, LinkState, Receiving};
 use super::mover::{PayloadTarget, ReadStep};
+use super::outbox::Retained;
+use super::share::fair_share;
 use super::storage::Storage;
 use super::window::Ack;
-use super::{Engine, LinkError, LinkId};
-use crate::pool::PoolError;
+use super::{Engine, LinkError, LinkId, Peers};
+use crate::pool::{FragmentClass, PoolError};
 
 impl<S: Storage, const W: usize> Engine<S, Stream, W> {
     /// Bytes read from `link`; returns how many were taken. Fewer than
@@ -124,6 +127,20 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
         if l.state() == LinkState::Closing {
             return;
         }
+        // An open link's frames carry a trailer only if the handshake
+        // agreed on one: a flag it did not is refused before any byte is
+        // summed.
+        let unasked_trailer = l.is_open()
+            && Header::new_checked(datagram)
+                .is_ok_and(|h| h.flags_raw() & Flags::CHECKSUM.bits() != 0)
+            && !l
+                .peer()
+                .and_then(|p| self.peers.get(p))
+                .is_some_and(|p| p.checksum());
+        if unasked_trailer {
+            self.fail_link(link, CloseReason::ProtocolError);
+            return;
+        }
         if let Err(e) = wire::parse_datagram(datagram, &limits) {
             let damaged = matches!(e, WireError::ChecksumMismatch { .. });
             if l.is_handshaking() && !damaged {
@@ -178,18 +195,27 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// Reads from `input` into the link's current frame; returns the bytes
     /// taken and whether anything happened (a frame may end without input).
     fn read_some(&mut self, link: LinkId, input: &[u8]) -> Result<(usize, bool), CloseReason> {
-        let Engine { shared, links, .. } = self;
+        let Engine {
+            shared,
+            links,
+            peers,
+            ..
+        } = self;
         let Some(l) = links.get_mut(link.0) else {
             return Ok((input.len(), false));
         };
+        let peer = l.peer();
         let (reader, receiving) = l.reader_mut();
         if let Receiving::WaitingEventRoom { seq, notify } = *receiving {
-            if !shared.events.owe() {
+            if !may_claim(shared, peers, peer, seq) || !shared.events.owe() {
                 return Ok((0, false));
             }
             *receiving = Receiving::Control(ControlIn::Notify { seq, notify });
         }
         if let Receiving::WaitingFragment { tag, seq, len } = *receiving {
+            if !may_claim(shared, peers, peer, seq) {
+                return Ok((0, false));
+            }
             let Ok(frag) = shared.take_receive_fragment(len) else {
                 return Ok((0, false));
             };
@@ -252,7 +278,17 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let bad = |e: WireError| e.close_reason();
         let control = |c| (Receiving::Control(c), PayloadTarget::Discard);
         let discard = (Receiving::None, PayloadTarget::Discard);
+        let within_share = may_claim(shared, peers, peer_id, header.seq);
         let peer = peer_id.and_then(|p| peers.get_mut(p));
+        // A trailer the handshake did not agree on breaks the protocol:
+        // the peer would have this side sum every byte it sends, for
+        // nothing.
+        if open
+            && header.flags.contains(Flags::CHECKSUM)
+            && !peer.as_ref().is_some_and(|p| p.checksum())
+        {
+            return Err(CloseReason::ProtocolError);
+        }
         // A SEND or PUT already received: its payload is not read again (a
         // late duplicate must not overwrite memory the user owns again).
         let duplicate = matches!(header.packet_type, PacketType::Send | PacketType::Put)
@@ -293,11 +329,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 seq: header.seq,
                 info: KeyInfoRepr::parse(chunk(fixed)?).map_err(bad)?,
             }),
-            // Its event's place is kept now; none free: the frame waits in
-            // the stream (a datagram is dropped and comes again).
+            // Its event's place is kept now; none free (or none within the
+            // peer's share): the frame waits in the stream (a datagram is
+            // dropped and comes again).
             PacketType::Notify => {
                 let (seq, notify) = (header.seq, NotifyRepr::parse(chunk(fixed)?));
-                if !shared.events.owe() {
+                if !within_share || !shared.events.owe() {
                     *receiving = Receiving::WaitingEventRoom { seq, notify };
                     reader.set_target(PayloadTarget::Discard);
                     return Ok(());
@@ -307,7 +344,14 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             PacketType::Send => {
                 let tag = Tag(SendRepr::parse(chunk(fixed)?).map_err(bad)?.tag);
                 let len = usize::try_from(payload_left).map_err(|_| CloseReason::ProtocolError)?;
-                match shared.take_receive_fragment(len) {
+                let frag = if within_share {
+                    shared.take_receive_fragment(len)
+                } else {
+                    Err(PoolError::Exhausted {
+                        class: FragmentClass::Max,
+                    })
+                };
+                match frag {
                     Ok(frag) => (
                         Receiving::Send {
                             tag,
@@ -318,7 +362,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                         },
                         PayloadTarget::Engine,
                     ),
-                    // No fragment now: the payload waits in the stream.
+                    // No fragment now, or none within the peer's share: the
+                    // payload waits in the stream.
                     Err(PoolError::Exhausted { .. }) => {
                         *receiving = Receiving::WaitingFragment {
                             tag,
@@ -458,6 +503,22 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             );
         }
     }
+}
+
+/// Whether peer `p`'s SEND or NOTIFY numbered `seq` may claim an event
+/// place (and a SEND its fragment) now: within the peer's share of the
+/// places ([`Peer::may_hold`](super::peer::Peer::may_hold)), so that what
+/// a peer holds past a gap it does not fill counts against its own share
+/// only.
+fn may_claim<S: Storage, const W: usize>(
+    shared: &super::shared::Shared<S>,
+    peers: &Peers<S, W>,
+    p: Option<EndpointId>,
+    seq: u64,
+) -> bool {
+    let share = fair_share(shared.events.claimable(), peers.len());
+    p.and_then(|p| peers.get(p))
+        .is_none_or(|peer| peer.may_hold(seq, share))
 }
 
 /// The next `len` bytes of the payload being received, where they go: in

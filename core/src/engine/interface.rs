@@ -17,6 +17,7 @@ use super::framing::Framing;
 use super::ops::{Op, OpKind, get_request};
 use super::packet::HEADER_RESERVE;
 use super::rdma::Route;
+use super::share::fair_share;
 use super::storage::Storage;
 use super::{Engine, MAX_PEER_LINKS};
 
@@ -75,9 +76,9 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         size: usize,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        self.check_endpoint(endpoint)?;
+        let p = self.check_endpoint(endpoint)?;
         self.check_send_size(size)?;
-        self.check_send_room(size)?;
+        self.check_send_room(p, size)?;
         Descriptor::alloc(
             self.shared.pools(),
             HEADER_RESERVE as u16,
@@ -102,9 +103,9 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         order: Order,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        self.check_endpoint(endpoint)?;
+        let p = self.check_endpoint(endpoint)?;
         self.check_send_size(data.len().saturating_add(reserve))?;
-        self.check_send_room(data.len().saturating_add(reserve))?;
+        self.check_send_room(p, data.len().saturating_add(reserve))?;
         Descriptor::prepare_src(
             self.shared.pools(),
             HEADER_RESERVE as u16,
@@ -124,11 +125,11 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         order: Order,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        self.check_endpoint(endpoint)?;
+        let p = self.check_endpoint(endpoint)?;
         self.shared.regs.slice(data)?;
         let len = data.len as usize + reserve;
         if len <= self.attributes.eager_limit {
-            self.check_send_room(len)?;
+            self.check_send_room(p, len)?;
             let bytes = self.shared.regs.slice(data)?;
             return Descriptor::prepare_src(
                 self.shared.pools.view(),
@@ -146,6 +147,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
                 max: self.attributes.max_send_size as u64,
             });
         }
+        self.check_send_room(p, reserve)?;
         Descriptor::prepare_src_inplace(
             self.shared.pools(),
             HEADER_RESERVE as u16,
@@ -230,7 +232,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             return Err(BtlError::OutOfResource);
         }
         peer.accepts(len)?;
-        self.check_send_room(len)?;
+        self.check_send_room(p, len)?;
         let mut desc = Descriptor::alloc(
             self.shared.pools(),
             HEADER_RESERVE as u16,
@@ -539,15 +541,30 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// (the simulation found that deadlock: five hosts sending each other
     /// large messages at once). Beyond it, a send is refused with
     /// `OutOfResource` and is tried again after progress.
-    fn check_send_room(&self, len: usize) -> Result<(), BtlError> {
+    ///
+    /// Of the three quarters left, peer `p` may hold only its share
+    /// ([`share`](super::share)) in messages queued to it or sent and not
+    /// acknowledged: a peer that acknowledges nothing cannot take a class
+    /// from every other peer, and only sends to it wait.
+    fn check_send_room(&self, p: EndpointId, len: usize) -> Result<(), BtlError> {
         let pools = self.shared.pools();
         let Ok(class) = pools.class_for(len.saturating_add(HEADER_RESERVE)) else {
             // Too large for any class: the allocation says so itself.
             return Ok(());
         };
         let stats = pools.stats(class);
-        let free = stats.capacity.saturating_sub(stats.in_use);
-        if free <= (stats.capacity / 4).max(1) {
+        let capacity = stats.capacity as usize;
+        let free = capacity.saturating_sub(stats.in_use as usize);
+        let kept = (capacity / 4).max(1);
+        if free <= kept {
+            return Err(BtlError::OutOfResource);
+        }
+        let share = fair_share(capacity - kept, self.peers.len());
+        if self
+            .peers
+            .get(p)
+            .is_some_and(|peer| peer.holds_sends(share))
+        {
             return Err(BtlError::OutOfResource);
         }
         Ok(())

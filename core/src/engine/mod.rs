@@ -46,8 +46,10 @@ mod ops;
 mod outbox;
 mod packet;
 pub mod peer;
+mod progress;
 pub mod rdma;
 pub mod rtt;
+mod share;
 mod shared;
 pub mod storage;
 pub mod tables;
@@ -324,6 +326,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 regs: Registrations::new(tables.registrations),
                 ops: Ops::new(tables.ops),
                 events: Events::new(tables.events),
+                peers: 0,
                 now,
             },
             peers: EndpointTable::new(tables.peers, tables.peer_order),
@@ -953,7 +956,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             return None;
         }
         let rtt = self.shared.config.rtt;
-        self.peers.insert_with(proc, |id| Peer::new(id, proc, rtt))
+        let id = self.peers.insert_with(proc, |id| Peer::new(id, proc, rtt));
+        self.shared.peers = self.peers.len();
+        id
     }
 
     /// Makes room for one more peer when every slot is taken: the peer
@@ -989,8 +994,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     }
 
     /// Gives peer `p` up for `reason`, and fails its links with
-    /// `Shutdown` (not `Normal`: the peer is to lose this process too, not
-    /// to connect again as after a redundant link's close).
+    /// `Shutdown`, or `Timeout` for a stalled peer (not `Normal`: the peer
+    /// is to lose this process too, not to connect again as after a
+    /// redundant link's close).
     fn lose_peer(&mut self, p: EndpointId, reason: LostReason) {
         if let Some(peer) = self.peers.get_mut(p) {
             peer.lose(reason, &mut self.shared);
@@ -1007,13 +1013,19 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         if peer.lost().is_none() {
             return;
         }
+        // A stalled peer is told that it was given up for want of
+        // progress, as a silent one would be if it could still hear.
+        let close = match peer.lost() {
+            Some(LostReason::Stalled) => CloseReason::Timeout,
+            _ => CloseReason::Shutdown,
+        };
         let links: Vec<LinkId, MAX_PEER_LINKS> = peer.take_links().collect();
         self.lost_unheld |= self.peers.refs(p) == 0;
         for link in links {
             if let Some(l) = self.links.get_mut(link.0) {
                 l.forget_peer();
             }
-            self.fail_link(link, CloseReason::Shutdown);
+            self.fail_link(link, close);
         }
     }
 
@@ -1073,6 +1085,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             }
         }
         self.peers.remove(p);
+        self.shared.peers = self.peers.len();
     }
 
     /// The peer that is process `proc`, asked to connect if it is idle, or

@@ -412,6 +412,13 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
             .map(|(i, _)| i)
     }
 
+    /// Operations of `kind` to `peer` under way.
+    pub fn count_of(&self, kind: OpKind, peer: EndpointId) -> usize {
+        self.ops()
+            .filter(|(_, o)| o.kind == kind && o.peer == peer)
+            .count()
+    }
+
     /// The slot of any operation to `peer` with transfer `id`: what a
     /// REJECT names.
     pub fn find_any(&self, peer: EndpointId, id: u64) -> Option<usize> {

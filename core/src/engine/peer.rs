@@ -40,6 +40,7 @@ use super::outbox::Retained;
 use super::packet::{
     Answer, ControlFrame, ControlPacket, HEADER_RESERVE, Outgoing, Queued, ack_frame,
 };
+use super::progress::Progress;
 use super::rdma::{Route, route};
 use super::rtt::{RttConfig, RttEstimator};
 use super::shared::Shared;
@@ -87,6 +88,9 @@ pub enum PeerTimer {
     Retransmit,
     /// Ask the peer for an acknowledgement: a keepalive, or a probe.
     Probe,
+    /// Nothing acknowledged, or a gap not closed, for the peer timeout:
+    /// lost ([`Progress`]).
+    Stalled,
 }
 
 /// A link of the peer, by its index.
@@ -210,6 +214,7 @@ pub struct Peer<const W: usize> {
     keys: KeyCache,
     credits: Credits,
     acks: AckOwed,
+    progress: Progress,
     last_heard: Instant,
     /// When this side last asked the peer for an acknowledgement.
     last_probe: Instant,
@@ -256,6 +261,7 @@ impl<const W: usize> Peer<W> {
             keys: KeyCache::default(),
             credits: Credits::default(),
             acks: AckOwed::default(),
+            progress: Progress::default(),
             last_heard: Instant::ZERO,
             last_probe: Instant::ZERO,
             rtt: RttEstimator::with_bounds(rtt),
@@ -468,6 +474,10 @@ impl<const W: usize> Peer<W> {
         self.peer_max_body = hello.max_body;
         self.credits.open(hello.initial_credits);
         self.last_heard = now;
+        if !carried {
+            self.progress
+                .restart(now, self.send.len(), self.recv.held());
+        }
         if !carried || replaced {
             self.resend_all(now);
         }
@@ -744,7 +754,7 @@ impl<const W: usize> Peer<W> {
     }
 
     /// Its deadlines.
-    pub fn timers<F: Framing>(&self, framing: &F, config: &EngineConfig) -> Timers<PeerTimer, 9> {
+    pub fn timers<F: Framing>(&self, framing: &F, config: &EngineConfig) -> Timers<PeerTimer, 10> {
         let mut t = Timers::new();
         t.set(PeerTimer::Lost, self.lost_by(config));
         match self.state {
@@ -764,6 +774,10 @@ impl<const W: usize> Peer<W> {
                         .and_then(|rto| self.send.retransmit_deadline(rto)),
                 );
                 t.set(PeerTimer::Probe, self.probe_at::<F>(config));
+                t.set(
+                    PeerTimer::Stalled,
+                    self.progress.stalled_by(config.peer_timeout),
+                );
             }
             _ => {}
         }
@@ -779,6 +793,10 @@ impl<const W: usize> Peer<W> {
         let t = self.timers(framing, &shared.config);
         if t.is_due(PeerTimer::Lost, now) {
             self.lose(LostReason::Timeout, shared);
+            return;
+        }
+        if t.is_due(PeerTimer::Stalled, now) {
+            self.lose(LostReason::Stalled, shared);
             return;
         }
         if let PeerState::Connecting {
@@ -871,6 +889,26 @@ impl<const W: usize> Peer<W> {
             PeerState::Idle | PeerState::Connecting { .. } => !self.queue.is_full(),
             PeerState::Lost(_) => false,
         }
+    }
+
+    /// Whether the peer holds `share` or more of this side's messages,
+    /// queued or sent and not acknowledged (each with its fragment). The
+    /// count is made only when queue and window together could reach it.
+    pub fn holds_sends(&self, share: usize) -> bool {
+        if self.queue.len() + self.send.len() < share {
+            return false;
+        }
+        let queued = self
+            .queue
+            .iter()
+            .filter(|q| matches!(q, Queued::Send(_)))
+            .count();
+        let unacked = self
+            .send
+            .iter()
+            .filter(|(_, out)| matches!(out, Outgoing::Send { .. }))
+            .count();
+        queued + unacked >= share
     }
 
     /// Whether the peer takes a put's notice: it knows NOTIFY, or has not
@@ -992,7 +1030,10 @@ impl<const W: usize> Peer<W> {
                 Next::Put { put, data, op } => {
                     let out = Outgoing::put(&put, data, op);
                     match self.send.push(out, shared.now) {
-                        Ok(seq) => return Some((seq, self.send_link(true))),
+                        Ok(seq) => {
+                            self.progress.on_sent(shared.now);
+                            return Some((seq, self.send_link(true)));
+                        }
                         Err(_) => {
                             shared.ops.unput(usize::from(op), data.len);
                             return None;
@@ -1027,7 +1068,10 @@ impl<const W: usize> Peer<W> {
         shared: &mut Shared<S>,
     ) -> Option<(u64, Option<LinkId>)> {
         match self.send.push(out, shared.now) {
-            Ok(seq) => Some((seq, self.send_link(false))),
+            Ok(seq) => {
+                self.progress.on_sent(shared.now);
+                Some((seq, self.send_link(false)))
+            }
             Err(e) => {
                 if let Outgoing::Send { desc, .. } = e.into_item() {
                     shared.complete_send(self.id, desc, Err(BtlError::OutOfResource));
@@ -1124,6 +1168,14 @@ impl<const W: usize> Peer<W> {
 
     // ----- receiving ----------------------------------------------------
 
+    /// Whether the peer's SEND or NOTIFY numbered `seq` may claim an event
+    /// place now: one delivered at once always may; one to be held past a
+    /// gap only while the peer holds fewer than `share` packets so (see
+    /// [`share`](super::share)).
+    pub fn may_hold(&self, seq: u64, share: usize) -> bool {
+        seq == self.recv.expected() || self.recv.held() < share
+    }
+
     /// Whether a SEND or PUT numbered `seq` was received before: its
     /// payload is not read again (a late duplicate must not overwrite
     /// memory the user owns again).
@@ -1162,6 +1214,7 @@ impl<const W: usize> Peer<W> {
                 }
             })
             .map_err(|_| CloseReason::ProtocolError)?;
+        self.progress.on_acked(now, acked.released, self.send.len());
         match acked.rtt {
             Some(rtt) => self.rtt.on_sample(rtt),
             None if acked.released > 0 => self.rtt.on_progress(),
@@ -1264,9 +1317,12 @@ impl<const W: usize> Peer<W> {
             Err(refused) => drop_held(refused.into_item(), shared),
         }
         self.acks.owe(now, false);
+        let mut delivered = 0;
         while let Some((_, item)) = self.recv.pop() {
             self.deliver(item, shared);
+            delivered += 1;
         }
+        self.progress.on_received(now, delivered, self.recv.held());
         // The body before the acknowledgement: a REJECT must fail its put
         // before the ack of the refused packets could complete it.
         self.on_ack(ack, header.credits, framing, shared)
@@ -1366,7 +1422,7 @@ impl<const W: usize> Peer<W> {
         if target != self.proc {
             match shared.ops.free_slot() {
                 Some(i) => shared.ops.post(i, Mail::Route { from: self.id, get }),
-                None => self.answer(reject(RejectCode::TooLarge), shared),
+                None => self.answer(reject(RejectCode::Busy), shared),
             }
             return;
         }

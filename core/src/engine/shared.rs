@@ -16,6 +16,7 @@ use crate::wire::PutRepr;
 use super::config::EngineConfig;
 use super::events::{EventSlot, Events, Pending};
 use super::ops::{Op, OpKind, OpSlot, Ops};
+use super::share::fair_share;
 use super::storage::Storage;
 
 /// The resources an engine's peers share.
@@ -25,6 +26,9 @@ pub struct Shared<S: Storage> {
     pub(crate) regs: Registrations<S::Memory, S::Registrations>,
     pub(crate) ops: Ops<S::Table<OpSlot>>,
     pub(crate) events: Events<S::Table<EventSlot>>,
+    /// Peers on record: what the fair shares of these resources divide
+    /// among ([`share`](super::share)).
+    pub(crate) peers: usize,
     /// The time of the call being served.
     pub(crate) now: Instant,
 }
@@ -129,7 +133,9 @@ impl<S: Storage> Shared<S> {
     /// Serves a get by putting `local` (checked already) to peer `to` in
     /// packets of `chunk`, as transfer `id`, into the peer's `dst`;
     /// `reply_to` is the process to answer once it lands, if another. The
-    /// refusal to answer at once when there is no room.
+    /// refusal to answer at once when there is no room: `Busy` when `to`
+    /// already holds its share of the operation slots in gets being served
+    /// to it (data it has not acknowledged), or no slot is free.
     pub(crate) fn serve(
         &mut self,
         to: EndpointId,
@@ -139,8 +145,12 @@ impl<S: Storage> Shared<S> {
         dst: RemoteSlice,
         reply_to: Option<(ProcName, u64)>,
     ) -> Result<(), RejectCode> {
+        let share = fair_share(self.ops.capacity(), self.peers);
+        if self.ops.count_of(OpKind::Serve, to) >= share {
+            return Err(RejectCode::Busy);
+        }
         let Some(i) = self.ops.free_slot() else {
-            return Err(RejectCode::TooLarge);
+            return Err(RejectCode::Busy);
         };
         let mut op = Op::new(OpKind::Serve, to, 0, id, Some(local), dst, local.len, chunk);
         op.reply_to = reply_to;

@@ -83,6 +83,7 @@ pub(crate) fn shared(config: EngineConfig) -> Shared<Boxed> {
         regs: Registrations::new(slots(4)),
         ops: Ops::new(slots(8)),
         events: Events::new(slots(32)),
+        peers: 1,
         now: Instant::ZERO,
     }
 }

@@ -30,6 +30,11 @@ pub enum RejectCode {
     TooLarge,
     /// The GET's target process is not reachable from the receiver.
     NoTarget,
+    /// The receiver has no room for the transfer now: the sender holds
+    /// all it may of the receiver's operation slots (transfers it has not
+    /// taken whole yet), or every slot is in use. It may be tried again
+    /// once earlier transfers end.
+    Busy,
     /// A code this version does not know.
     Other(u8),
 }
@@ -43,6 +48,7 @@ impl RejectCode {
             Self::AccessDenied => "access denied by the registration",
             Self::TooLarge => "transfer too large",
             Self::NoTarget => "target process unreachable",
+            Self::Busy => "no room for the transfer now",
             Self::Other(_) => "unknown code",
         }
     }
@@ -56,6 +62,7 @@ impl From<u8> for RejectCode {
             3 => Self::AccessDenied,
             4 => Self::TooLarge,
             5 => Self::NoTarget,
+            6 => Self::Busy,
             other => Self::Other(other),
         }
     }
@@ -69,6 +76,7 @@ impl From<RejectCode> for u8 {
             RejectCode::AccessDenied => 3,
             RejectCode::TooLarge => 4,
             RejectCode::NoTarget => 5,
+            RejectCode::Busy => 6,
             RejectCode::Other(raw) => raw,
         }
     }

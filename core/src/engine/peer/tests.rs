@@ -639,3 +639,105 @@ fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() 
     assert_eq!(p.keys.known(9), None);
     assert!(p.lost().is_none());
 }
+
+/// A bare ACK from the peer acknowledging `cumulative`, answering a probe.
+fn incoming_ack(cumulative: u64) -> (HeaderRepr, Receiving) {
+    let header = HeaderRepr {
+        packet_type: PacketType::Ack,
+        flags: Flags::empty(),
+        credits: 0,
+        seq: 0,
+        ack: cumulative,
+        body_len: crate::wire::AckRepr::LEN as u64,
+    };
+    let receiving = Receiving::Control(ControlIn::Ack(crate::wire::AckRepr { sack: 0 }));
+    (header, receiving)
+}
+
+/// Runs the peer's timers every 10 ms from `from` to `to`, the peer
+/// answering each probe with `answer`; when it was lost, if it was.
+fn run_answering(
+    p: &mut P,
+    sh: &mut Shared<Boxed>,
+    from: u64,
+    to: u64,
+    answer: impl Fn() -> (HeaderRepr, Receiving),
+) -> Option<(u64, LostReason)> {
+    for now in (from..=to).step_by(10) {
+        sh.now = ms(now);
+        p.on_timeout(&Stream, sh);
+        if let Some(reason) = p.lost() {
+            return Some((now, reason));
+        }
+        if p.poll_probe().is_some() {
+            let (header, receiving) = answer();
+            p.on_packet(&header, receiving, &Stream, sh)
+                .expect("an answer in order");
+        }
+    }
+    None
+}
+
+#[test]
+fn a_peer_that_answers_probes_but_acknowledges_nothing_is_lost_as_stalled() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    sh.now = ms(5);
+    p.queue_send(message(&mut sh, 10, 1)).expect("room");
+    assert_eq!(packets(&mut p, &mut sh).len(), 1);
+    // Keepalive answers keep it from being silent, not from stalling.
+    let lost = run_answering(&mut p, &mut sh, 10, 3000, || incoming_ack(0));
+    assert_eq!(
+        lost,
+        Some((1010, LostReason::Stalled)),
+        "the peer timeout (1 s) after the send"
+    );
+    let seen = drain_events(&mut sh);
+    assert!(
+        seen.contains(&Seen::Error(BtlError::PeerLost(LostReason::Stalled))),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn acknowledgements_that_move_keep_a_busy_peer() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 64, ms(0));
+    // A send every 400 ms, each acknowledged 300 ms later: something is
+    // always outstanding for longer than the peer timeout, but moves.
+    let mut acked = 0;
+    for round in 0..8u64 {
+        sh.now = ms(round * 400);
+        p.queue_send(message(&mut sh, 10, 1)).expect("room");
+        p.queue_send(message(&mut sh, 10, 2)).expect("room");
+        packets(&mut p, &mut sh);
+        sh.now = ms(round * 400 + 300);
+        p.on_timeout(&Stream, &mut sh);
+        acked += 1;
+        let (header, receiving) = incoming_ack(acked);
+        p.on_packet(&header, receiving, &Stream, &mut sh)
+            .expect("an ack");
+        assert_eq!(p.lost(), None, "round {round}");
+    }
+}
+
+#[test]
+fn a_gap_the_peer_never_fills_is_lost_as_stalled_and_lets_go_of_what_it_held() {
+    let mut sh = shared(config());
+    let mut p = open_peer(&mut sh, 4, ms(0));
+    sh.now = ms(20);
+    for seq in 2..=4 {
+        let (header, receiving) = incoming_send(&mut sh, seq, 9);
+        p.on_packet(&header, receiving, &Stream, &mut sh)
+            .expect("within the window");
+    }
+    assert_eq!(sh.events.owed(), 3, "held behind the gap, places kept");
+    let lost = run_answering(&mut p, &mut sh, 30, 3000, || incoming_ack(0));
+    assert_eq!(lost, Some((1020, LostReason::Stalled)));
+    assert_eq!(sh.events.owed(), 0, "the places went back");
+    let seen = drain_events(&mut sh);
+    assert!(
+        !seen.iter().any(|s| matches!(s, Seen::Received(_))),
+        "nothing delivered out of order: {seen:?}"
+    );
+}

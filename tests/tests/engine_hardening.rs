@@ -387,11 +387,18 @@ fn strangers_are_held_to_the_handshake_budget_the_silent_and_oldest_first() {
     server
         .handle_stream(a3, &[1], at(4 * MS))
         .expect("one byte of a frame");
+    // Of sources holding as many, the one with a silent link gives way,
+    // and of its links the silent one, once it has had its time to speak
+    // (the budget's first concern is how many each source holds: see
+    // `admission`).
     let b1 = stranger(&mut server, 2, 5 * MS);
-    let c1 = stranger(&mut server, 3, 6 * MS);
-    let d1 = stranger(&mut server, 4, 7 * MS);
+    let b2 = stranger(&mut server, 2, 6 * MS);
+    server
+        .handle_stream(b2, &[1], at(6 * MS))
+        .expect("one byte of a frame");
+    let d1 = stranger(&mut server, 4, 60 * MS);
     assert_eq!(
-        closed(&mut server, &[a2, a3, b1, c1, d1]),
+        closed(&mut server, &[a2, a3, b1, b2, d1]),
         [(b1, CloseReason::ResourceExhausted)],
         "the silent stranger went, not the older ones that spoke"
     );
@@ -855,9 +862,12 @@ fn a_peer_that_never_takes_what_it_gets_holds_only_its_share_of_the_operation_sl
         offset: i * 1024,
         len: 1024,
     };
+    // A client the server serves already.
+    let mut honest = roomy_client(2);
+    let (hep, mut hlink) = open(&mut honest, &mut server, Source(2), 0);
 
     let mut attacker = roomy_client(1);
-    let (ep, link) = open(&mut attacker, &mut server, Source(1), 0);
+    let (ep, link) = open(&mut attacker, &mut server, Source(1), MS);
     let buf = attacker
         .register_mem(vec![0u8; 64 << 10], Access::empty())
         .expect("its buffer");
@@ -876,11 +886,9 @@ fn a_peer_that_never_takes_what_it_gets_holds_only_its_share_of_the_operation_sl
     assert_eq!(
         count_rejects(&answers, RejectCode::Busy),
         32,
-        "served up to its share (64 slots, 1 peer), Busy beyond"
+        "served up to its share (64 slots, 2 peers), Busy beyond"
     );
 
-    let mut honest = roomy_client(2);
-    let (hep, mut hlink) = open(&mut honest, &mut server, Source(2), 2 * MS);
     let hbuf = honest
         .register_mem(vec![0u8; 1024], Access::empty())
         .expect("its buffer");
@@ -945,4 +953,77 @@ fn a_trailer_the_handshake_did_not_agree_on_loses_the_peer() {
         closed(&mut server, &[link.acceptor]),
         [(link.acceptor, CloseReason::ProtocolError)]
     );
+}
+
+/// Attack 5 of the second hardening pass: without a job key, handshakes
+/// under one name after another from one address would take every peer
+/// slot, and connections every link slot. One source holds at most its
+/// share of each (half, by default): a client from elsewhere still finds
+/// room. With a key, peers proved they belong to the job, and none is
+/// held to it.
+#[test]
+fn one_address_holds_only_its_share_of_the_peer_and_link_slots_without_a_key() {
+    let mut server = engine(SERVER);
+    let mut crowd: Vec<(Box<E>, EndpointId, Link)> = Vec::new();
+    for rank in 1..=2 {
+        let mut c = engine(client(rank));
+        let (ep, link) = open(&mut c, &mut server, Source(1), 0);
+        crowd.push((c, ep, link));
+    }
+    // A third process from the same address: half of 4 peer slots are its.
+    let mut third = engine(client(3));
+    let ep = add(&mut third, SERVER);
+    third
+        .sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty())
+        .expect("not open yet");
+    let mut link = connect(&mut third, &mut server, Source(1), MS);
+    carry(&mut third, &mut server, &mut link, MS, |_| {});
+    assert_eq!(
+        closed(&mut server, &[link.acceptor]),
+        [(link.acceptor, CloseReason::ResourceExhausted)]
+    );
+    assert_eq!(drain(&mut third), ["error PeerLost(NoRoom)"]);
+    server.handle_closed(link.acceptor, at(MS));
+
+    // A client from another address is served.
+    let mut other = engine(client(4));
+    let (oep, _) = open(&mut other, &mut server, Source(2), 2 * MS);
+    assert!(other.is_connected(oep));
+    assert_eq!(server.usage().peers, 3);
+
+    // Links: half of 16 from one address, in any state.
+    let mut held = 0;
+    while server
+        .handle_accepted(Source(1), [7; 16], at(3 * MS))
+        .is_ok()
+    {
+        held += 1;
+        assert!(held <= 16, "refused at last");
+    }
+    assert_eq!(held, 8 - 2, "its two open peers' links count");
+    assert_eq!(
+        server.handle_accepted(Source(1), [7; 16], at(3 * MS)),
+        Err(LinkError::SourceFull)
+    );
+    assert!(
+        server
+            .handle_accepted(Source(3), [7; 16], at(3 * MS))
+            .is_ok(),
+        "another address still finds a slot"
+    );
+
+    // With a job key, no share: three peers from one address.
+    let keyed = |me: ProcName| {
+        let mut config = EngineConfig::new(me);
+        config.epoch = u64::from(me.rank) + 1;
+        config.job_key = Some(heapless::Vec::from_slice(b"job").expect("short"));
+        engine_sized(config, 65536 + HEADER_RESERVE)
+    };
+    let mut server = keyed(SERVER);
+    for rank in 1..=3 {
+        let mut c = keyed(client(rank));
+        let (ep, _) = open(&mut c, &mut server, Source(1), 0);
+        assert!(c.is_connected(ep), "rank {rank}");
+    }
+    assert_eq!(server.usage().peers, 3);
 }

@@ -287,6 +287,7 @@ fn garbage_on_an_accepted_link_closes_only_that_link() {
             reason: btl_core::wire::CloseReason::ProtocolError,
             by_peer: false,
             verified: false,
+            lost: None,
         })
     );
     b.handle_closed(link, Instant::from_nanos(3));

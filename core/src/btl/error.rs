@@ -138,9 +138,10 @@ impl From<PoolError> for BtlError {
     }
 }
 
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl LostReason {
+    /// A short description for messages and logs.
+    pub const fn description(self) -> &'static str {
+        match self {
             LostReason::Timeout => "no answer within the peer timeout",
             LostReason::ProtocolViolation => "protocol violation",
             LostReason::VersionMismatch => "different protocol version",
@@ -152,7 +153,13 @@ impl fmt::Display for LostReason {
             LostReason::Unreachable => "no connection could be made",
             LostReason::NoRoom => "it has no room for this process",
             LostReason::Stalled => "no progress within the peer timeout",
-        })
+        }
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.description())
     }
 }
 

@@ -66,6 +66,13 @@ pub struct EngineConfig {
     /// As `handshake_budget`, from one source (one network address, as the
     /// driver names it): one host cannot take the whole budget.
     pub handshake_budget_per_source: u16,
+    /// Without a job key, the part of the peer slots and of the link slots
+    /// that the peers and connections from one source may hold, in
+    /// percent (at least one slot each; 100: no bound). Without a key
+    /// anyone who reaches the port can hold a slot, and one host could
+    /// take them all; with a key, every peer proved it belongs to the job,
+    /// and none is held to this.
+    pub source_share: u8,
     /// This start of the process, sent in every HELLO: a driver sets a
     /// fresh value each time the process starts (a random number, a boot
     /// counter), so that its peers tell a restart from a reconnection and
@@ -78,7 +85,8 @@ impl EngineConfig {
     /// Defaults for process `me`: 1 MiB bodies, 16 credits,
     /// 64 KiB PUT packets, 5 s handshake, 30 s peer timeout, 10 s
     /// keepalive, 250 ms of refused reconnections, 32 handshakes of
-    /// strangers at once (8 from one source), data-centre retransmission
+    /// strangers at once (8 from one source), half the peer and link slots
+    /// for one source without a key, data-centre retransmission
     /// bounds, 50 µs acknowledgement delay, one link per peer, no job key,
     /// no checksum.
     pub fn new(me: ProcName) -> Self {
@@ -98,6 +106,7 @@ impl EngineConfig {
             refused_timeout: Duration::from_millis(250),
             handshake_budget: 32,
             handshake_budget_per_source: 8,
+            source_share: 50,
             epoch: 0,
         }
     }

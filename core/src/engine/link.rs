@@ -8,7 +8,7 @@
 //! handshake's: a timeout, and over datagrams the repetition of its
 //! packets. Everything about the peer it carries is the peer's.
 
-use crate::btl::{MemSlice, RejectCode, Tag};
+use crate::btl::{LostReason, MemSlice, RejectCode, Tag};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
@@ -206,6 +206,8 @@ pub struct Link<const W: usize> {
     serial: u32,
     /// Whether the driver has been asked to close it.
     close_asked: bool,
+    /// Why this side gave its peer up, if that is what ends it.
+    peer_lost: Option<LostReason>,
 }
 
 impl<const W: usize> Link<W> {
@@ -237,6 +239,7 @@ impl<const W: usize> Link<W> {
             heard: false,
             serial,
             close_asked: false,
+            peer_lost: None,
         }
     }
 
@@ -245,9 +248,11 @@ impl<const W: usize> Link<W> {
         self.peer
     }
 
-    /// Detaches the link from its peer (the peer is lost or forgotten).
-    pub fn forget_peer(&mut self) {
+    /// Detaches the link from its peer (the peer is lost, for `lost` if
+    /// this side gave it up, or forgotten).
+    pub fn forget_peer(&mut self, lost: Option<LostReason>) {
         self.peer = None;
+        self.peer_lost = lost;
     }
 
     /// Which of its peer's links it is.
@@ -442,6 +447,7 @@ impl<const W: usize> Link<W> {
             reason,
             by_peer,
             verified: self.handshake.is_verified(),
+            lost: self.peer_lost,
         })
     }
 

@@ -30,6 +30,7 @@
 //! pipes, or over a faulty datagram network) are in the `btl-tests` crate.
 
 mod acks;
+mod admission;
 pub mod config;
 mod credits;
 pub mod driver;
@@ -84,7 +85,7 @@ use config::EngineConfig;
 use events::Events;
 use forgotten::Forgotten;
 use handshake::LocalHello;
-use link::{Dropped, Link};
+use link::{Dropped, Link, LinkState};
 use ops::{Mail, Ops};
 use peer::{Hello, Opened, Peer};
 use shared::Shared;
@@ -109,6 +110,10 @@ pub struct LinkEnd {
     /// Whether the handshake had completed: `false` for a connection
     /// refused (or given up) before it carried anything.
     pub verified: bool,
+    /// Why this side gave the link's peer up, when that ended the link
+    /// (the CLOSE then says it in the wire's terms: a protocol violation,
+    /// a stalled peer's `Timeout`).
+    pub lost: Option<LostReason>,
 }
 
 /// Slices the driver writes, in order, on one link (one vectored write).
@@ -174,6 +179,9 @@ pub struct ConnectRequest {
 pub enum LinkError {
     /// Every link slot is in use.
     TooManyLinks,
+    /// The connection's source holds all it may of the link slots
+    /// ([`EngineConfig::source_share`]).
+    SourceFull,
     /// No such link (closed, or never opened).
     UnknownLink,
     /// No such endpoint.
@@ -184,6 +192,7 @@ impl core::fmt::Display for LinkError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {
             LinkError::TooManyLinks => "every link slot is in use",
+            LinkError::SourceFull => "its address holds its share of the link slots",
             LinkError::UnknownLink => "no such link",
             LinkError::UnknownEndpoint => "no such endpoint",
         })
@@ -435,11 +444,13 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     ///
     /// Accepted links still in their handshake are held to the handshake
     /// budget ([`EngineConfig::handshake_budget`], and per source): beyond
-    /// it the oldest is dropped, a silent one first, with a CLOSE saying
+    /// it one gives way as [`admission`] chooses, with a CLOSE saying
     /// `ResourceExhausted`. Links of verified peers are never dropped for
-    /// a stranger. [`LinkError::TooManyLinks`] means every slot is in use:
-    /// the driver refuses the connection (over a stream, with a CLOSE of
-    /// its own saying `ResourceExhausted`, so the peer knows why).
+    /// a stranger. [`LinkError::TooManyLinks`] means every slot is in use,
+    /// [`LinkError::SourceFull`] that `source` holds its share of them
+    /// ([`EngineConfig::source_share`], without a job key): the driver
+    /// refuses the connection (over a stream, with a CLOSE of its own
+    /// saying `ResourceExhausted`, so the peer knows why).
     pub fn handle_accepted(
         &mut self,
         source: Source,
@@ -447,6 +458,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         now: Instant,
     ) -> Result<LinkId, LinkError> {
         self.shared.now = now;
+        if self
+            .source_share_of(self.links.capacity())
+            .is_some_and(|share| self.links_from(source) >= share)
+        {
+            return Err(LinkError::SourceFull);
+        }
         self.make_room_for_stranger(source);
         let id = self.new_link(None, None, Some(source), nonce, 0)?;
         self.queue_handshake(id);
@@ -700,35 +717,67 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
 
     /// Keeps the links strangers opened within the handshake budget before
     /// one more from `source` comes: past the budget of its source, or the
-    /// whole budget, the oldest goes (of that source, or of all), one that
-    /// has sent nothing before one that has. It is closed with
-    /// `ResourceExhausted`; no verified peer's link is ever chosen.
+    /// whole budget, one gives way as [`admission`] chooses (of the
+    /// newcomer's source, or of the source holding the most; silent before
+    /// heard, then oldest). It is closed with `ResourceExhausted`; no
+    /// verified peer's link is ever chosen.
     fn make_room_for_stranger(&mut self, source: Source) {
-        let strangers = || {
-            self.links
-                .iter()
-                .filter(|(_, l)| l.is_handshaking() && l.source().is_some())
+        let links = &self.links;
+        let candidates = || {
+            links.iter().filter_map(|(key, l)| {
+                let from = l.source().filter(|_| l.is_handshaking())?;
+                Some(admission::Candidate {
+                    link: LinkId(key),
+                    source: from,
+                    heard: l.heard(),
+                    age: l.age(),
+                })
+            })
         };
-        let from_source = strangers()
-            .filter(|(_, l)| l.source() == Some(source))
-            .count();
-        let all = strangers().count();
         let config = &self.shared.config;
-        let only = if from_source >= usize::from(config.handshake_budget_per_source) {
-            Some(source)
-        } else if all >= usize::from(config.handshake_budget) {
-            None
-        } else {
-            return;
+        let budget = admission::Budget {
+            all: usize::from(config.handshake_budget),
+            per_source: usize::from(config.handshake_budget_per_source),
         };
-        // Silent before heard, then oldest first.
-        let victim = strangers()
-            .filter(|(_, l)| only.is_none() || l.source() == only)
-            .min_by_key(|(_, l)| (l.heard(), l.age()))
-            .map(|(key, _)| LinkId(key));
-        if let Some(link) = victim {
+        if let Some(link) = admission::give_way(candidates, source, budget, self.shared.now) {
             self.fail_link(link, CloseReason::ResourceExhausted);
         }
+    }
+
+    /// What one source may hold of `capacity` slots without a job key
+    /// ([`EngineConfig::source_share`]); `None` with a key, or with a share
+    /// of 100 %.
+    fn source_share_of(&self, capacity: usize) -> Option<usize> {
+        let config = &self.shared.config;
+        let percent = usize::from(config.source_share.min(100));
+        if config.job_key.is_some() || percent == 100 {
+            return None;
+        }
+        Some((capacity * percent / 100).max(1))
+    }
+
+    /// Links from `source` that are not closing: a closing link's slot is
+    /// the driver's to free, and is not held against its source.
+    fn links_from(&self, source: Source) -> usize {
+        self.links
+            .iter()
+            .filter(|(_, l)| l.source() == Some(source) && l.state() != LinkState::Closing)
+            .count()
+    }
+
+    /// Open peers whose first link comes from `source`.
+    fn peers_from(&self, source: Source) -> usize {
+        self.links
+            .iter()
+            .filter(|(key, l)| {
+                l.source() == Some(source)
+                    && l.is_open()
+                    && l.peer()
+                        .and_then(|p| self.peers.get(p))
+                        .and_then(|p| p.first_link())
+                        == Some(LinkId(*key))
+            })
+            .count()
     }
 
     /// Queues the handshake packets due on `link`, and opens its peer once
@@ -766,10 +815,21 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let p = match known {
             Some(p) => p,
             None => {
-                if self.peers.find(proc).is_none() && self.forgotten.contains(proc, hello.epoch) {
+                let new = self.peers.find(proc).is_none();
+                if new && self.forgotten.contains(proc, hello.epoch) {
                     // The same start of a process this side gave up and
                     // forgot: it stays lost, and is told so.
                     self.fail_link(link, CloseReason::Shutdown);
+                    return;
+                }
+                // Without a key, one source holds at most its share of the
+                // peer slots, whatever names its connections claim.
+                let crowded = l.source().is_some_and(|s| {
+                    self.source_share_of(self.peers.capacity())
+                        .is_some_and(|share| self.peers_from(s) >= share)
+                });
+                if new && crowded {
+                    self.fail_link(link, CloseReason::ResourceExhausted);
                     return;
                 }
                 match self.find_or_add_peer(proc) {
@@ -994,9 +1054,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     }
 
     /// Gives peer `p` up for `reason`, and fails its links with
-    /// `Shutdown`, or `Timeout` for a stalled peer (not `Normal`: the peer
-    /// is to lose this process too, not to connect again as after a
-    /// redundant link's close).
+    /// `Shutdown`, `ProtocolError` for a protocol violation, or `Timeout`
+    /// for a stalled peer (not `Normal`: the peer is to lose this process
+    /// too, not to connect again as after a redundant link's close).
     fn lose_peer(&mut self, p: EndpointId, reason: LostReason) {
         if let Some(peer) = self.peers.get_mut(p) {
             peer.lose(reason, &mut self.shared);
@@ -1013,9 +1073,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         if peer.lost().is_none() {
             return;
         }
-        // A stalled peer is told that it was given up for want of
-        // progress, as a silent one would be if it could still hear.
-        let close = match peer.lost() {
+        let lost = peer.lost();
+        // A peer lost for its own doing is told why: a protocol violation
+        // (a KEY flood, answers it never takes), or a stall, told as the
+        // silence a stalled peer amounts to.
+        let close = match lost {
+            Some(LostReason::ProtocolViolation) => CloseReason::ProtocolError,
             Some(LostReason::Stalled) => CloseReason::Timeout,
             _ => CloseReason::Shutdown,
         };
@@ -1023,7 +1086,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         self.lost_unheld |= self.peers.refs(p) == 0;
         for link in links {
             if let Some(l) = self.links.get_mut(link.0) {
-                l.forget_peer();
+                l.forget_peer(lost);
             }
             self.fail_link(link, close);
         }
@@ -1038,7 +1101,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let old = peer.renew(&mut self.shared);
         for link in old {
             if let Some(l) = self.links.get_mut(link.0) {
-                l.forget_peer();
+                l.forget_peer(None);
             }
             self.fail_link(link, CloseReason::Shutdown);
         }
@@ -1080,7 +1143,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             if let Some(l) = self.links.get_mut(key)
                 && l.peer() == Some(p)
             {
-                l.forget_peer();
+                l.forget_peer(None);
                 self.fail_link(LinkId(key), CloseReason::Shutdown);
             }
         }

@@ -18,7 +18,7 @@ use crate::transports::interfaces::Selection;
 /// Parameters [`socket_param_specs`] makes.
 pub const SOCKET_PARAMS: usize = 5;
 /// Parameters [`engine_param_specs`] makes.
-pub const ENGINE_PARAMS: usize = 7;
+pub const ENGINE_PARAMS: usize = 8;
 
 /// Where `component` listens (interfaces and ports), and how long it looks
 /// for a peer's address.
@@ -121,6 +121,9 @@ const MILLIS: ParamKind = ParamKind::Int {
     max: 86_400_000,
 };
 
+/// A percentage.
+const PERCENT: ParamKind = ParamKind::Int { min: 1, max: 100 };
+
 /// The engine parameters of `component`.
 pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; ENGINE_PARAMS] {
     const COUNT: ParamKind = ParamKind::Int { min: 1, max: 65535 };
@@ -145,6 +148,9 @@ pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; ENGINE_P
             .level(5),
         ParamSpec::new(BTL_FRAMEWORK, component, "handshake_budget_per_source", COUNT, "8")
             .help("As handshake_budget, from one IP address (an IPv6 /64)")
+            .level(5),
+        ParamSpec::new(BTL_FRAMEWORK, component, "source_share", PERCENT, "50")
+            .help("Without a job key, the percentage of the peer and link slots that the peers and connections from one IP address (an IPv6 /64) may hold; 100: no bound. With a key, peers proved they belong to the job and are not held to it")
             .level(5),
     ]
 }
@@ -186,6 +192,7 @@ impl EngineParams {
         config.refused_timeout = ms("refused_timeout")?;
         config.handshake_budget = count("handshake_budget")?;
         config.handshake_budget_per_source = count("handshake_budget_per_source")?;
+        config.source_share = u8::try_from(params.int(ids.id("source_share"))?).unwrap_or(100);
         Ok(config)
     }
 }

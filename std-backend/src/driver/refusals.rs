@@ -254,6 +254,15 @@ impl Refusals {
             tracing::debug!("{component} {me}: link with {at} closed by {by}: {reason}");
             return;
         }
+        if let Some(lost) = end.lost {
+            // A verified peer this side gave up for its own doing: what
+            // it did, in the engine's words.
+            let why = lost.description();
+            if self.record(now, remote, kind, why) {
+                tracing::warn!("{component} {me}: gave up the peer at {at}: {why}");
+            }
+            return;
+        }
         if !self.record(now, remote, kind, reason.description()) {
             return;
         }

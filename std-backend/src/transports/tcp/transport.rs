@@ -235,6 +235,7 @@ impl<N: Net> Tcp<N> {
                     let _ = stream.write_vectored(&[io::IoSlice::new(&wire::close_frame(reason))]);
                     let what = match e {
                         LinkError::TooManyLinks => "every link slot in use",
+                        LinkError::SourceFull => "its address holds its share of the link slots",
                         _ => "refused by the engine",
                     };
                     if self

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{Capacities, ConnectFailure, ConnectRequest, Datagram, LinkId};
+use btl_core::engine::{Capacities, ConnectFailure, ConnectRequest, Datagram, LinkError, LinkId};
 use btl_core::mca::{
     BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind, ParamSpec,
     Params, RegisterError, Version,
@@ -251,10 +251,16 @@ impl<N: Net> Udp<N> {
                         link
                     }
                     // Every link slot is in use (by verified peers:
-                    // strangers are held to the handshake budget): the
-                    // datagram is dropped, and the sender retries.
-                    Err(_) => {
-                        let what = "every link slot in use";
+                    // strangers are held to the handshake budget), or its
+                    // address holds its share of them: the datagram is
+                    // dropped, and the sender retries.
+                    Err(e) => {
+                        let what = match e {
+                            LinkError::SourceFull => {
+                                "its address holds its share of the link slots"
+                            }
+                            _ => "every link slot in use",
+                        };
                         if self
                             .refusals
                             .record(now, Some(from), Refused::Datagram, what)

@@ -1,17 +1,19 @@
 //! What the hostile tests' attackers send `btl serve`: frames built with
 //! `btl_core::wire`, fake peers that complete a real handshake (as a
-//! `btl connect` client would) and then misbehave, sockets dialled from a
-//! chosen source address, deterministic junk, and a pacer that spreads an
-//! attack of a fixed size over a fixed time.
+//! `btl connect` client would, over TCP or UDP) and then misbehave,
+//! sockets dialled from a chosen source address, deterministic junk, and a
+//! pacer that spreads an attack of a fixed size over a fixed time.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
+use btl_core::btl::{Access, RegSlot, Registrations};
 use btl_core::endpoint::ProcName;
 use btl_core::wire::{
-    self, Capabilities, CloseReason, CloseRepr, HEADER_LEN, HeaderRepr, HelloAckRepr, HelloRepr,
-    Limits, NONCE_LEN, PROOF_LEN, PacketRepr, PacketType, SendRepr, VERSION_MINOR,
+    self, AckRepr, Capabilities, CloseReason, CloseRepr, Flags, GetRepr, HEADER_LEN, HeaderRepr,
+    HelloAckRepr, HelloRepr, Limits, NONCE_LEN, PROOF_LEN, PacketRepr, PacketType, PutRepr,
+    SendRepr, VERSION_MINOR,
 };
 
 /// The benchmark's ping tag (`PING` in `cli/src/bench/mod.rs`): the
@@ -132,13 +134,36 @@ pub fn frame(header: HeaderRepr, packet: &PacketRepr<'_>) -> Vec<u8> {
     buf
 }
 
+/// What a fake peer's headers say of the server's packets: the cumulative
+/// acknowledgement (every reliable packet of the server's numbered below
+/// `ack` has arrived) and the running total of credits granted to the
+/// server beyond the HELLO's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acking {
+    /// The header's `ack`.
+    pub ack: u64,
+    /// The header's `credits`.
+    pub credits: u32,
+}
+
+/// What a fake peer that has received nothing says: `ack` 1 (no reliable
+/// packet of the server's has arrived), no credit granted beyond its
+/// HELLO's.
+pub const NOTHING_RECEIVED: Acking = Acking { ack: 1, credits: 0 };
+
 /// `packet` framed as the `seq`th after a handshake, acknowledging the
 /// server's first frame.
 fn after_handshake(seq: u64, packet: &PacketRepr<'_>) -> Vec<u8> {
+    numbered(seq, NOTHING_RECEIVED, packet)
+}
+
+/// `packet` framed with sequence number `seq` and what `acking` says.
+fn numbered(seq: u64, acking: Acking, packet: &PacketRepr<'_>) -> Vec<u8> {
     frame(
         HeaderRepr {
             seq,
-            ack: 1,
+            ack: acking.ack,
+            credits: acking.credits,
             ..HeaderRepr::new(packet)
         },
         packet,
@@ -184,6 +209,11 @@ pub fn hello_ack_frame() -> Vec<u8> {
 /// a benchmark message as `btl connect` sends it. `ack` 1 says that no
 /// reliable packet of the server's has arrived.
 pub fn bench_send(seq: u64, tag: u8, total: u64, data: &[u8]) -> Vec<u8> {
+    bench_send_acking(seq, NOTHING_RECEIVED, tag, total, data)
+}
+
+/// As [`bench_send`], with a header that says what `acking` says.
+pub fn bench_send_acking(seq: u64, acking: Acking, tag: u8, total: u64, data: &[u8]) -> Vec<u8> {
     let mut payload = Vec::with_capacity(BENCH_HEADER + data.len());
     payload.extend_from_slice(&total.to_be_bytes());
     payload.extend_from_slice(&1u32.to_be_bytes());
@@ -193,12 +223,69 @@ pub fn bench_send(seq: u64, tag: u8, total: u64, data: &[u8]) -> Vec<u8> {
         send: SendRepr { tag },
         payload: &payload,
     };
-    after_handshake(seq, &packet)
+    numbered(seq, acking, &packet)
 }
 
 /// A complete benchmark PING of `len` bytes in one SEND.
 pub fn ping(seq: u64, len: usize) -> Vec<u8> {
-    bench_send(seq, PING_TAG, len as u64, &vec![0x5a; len])
+    ping_acking(seq, NOTHING_RECEIVED, len)
+}
+
+/// As [`ping`], with a header that says what `acking` says.
+pub fn ping_acking(seq: u64, acking: Acking, len: usize) -> Vec<u8> {
+    bench_send_acking(seq, acking, PING_TAG, len as u64, &vec![0x5a; len])
+}
+
+/// An ACK that says what `acking` says, and nothing selectively: what
+/// answers a keepalive.
+pub fn ack_frame(acking: Acking) -> Vec<u8> {
+    let packet = PacketRepr::Ack(AckRepr { sack: 0 });
+    frame(
+        HeaderRepr {
+            ack: acking.ack,
+            credits: acking.credits,
+            ..HeaderRepr::new(&packet)
+        },
+        &packet,
+    )
+}
+
+/// A GET with sequence number `seq`.
+pub fn get_frame(seq: u64, get: GetRepr) -> Vec<u8> {
+    after_handshake(seq, &PacketRepr::Get(get))
+}
+
+/// A PUT with sequence number `seq`, `data`, and the CHECKSUM flag (its
+/// CRC32C trailer after the body), whether or not the HELLOs agreed on
+/// checksums.
+pub fn checksummed_put(seq: u64, put: PutRepr, data: &[u8]) -> Vec<u8> {
+    let packet = PacketRepr::Put { put, data };
+    frame(
+        HeaderRepr {
+            flags: Flags::CHECKSUM,
+            seq,
+            ack: NOTHING_RECEIVED.ack,
+            ..HeaderRepr::new(&packet)
+        },
+        &packet,
+    )
+}
+
+/// Whether a frame of the server's asks for an acknowledgement soon: a
+/// keepalive (or a credit probe).
+pub fn is_probe(header: &HeaderRepr) -> bool {
+    header.flags.contains(Flags::ACK_REQUEST)
+}
+
+/// The key a process gives peers for its first registration: the first
+/// slot's first generation (`btl serve` registers its send buffer, and
+/// only that, as it starts).
+pub fn first_registration_key() -> u64 {
+    let mut table = Registrations::<Vec<u8>, [RegSlot<Vec<u8>>; 1]>::default();
+    table
+        .register(vec![0], Access::REMOTE_READ)
+        .map(|h| h.remote_key().0)
+        .unwrap_or_else(|_| panic!("an empty table registers a region"))
 }
 
 /// A CLOSE with sequence number `seq` and `reason`.
@@ -284,16 +371,20 @@ pub fn server_name(server: SocketAddr, source: IpAddr) -> io::Result<ProcName> {
 }
 
 /// A fake process over TCP that completed a real handshake with the
-/// server: its HELLO (to replay elsewhere) and the next sequence number of
-/// its reliable packets.
+/// server: its HELLO (to replay elsewhere), the server's, and the next
+/// sequence number of its reliable packets.
 #[derive(Debug)]
 pub struct FakePeer {
     /// The connection.
     pub stream: TcpStream,
     /// The HELLO this peer sent.
     pub hello_frame: Vec<u8>,
+    /// The server's HELLO.
+    pub server: HelloRepr,
     /// The sequence number of this peer's next reliable packet.
     pub next_seq: u64,
+    /// Bytes of the server's read and not yet a whole frame.
+    rx: Vec<u8>,
 }
 
 impl FakePeer {
@@ -309,13 +400,72 @@ impl FakePeer {
         let mut stream = dial(server, source, rcvbuf)?;
         let hello_frame = hello_frame(hello(me, 0, rng));
         stream.write_all(&hello_frame)?;
-        read_server_handshake(&mut stream, true)?;
+        let server = read_server_handshake(&mut stream, true)?;
         stream.write_all(&hello_ack_frame())?;
         Ok(FakePeer {
             stream,
             hello_frame,
+            server,
             next_seq: 1,
+            rx: Vec::new(),
         })
+    }
+
+    /// Reads what the server has sent, without waiting, and hands each
+    /// whole frame to `each` in order. The end of the stream (after the
+    /// frames before it) or bytes that are no frame are errors.
+    pub fn read_available(
+        &mut self,
+        mut each: impl FnMut(&HeaderRepr, &PacketRepr<'_>),
+    ) -> io::Result<()> {
+        self.stream.set_nonblocking(true)?;
+        let mut chunk = [0u8; 16 << 10];
+        let read = loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    break Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the server ended the stream",
+                    ));
+                }
+                Ok(n) => self.rx.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.stream.set_nonblocking(false)?;
+        let limits = Limits::new(MAX_BODY);
+        let mut used = 0;
+        loop {
+            match wire::parse(&self.rx[used..], &limits) {
+                Ok((header, packet, n)) => {
+                    each(&header, &packet);
+                    used += n;
+                }
+                Err(wire::WireError::Truncated { .. }) => break,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("the server sent no frame: {e:?}"),
+                    ));
+                }
+            }
+        }
+        self.rx.drain(..used);
+        read
+    }
+
+    /// Reads what the server has sent, without waiting, and answers a
+    /// keepalive among it with an ACK that says what `acking` says; an
+    /// error once the server has ended the connection.
+    pub fn answer_probes(&mut self, acking: Acking) -> io::Result<()> {
+        let mut probed = false;
+        self.read_available(|header, _| probed |= is_probe(header))?;
+        if probed {
+            self.stream.write_all(&ack_frame(acking))?;
+        }
+        Ok(())
     }
 
     /// Takes the next sequence number.
@@ -358,4 +508,101 @@ pub fn udp_socket(source: IpAddr) -> io::Result<UdpSocket> {
     let socket = UdpSocket::bind(SocketAddr::new(source, 0))?;
     socket.set_read_timeout(Some(Duration::from_millis(200)))?;
     Ok(socket)
+}
+
+/// A fake process over UDP that completed a real handshake with the
+/// server from a socket of its own.
+#[derive(Debug)]
+pub struct DatagramPeer {
+    /// Its socket.
+    pub socket: UdpSocket,
+    /// The server.
+    pub server: SocketAddr,
+}
+
+impl DatagramPeer {
+    /// How often the HELLO goes again while the server's side of the
+    /// handshake has not come.
+    const HELLO_REPEAT: Duration = Duration::from_millis(250);
+
+    /// Completes a handshake with `server` as process `me` from a socket
+    /// bound to `source`: HELLO (again while unanswered), the server's
+    /// HELLO and HELLO_ACK, our HELLO_ACK.
+    pub fn join(
+        server: SocketAddr,
+        source: IpAddr,
+        me: ProcName,
+        rng: &mut Rng,
+    ) -> io::Result<Self> {
+        let socket = udp_socket(source)?;
+        socket.set_read_timeout(Some(Self::HELLO_REPEAT))?;
+        let hello = hello_frame(hello(me, 0, rng));
+        let limits = Limits::new(MAX_BODY);
+        let deadline = Instant::now() + HANDSHAKE_WAIT;
+        let (mut hello_seen, mut acked, mut buf) = (false, false, vec![0u8; 1 << 16]);
+        let mut sent_at: Option<Instant> = None;
+        while !(hello_seen && acked) {
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no HELLO and HELLO_ACK from the server",
+                ));
+            }
+            if sent_at.is_none_or(|t| t.elapsed() >= Self::HELLO_REPEAT) {
+                socket.send_to(&hello, server)?;
+                sent_at = Some(Instant::now());
+            }
+            let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                continue;
+            };
+            if from != server {
+                continue;
+            }
+            match wire::parse_datagram(&buf[..n], &limits) {
+                Ok((_, PacketRepr::Hello(_))) => hello_seen = true,
+                Ok((_, PacketRepr::HelloAck(_))) => acked = true,
+                Ok((_, PacketRepr::Close(c))) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        format!("the server closed the handshake: {:?}", c.reason),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        socket.send_to(&hello_ack_frame(), server)?;
+        Ok(DatagramPeer { socket, server })
+    }
+
+    /// Sends one frame as one datagram.
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        self.socket.send_to(frame, self.server).map(|_| ())
+    }
+
+    /// Reads what the server has sent, without waiting, and answers a
+    /// keepalive among it with an ACK that says what `acking` says.
+    /// Datagrams that are no frame are skipped, as the engine skips them.
+    pub fn answer_probes(&mut self, acking: Acking) -> io::Result<()> {
+        self.socket.set_nonblocking(true)?;
+        let (limits, mut buf, mut probed) = (Limits::new(MAX_BODY), vec![0u8; 1 << 16], false);
+        let read = loop {
+            match self.socket.recv_from(&mut buf) {
+                Ok((n, from)) if from == self.server => {
+                    if let Ok((header, _)) = wire::parse_datagram(&buf[..n], &limits) {
+                        probed |= is_probe(&header);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.socket.set_nonblocking(false)?;
+        read?;
+        if probed {
+            self.send(&ack_frame(acking))?;
+        }
+        Ok(())
+    }
 }

@@ -241,6 +241,21 @@ where
         self.links.deregister(engine, handle)
     }
 
+    /// Nothing: the side channel and the completions are read by every
+    /// flush, each pass.
+    fn read_ready(
+        &mut self,
+        _engine: &mut StdEngine<Self>,
+        _registry: &RegistryOf<N>,
+        _now: Instant,
+    ) -> bool {
+        false
+    }
+
+    fn left_unread(&self) -> bool {
+        false
+    }
+
     fn read_directly(
         &mut self,
         engine: &mut StdEngine<Self>,

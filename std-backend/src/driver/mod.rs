@@ -3,13 +3,15 @@
 //! the operating system's, or a simulated one), and a thread that can
 //! serve a module for callers that do not poll ([`progress_thread`], woken
 //! as `wake` says). What serves every transport alike lives here: the
-//! engine's storage on the heap ([`heap`]), and the counting of refused
-//! strangers ([`refusals`]).
+//! engine's storage on the heap ([`heap`]), the counting of refused
+//! strangers ([`refusals`]), and the queue that makes each pass read every
+//! ready socket in turn ([`read_queue`]).
 
 pub mod heap;
 pub mod module;
 pub mod net;
 pub mod progress_thread;
+pub mod read_queue;
 pub mod refusals;
 #[allow(unsafe_code)]
 pub mod udp_offload;

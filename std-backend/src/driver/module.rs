@@ -88,6 +88,8 @@ pub trait Transport: Sized {
     fn refusals(&self) -> &Refusals;
 
     /// A readiness event of the poller for one of this transport's tokens.
+    /// A socket with bytes to read is only queued here, and read by
+    /// [`read_ready`](Self::read_ready) once the pass has seen every event.
     fn on_event(
         &mut self,
         engine: &mut StdEngine<Self>,
@@ -148,8 +150,26 @@ pub trait Transport: Sized {
         engine.deregister_mem(handle)
     }
 
+    /// Reads the sockets that are ready on this pass, each once and each
+    /// up to the transport's budget, so that no peer that keeps its socket
+    /// full holds the pass on its own ([`read_queue`](super::read_queue)):
+    /// those the poller reported, and those the last pass left with bytes
+    /// unread. Whether anything came.
+    fn read_ready(
+        &mut self,
+        engine: &mut StdEngine<Self>,
+        registry: &RegistryOf<Self::Net>,
+        now: time::Instant,
+    ) -> bool;
+
+    /// Whether a socket was left with bytes unread, its budget spent: the
+    /// poller, edge-triggered, will not report it again, so the next pass
+    /// is not to wait in the poller.
+    fn left_unread(&self) -> bool;
+
     /// Reads every socket directly, without the poller (see
-    /// [`few_sockets`](Self::few_sockets)); whether anything came.
+    /// [`few_sockets`](Self::few_sockets)), each up to its budget as
+    /// [`read_ready`](Self::read_ready) does; whether anything came.
     fn read_directly(
         &mut self,
         engine: &mut StdEngine<Self>,
@@ -464,6 +484,8 @@ impl<T: Transport> Module<T> {
             return Ok(self.direct_pass());
         }
         let wait = match wait {
+            // Bytes left unread wait for no event.
+            Some(_) if self.transport.left_unread() => Some(Duration::ZERO),
             // Not past the engine's next timer.
             Some(w) => Some(self.until_timer().map_or(w, |t| t.min(w))),
             None => Some(Duration::ZERO),
@@ -477,9 +499,11 @@ impl<T: Transport> Module<T> {
         polled.map(|()| any)
     }
 
-    /// Serves what the poller reported: the sockets' events, then the
-    /// engine's timers (every time if the poller `waited`, so that a wake
-    /// for a timer serves it) and requests. Whether any socket event came.
+    /// Serves what the poller reported: the sockets' events and the reads
+    /// they call for (with those a pass left unread), then the engine's
+    /// timers (every time if the poller `waited`, so that a wake for a
+    /// timer serves it) and requests. Whether any socket event came, or
+    /// bytes.
     pub(crate) fn on_socket_events(
         &mut self,
         poller: &<T::Net as Net>::Poller,
@@ -497,6 +521,7 @@ impl<T: Transport> Module<T> {
         for event in poller.events().filter(|e| e.token() != WAKE) {
             transport.on_event(engine, registry, event, now);
         }
+        let read = transport.read_ready(engine, registry, now);
         engine.serve(
             &mut Sockets {
                 transport,
@@ -505,7 +530,7 @@ impl<T: Transport> Module<T> {
             now,
             check_timers,
         );
-        !poller.is_empty()
+        read || !poller.is_empty()
     }
 
     /// Sends what the caller has queued, without reading: the pass of a
@@ -546,6 +571,12 @@ impl<T: Transport> Module<T> {
     /// When the engine's next timer is due (its clock), if it has one.
     pub(crate) fn timer_at(&self) -> Option<time::Instant> {
         self.engine.poll_timeout()
+    }
+
+    /// Whether a socket was left with bytes unread: the next pass is not
+    /// to wait ([`Transport::left_unread`]).
+    pub(crate) fn left_unread(&self) -> bool {
+        self.transport.left_unread()
     }
 
     /// How long until the engine's next timer, if it has one.

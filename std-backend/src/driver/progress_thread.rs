@@ -68,9 +68,13 @@ impl<T: Transport> Served<T> {
     }
 
     /// How long the thread may block: until the engine's next timer, which
-    /// callers learn from the plan. Called under the lock.
+    /// callers learn from the plan; not at all while a socket has bytes
+    /// left unread. Called under the lock.
     fn plan_wake(&self, module: &Module<T>) -> Option<Duration> {
         self.wakeup.plan(module.timer_at());
+        if module.left_unread() {
+            return Some(Duration::ZERO);
+        }
         module.until_timer()
     }
 
@@ -221,7 +225,8 @@ impl<T: Transport<Net = Os> + Send + 'static> Drop for ProgressThread<T> {
 
 /// Waits for socket events as [`Module::wait`] does: spinning on the
 /// poller first, for up to `spin`, or blocking at once, by what each has
-/// cost lately.
+/// cost lately. A `timeout` of zero (bytes left unread, a timer due) is
+/// one look at the poller, not a wait, and counts in neither cost.
 fn wait(
     poller: &mut OsPoller,
     timeout: Option<Duration>,
@@ -229,6 +234,9 @@ fn wait(
     costs: &mut WaitCosts,
     wakeup: &Wakeup<Arc<Waker>>,
 ) -> io::Result<()> {
+    if timeout == Some(Duration::ZERO) {
+        return poller.poll(timeout);
+    }
     let start = Instant::now();
     let spins = costs.spin_now();
     let spin = timeout.map_or(spin, |t| t.min(spin));

@@ -28,6 +28,18 @@ pub const DIRECT_MIN: usize = 16 << 10;
 /// for the next frame's header and fixed fields (and for small frames
 /// behind it), little of a large payload, which is read in place.
 pub const RX_PEEK: usize = 4 << 10;
+/// Bytes a connection may bring per pass: once its reads have brought
+/// this many, the connection waits for the next pass, after every other
+/// ready connection has had its turn
+/// ([`ReadQueue`](crate::driver::read_queue::ReadQueue)), so that a peer
+/// that keeps its socket full cannot hold the module on its connection.
+/// One full read buffer, or one read in place of a large payload: what a
+/// flooding peer makes the others wait is the copy of that much (tens of
+/// microseconds), and a pass between two turns (a zero-time poll, the
+/// engine's turn) costs a microsecond or two. `btl pingpong` and `btl bw`
+/// from 256 KiB to 4 MiB showed no loss with it (nor with 1 MiB, which
+/// makes the others wait four times as long).
+pub const READ_BUDGET: usize = RX_BYTES;
 
 /// Where a connection stands.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +56,10 @@ pub enum ConnState {
 pub enum ReadOutcome {
     /// Everything the socket had was read and handed on.
     Drained,
+    /// The pass's budget was spent before the socket was drained: bytes
+    /// may wait there, which the poller will not report again, and the
+    /// connection is to be read on the next pass.
+    Budgeted,
     /// The engine took less than it was given (no receive fragment free):
     /// the rest waits here, and reading resumes once it is taken.
     Held,
@@ -109,6 +125,10 @@ pub struct Conn<S> {
     /// The last read was such a short one at a frame boundary: if what it
     /// brought ends there, the frames have become small.
     peeked: bool,
+    /// The poller saw the peer's end of the stream, or an error: reads go
+    /// on until they find it (a short read is not taken for drained),
+    /// over as many passes as the budget makes them.
+    end_seen: bool,
 }
 
 impl<S: StreamSocket> Conn<S> {
@@ -123,6 +143,7 @@ impl<S: StreamSocket> Conn<S> {
             in_place: 0,
             bulk: false,
             peeked: false,
+            end_seen: false,
         }
     }
 
@@ -139,10 +160,17 @@ impl<S: StreamSocket> Conn<S> {
         !self.rx.is_empty()
     }
 
+    /// The poller saw the peer's end of the stream or an error: from now
+    /// on reads go on until they find it.
+    pub fn end_seen(&mut self) {
+        self.end_seen = true;
+    }
+
     /// Hands held bytes to the engine, then reads the socket until it would
-    /// block, handing each read on, unless the engine stops taking. With
-    /// `closing` (the poller saw the peer's end of the stream) it reads
-    /// until it finds that end; otherwise a short read counts as drained.
+    /// block, handing each read on, unless the engine stops taking or the
+    /// reads have brought `budget` bytes. Once the poller saw the peer's
+    /// end of the stream ([`end_seen`](Self::end_seen)) it reads until it
+    /// finds that end; otherwise a short read counts as drained.
     ///
     /// The rest of a large payload is read straight into its target
     /// ([`HeapEngine::payload_buffer`]), not through the read buffer. While
@@ -155,8 +183,10 @@ impl<S: StreamSocket> Conn<S> {
         engine: &mut HeapEngine<Stream>,
         link: LinkId,
         now: Instant,
-        closing: bool,
+        budget: usize,
     ) -> ReadOutcome {
+        let closing = self.end_seen;
+        let budget_ends = self.received.saturating_add(budget as u64);
         loop {
             if !self.rx.is_empty() {
                 let data = &self.rx.buf[self.rx.start..self.rx.end];
@@ -167,6 +197,9 @@ impl<S: StreamSocket> Conn<S> {
                 if !self.rx.is_empty() {
                     return ReadOutcome::Held;
                 }
+            }
+            if self.received >= budget_ends {
+                return ReadOutcome::Budgeted;
             }
             self.rx.reset();
             let target = engine.payload_buffer(link);

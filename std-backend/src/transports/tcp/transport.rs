@@ -14,7 +14,7 @@ use btl_core::wire::{self, CloseReason};
 use ipnet::IpNet;
 
 use super::TcpConfig;
-use super::conn::{Conn, ConnState, ReadOutcome};
+use super::conn::{Conn, ConnState, READ_BUDGET, ReadOutcome};
 use crate::bootstrap::{Bootstrap, Card, Contact};
 use crate::bootstrap::{LookupError, PeerContacts};
 use crate::driver::heap::HeapEngine;
@@ -22,6 +22,7 @@ use crate::driver::module::{EventOf, Transport, source_of};
 use crate::driver::net::{
     ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch,
 };
+use crate::driver::read_queue::ReadQueue;
 use crate::driver::refusals::{Refusals, Refused};
 use crate::transports::interfaces;
 use crate::transports::listen::listen_all;
@@ -51,6 +52,9 @@ pub struct Tcp<N: Net> {
     listeners: Vec<(N::Listener, Contact)>,
     conns: Vec<Option<Conn<N::Stream>>>,
     by_link: HashMap<LinkId, usize>,
+    /// Open connections to read on the next pass: those the poller
+    /// reported, and those a pass left with bytes unread.
+    readable: ReadQueue,
     /// Each reachable peer's TCP contacts, as it published them.
     peers: PeerContacts,
     /// This process's card, withdrawn from the bootstrap when the
@@ -92,6 +96,7 @@ impl<N: Net> Tcp<N> {
             listeners,
             conns: Vec::new(),
             by_link: HashMap::new(),
+            readable: ReadQueue::default(),
             peers: PeerContacts::new(NAME),
             card,
             refusals: Refusals::default(),
@@ -101,11 +106,6 @@ impl<N: Net> Tcp<N> {
     /// The contacts this process listens on.
     pub fn contacts(&self) -> impl Iterator<Item = &Contact> {
         self.listeners.iter().map(|(_, c)| c)
-    }
-
-    /// Bytes read from every open connection so far.
-    fn received(&self) -> u64 {
-        self.conns.iter().flatten().map(|c| c.received).sum()
     }
 
     /// Bytes read from the open connections so far, and how many of them
@@ -299,25 +299,32 @@ impl<N: Net> Tcp<N> {
         }
     }
 
-    /// Reads connection `i` into the engine (`closing`: the poller saw the
-    /// peer's end of the stream or an error).
+    /// Reads connection `i` into the engine, up to [`READ_BUDGET`]; queues
+    /// it for the next pass if that was spent. Whether bytes came.
     fn read(
         &mut self,
         engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         i: usize,
         now: Instant,
-        closing: bool,
-    ) {
+    ) -> bool {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
-            return;
+            return false;
         };
         let Some(link) = conn.link() else {
-            return;
+            return false;
         };
-        if conn.read(engine, link, now, closing) == ReadOutcome::Closed {
-            self.broken(engine, registry, i, ConnectFailure::Unreachable, now);
+        let before = conn.received;
+        let outcome = conn.read(engine, link, now, READ_BUDGET);
+        let came = conn.received != before;
+        match outcome {
+            ReadOutcome::Budgeted => self.readable.push(i),
+            ReadOutcome::Closed => {
+                self.broken(engine, registry, i, ConnectFailure::Unreachable, now);
+            }
+            ReadOutcome::Drained | ReadOutcome::Held => {}
         }
+        came
     }
 
     /// Writes connection `i`'s pending bytes; watches for writability only
@@ -434,8 +441,13 @@ impl<N: Net> Transport for Tcp<N> {
             return;
         }
         let closing = event.is_read_closed() || event.is_error();
-        if event.is_readable() || closing {
-            self.read(engine, registry, token, now, closing);
+        if (event.is_readable() || closing)
+            && let Some(conn) = self.conns.get_mut(token).and_then(Option::as_mut)
+        {
+            if closing {
+                conn.end_seen();
+            }
+            self.readable.push(token);
         }
         if event.is_writable() {
             self.write(engine, registry, token, now);
@@ -494,19 +506,37 @@ impl<N: Net> Transport for Tcp<N> {
         self.by_link.len() <= 8
     }
 
+    fn read_ready(
+        &mut self,
+        engine: &mut HeapEngine<Stream>,
+        registry: &RegistryOf<N>,
+        now: Instant,
+    ) -> bool {
+        let round = self.readable.start_round();
+        let mut came = false;
+        for &i in &round {
+            came |= self.read(engine, registry, i, now);
+        }
+        self.readable.end_round(round);
+        came
+    }
+
+    fn left_unread(&self) -> bool {
+        !self.readable.is_empty()
+    }
+
     fn read_directly(
         &mut self,
         engine: &mut HeapEngine<Stream>,
         registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
-        let before = self.received();
-        for i in 0..self.conns.len() {
-            if self.conns[i].as_ref().is_some_and(|c| c.link().is_some()) {
-                self.read(engine, registry, i, now, false);
+        for (i, conn) in self.conns.iter().enumerate() {
+            if conn.as_ref().is_some_and(|c| c.link().is_some()) {
+                self.readable.push(i);
             }
         }
-        self.received() != before
+        self.read_ready(engine, registry, now)
     }
 
     fn flush(&mut self, engine: &mut HeapEngine<Stream>, registry: &RegistryOf<N>, now: Instant) {
@@ -524,7 +554,7 @@ impl<N: Net> Transport for Tcp<N> {
                 }
                 ConnState::Open(_) => {
                     if conn.holds_input() {
-                        self.read(engine, registry, i, now, false);
+                        self.read(engine, registry, i, now);
                     }
                     self.write(engine, registry, i, now);
                 }

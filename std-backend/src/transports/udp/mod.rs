@@ -32,6 +32,7 @@ use crate::config::socket_params::{
 use crate::driver::heap::HeapEngine;
 use crate::driver::module::{EventOf, Module, Transport, source_of};
 use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Segments, Watch};
+use crate::driver::read_queue::ReadQueue;
 use crate::driver::refusals::{Refusals, Refused};
 use crate::driver::udp_offload::{MAX_BATCH, MAX_SEGMENTS};
 use crate::transports::Ports;
@@ -45,6 +46,13 @@ use batch::Batch;
 pub const NAME: &str = "udp";
 /// Largest datagram a socket reads.
 const RECV_BYTES: usize = 64 << 10;
+/// Receive calls a socket may make per pass. Every peer's datagrams come
+/// through the one socket, in the order they arrived, but a pass that
+/// never ends reading (a flood of datagrams) never writes: the other
+/// peers' handshakes and acknowledgements would wait for good. 256 calls
+/// are 256 datagrams, or up to 16 MiB where the kernel joins them (GRO):
+/// against a pass's few microseconds, well under 1 % of the time they take.
+const RECVS_PER_PASS: usize = 256;
 /// Smallest datagram every IPv4 host takes whole, and the smallest MTU.
 pub const MIN_MTU: usize = 576;
 /// The datagram size where the interfaces' MTU cannot be known: what fits
@@ -125,6 +133,9 @@ pub struct Udp<N: Net> {
     by_link: BTreeMap<LinkId, (usize, SocketAddr)>,
     peers: PeerContacts,
     recv: Box<[u8]>,
+    /// Sockets to read on the next pass: those the poller reported, and
+    /// those a pass left with datagrams unread.
+    readable: ReadQueue,
     /// Each socket's datagrams on their way out.
     batches: Vec<Batch>,
     /// Sockets that would block on a send: they wait for writability.
@@ -182,6 +193,7 @@ impl<N: Net> Udp<N> {
             by_link: BTreeMap::new(),
             peers: PeerContacts::new(NAME),
             recv: vec![0; RECV_BYTES].into_boxed_slice(),
+            readable: ReadQueue::default(),
             batches: (0..n)
                 .map(|_| Batch::new(MAX_BATCH, MAX_SEGMENTS))
                 .collect(),
@@ -223,11 +235,12 @@ impl<N: Net> Udp<N> {
         Some(addr)
     }
 
-    /// Reads socket `s` until it would block, each datagram to its link;
-    /// whether any came.
+    /// Reads socket `s` until it would block, each datagram to its link,
+    /// or until it has made [`RECVS_PER_PASS`] calls: then it is queued for
+    /// the next pass. Whether any came.
     fn receive(&mut self, engine: &mut HeapEngine<Datagram>, s: usize, now: Instant) -> bool {
         let mut any = false;
-        loop {
+        for _ in 0..RECVS_PER_PASS {
             let Some((socket, _)) = self.sockets.get(s) else {
                 return any;
             };
@@ -281,6 +294,8 @@ impl<N: Net> Udp<N> {
                 }
             }
         }
+        self.readable.push(s);
+        any
     }
 
     /// Sends what socket `s`'s batch holds; whether all of it went (or was
@@ -352,8 +367,8 @@ impl<N: Net> Transport for Udp<N> {
         now: Instant,
     ) {
         let s = event.token();
-        if event.is_readable() {
-            self.receive(engine, s, now);
+        if event.is_readable() && s < self.sockets.len() {
+            self.readable.push(s);
         }
         if event.is_writable() {
             self.flush(engine, registry, now);
@@ -405,17 +420,35 @@ impl<N: Net> Transport for Udp<N> {
         self.sockets.len() <= 8
     }
 
-    fn read_directly(
+    fn read_ready(
         &mut self,
         engine: &mut HeapEngine<Datagram>,
         _registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
+        let round = self.readable.start_round();
         let mut any = false;
-        for s in 0..self.sockets.len() {
+        for &s in &round {
             any |= self.receive(engine, s, now);
         }
+        self.readable.end_round(round);
         any
+    }
+
+    fn left_unread(&self) -> bool {
+        !self.readable.is_empty()
+    }
+
+    fn read_directly(
+        &mut self,
+        engine: &mut HeapEngine<Datagram>,
+        registry: &RegistryOf<N>,
+        now: Instant,
+    ) -> bool {
+        for s in 0..self.sockets.len() {
+            self.readable.push(s);
+        }
+        self.read_ready(engine, registry, now)
     }
 
     fn flush(&mut self, engine: &mut HeapEngine<Datagram>, registry: &RegistryOf<N>, now: Instant) {

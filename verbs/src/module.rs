@@ -242,7 +242,7 @@ where
     }
 
     /// Nothing: the side channel and the completions are read by every
-    /// flush, each pass.
+    /// flush, each pass, up to their bounds.
     fn read_ready(
         &mut self,
         _engine: &mut StdEngine<Self>,
@@ -253,7 +253,7 @@ where
     }
 
     fn left_unread(&self) -> bool {
-        false
+        self.links.side_channel_left()
     }
 
     fn read_directly(

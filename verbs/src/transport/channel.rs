@@ -14,6 +14,15 @@ pub trait SideChannel {
 
     /// The next message that came, and who sent it.
     fn recv(&mut self) -> Option<(ProcName, Vec<u8>)>;
+
+    /// Whether the last `recv` that returned nothing stopped with more
+    /// waiting: a channel that drops what it cannot read (datagrams too
+    /// short to name a sender) drops a bounded number per call, so that a
+    /// flood of them cannot hold its reader, and says so here for the
+    /// reader to come back without waiting for news.
+    fn left_unread(&self) -> bool {
+        false
+    }
 }
 
 /// Most messages waiting for one process in a [`MemoryHub`]: beyond, new

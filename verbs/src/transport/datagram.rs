@@ -29,6 +29,9 @@ use super::SideChannel;
 pub const ENVELOPE: usize = 12;
 /// The largest message the channel carries.
 pub const MAX_MESSAGE: usize = 1024;
+/// Datagrams a `recv` drops (too short to name their sender) before it
+/// gives up for now: junk sent without pause must not keep it reading.
+const DROPPED_PER_RECV: usize = 64;
 
 /// Where each peer's side channel is, shared between the module that looks
 /// peers up and the channel that sends to them.
@@ -68,6 +71,8 @@ pub struct DatagramChannel<D> {
     me: ProcName,
     book: AddressBook,
     buf: Box<[u8]>,
+    /// The last `recv` stopped dropping junk with more waiting.
+    left_unread: bool,
 }
 
 impl<D: DatagramSocket> DatagramChannel<D> {
@@ -78,6 +83,7 @@ impl<D: DatagramSocket> DatagramChannel<D> {
             me,
             book,
             buf: vec![0; ENVELOPE + MAX_MESSAGE].into_boxed_slice(),
+            left_unread: false,
         }
     }
 }
@@ -97,7 +103,8 @@ impl<D: DatagramSocket> SideChannel for DatagramChannel<D> {
     }
 
     fn recv(&mut self) -> Option<(ProcName, Vec<u8>)> {
-        loop {
+        self.left_unread = false;
+        for _ in 0..DROPPED_PER_RECV {
             let (len, from) = match self.socket.recv_from(&mut self.buf) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -115,6 +122,12 @@ impl<D: DatagramSocket> SideChannel for DatagramChannel<D> {
             self.book.insert(sender, from);
             return Some((sender, message.to_vec()));
         }
+        self.left_unread = true;
+        None
+    }
+
+    fn left_unread(&self) -> bool {
+        self.left_unread
     }
 }
 
@@ -187,5 +200,26 @@ mod tests {
         });
         ca.send(ProcName::new(3, 1), b"after");
         assert_eq!(next(&mut cb), Some((pa, b"after".to_vec())));
+    }
+
+    #[test]
+    fn a_run_of_junk_is_dropped_a_share_at_a_time_and_said_to_be_left() {
+        let (a, _) = socket();
+        let (b, b_at) = socket();
+        let mut cb = DatagramChannel::new(b, ProcName::new(3, 1), AddressBook::new());
+        for _ in 0..DROPPED_PER_RECV + 10 {
+            a.0.send_to(b"short", b_at).expect("send");
+        }
+        let book = AddressBook::new();
+        book.insert(ProcName::new(3, 1), b_at);
+        let pa = ProcName::new(3, 0);
+        let mut ca = DatagramChannel::new(a, pa, book);
+        ca.send(ProcName::new(3, 1), b"after");
+        // Loopback delivers at once, but not within the send call.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(cb.recv(), None, "a recv drops its share of junk only");
+        assert!(cb.left_unread(), "and says that more waits");
+        assert_eq!(cb.recv(), Some((pa, b"after".to_vec())));
+        assert!(!cb.left_unread());
     }
 }

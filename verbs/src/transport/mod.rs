@@ -101,6 +101,12 @@ impl Default for VerbsConfig {
 
 /// Completions taken from the queue at once.
 const POLL_BATCH: usize = 32;
+/// Side-channel messages a poll takes: a peer that floods the channel
+/// (every one a REQ the CPC must look at) must not hold the pass there,
+/// while the connections being made and the links carrying data wait.
+/// What is left is taken on the next poll, which the module makes at once
+/// ([`side_channel_left`](Transport::side_channel_left)).
+const SIDE_MESSAGES_PER_POLL: usize = 64;
 
 /// An engine's links over queue pairs of one port of one device.
 pub struct Transport<P: Provider> {
@@ -118,6 +124,8 @@ pub struct Transport<P: Provider> {
     max_msg: u64,
     /// The upper layer's regions the device holds, by their key.
     regions: BTreeMap<u64, Registered>,
+    /// The last poll left side-channel messages unread.
+    side_left: bool,
 }
 
 /// A region of the upper layer's, registered with the device in place.
@@ -168,6 +176,7 @@ impl<P: Provider> Transport<P> {
             scratch: Vec::new(),
             scratch_links: Vec::new(),
             regions: BTreeMap::new(),
+            side_left: false,
         })
     }
 
@@ -315,7 +324,12 @@ impl<P: Provider> Transport<P> {
         // the queue pair it had, and what that pair completed (a remote
         // access error saying a key is stale) would go with it.
         let mut moved = self.poll_completions(engine, now);
-        while let Some((from, message)) = self.host.channel.recv() {
+        self.side_left = true;
+        for _ in 0..SIDE_MESSAGES_PER_POLL {
+            let Some((from, message)) = self.host.channel.recv() else {
+                self.side_left = self.host.channel.left_unread();
+                break;
+            };
             self.cpc.handle_message(&mut self.host, from, &message, now);
             moved = true;
         }
@@ -325,6 +339,13 @@ impl<P: Provider> Transport<P> {
         self.apply_events(engine, now);
         moved |= self.feed_all(engine, now);
         moved
+    }
+
+    /// Whether the last [`poll`](Self::poll) left side-channel messages
+    /// unread, its share taken: the next is to come without waiting for
+    /// the socket to say so (it will not: its poller is edge-triggered).
+    pub fn side_channel_left(&self) -> bool {
+        self.side_left
     }
 
     /// Takes every region from the device and destroys every queue

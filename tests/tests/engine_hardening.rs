@@ -46,6 +46,11 @@ fn engine_sized(config: EngineConfig, max: usize) -> Box<E> {
 
 /// As [`engine_sized`], with `count` fragments of each class.
 fn engine_pooled(config: EngineConfig, max: usize, count: u32) -> Box<E> {
+    engine_in(config, CAPACITIES, max, count)
+}
+
+/// As [`engine_pooled`], with the tables `capacities` say.
+fn engine_in(config: EngineConfig, capacities: Capacities, max: usize, count: u32) -> Box<E> {
     let pool = |fragment_size| FragmentPoolConfig {
         fragment_size,
         num: count,
@@ -57,7 +62,7 @@ fn engine_pooled(config: EngineConfig, max: usize, count: u32) -> Box<E> {
         eager: pool(4096 + HEADER_RESERVE),
         max: pool(max),
     };
-    Box::new(Heap::engine(config, Stream, CAPACITIES, cfg, Instant::ZERO).expect("pools"))
+    Box::new(Heap::engine(config, Stream, capacities, cfg, Instant::ZERO).expect("pools"))
 }
 
 fn engine(me: ProcName) -> Box<E> {
@@ -367,6 +372,9 @@ fn strangers_are_held_to_the_handshake_budget_the_silent_and_oldest_first() {
     let mut config = EngineConfig::new(SERVER);
     config.handshake_budget = 4;
     config.handshake_budget_per_source = 2;
+    // The handshake budgets alone: no bound on one source's share of the
+    // slots (see the test of that).
+    config.source_share = 100;
     let mut server = engine_sized(config, 65536 + HEADER_RESERVE);
     // A verified client first: its link is never a stranger's to take.
     let mut c = engine(client(1));
@@ -706,21 +714,9 @@ fn peers_that_never_fill_a_gap_hold_only_their_share_of_the_event_places() {
         events: 64,
         ..CAPACITIES
     };
-    let pool = |fragment_size| FragmentPoolConfig {
-        fragment_size,
-        num: 128,
-        max: 128,
-        inc: 8,
-    };
-    let pools = FragmentPoolsConfig {
-        small: pool(256),
-        eager: pool(4096 + HEADER_RESERVE),
-        max: pool(65536 + HEADER_RESERVE),
-    };
     let mut config = EngineConfig::new(SERVER);
     config.epoch = 1;
-    let mut server: Box<E> =
-        Box::new(Heap::engine(config, Stream, capacities, pools, Instant::ZERO).expect("pools"));
+    let mut server = engine_in(config, capacities, 65536 + HEADER_RESERVE, 128);
     let mut attackers = Vec::new();
     for rank in 1..=3 {
         let mut c = engine(client(rank));
@@ -885,9 +881,21 @@ fn a_peer_that_never_takes_what_it_gets_holds_only_its_share_of_the_operation_sl
     let answers = take_bytes(&mut server, link.acceptor);
     assert_eq!(
         count_rejects(&answers, RejectCode::Busy),
-        32,
-        "served up to its share (64 slots, 2 peers), Busy beyond"
+        64 - 21,
+        "served up to its share (64 slots among 2 peers and one more), Busy beyond"
     );
+    // The client told Busy does not fail its gets: it asks again after a
+    // retransmission timeout.
+    attacker
+        .handle_stream(link.opener, &answers, at(MS))
+        .expect("the server's answers");
+    assert!(
+        drain(&mut attacker).iter().all(|e| !e.contains("Busy")),
+        "no get failed"
+    );
+    attacker.handle_timeout(at(MS + 500 * MS));
+    let again = take_bytes(&mut attacker, link.opener);
+    assert_eq!(count_packets(&again, wire::PacketType::Get), 64 - 21);
 
     let hbuf = honest
         .register_mem(vec![0u8; 1024], Access::empty())
@@ -906,6 +914,16 @@ fn a_peer_that_never_takes_what_it_gets_holds_only_its_share_of_the_operation_sl
         ["GetComplete { op: OpId(1), ctx: 99, result: Ok(()) }"]
     );
     assert_eq!(honest.region(hbuf).expect("its buffer"), &[5u8; 1024][..]);
+}
+
+/// How many packets of `kind` the frames in `bytes` hold.
+fn count_packets(mut bytes: &[u8], kind: wire::PacketType) -> usize {
+    let mut n = 0;
+    while let Ok((header, _, used)) = wire::parse(bytes, &Limits::new(1 << 20)) {
+        n += usize::from(header.packet_type == kind);
+        bytes = &bytes[used..];
+    }
+    n
 }
 
 /// How many REJECTs with `code` the frames in `bytes` hold.
@@ -958,12 +976,19 @@ fn a_trailer_the_handshake_did_not_agree_on_loses_the_peer() {
 /// Attack 5 of the second hardening pass: without a job key, handshakes
 /// under one name after another from one address would take every peer
 /// slot, and connections every link slot. One source holds at most its
-/// share of each (half, by default): a client from elsewhere still finds
-/// room. With a key, peers proved they belong to the job, and none is
+/// share of each (half, here): a client from elsewhere still finds room. With a key, peers proved they belong to the job, and none is
 /// held to it.
 #[test]
 fn one_address_holds_only_its_share_of_the_peer_and_link_slots_without_a_key() {
-    let mut server = engine(SERVER);
+    assert_eq!(
+        EngineConfig::new(SERVER).source_share,
+        10,
+        "a tenth by default"
+    );
+    let mut config = EngineConfig::new(SERVER);
+    config.epoch = 1;
+    config.source_share = 50;
+    let mut server = engine_sized(config, 65536 + HEADER_RESERVE);
     let mut crowd: Vec<(Box<E>, EndpointId, Link)> = Vec::new();
     for rank in 1..=2 {
         let mut c = engine(client(rank));

@@ -55,38 +55,45 @@ pub struct Budget {
     pub per_source: usize,
 }
 
+/// The most strangers' links in their handshake an engine holds: the
+/// handshake budget is at most this, so that [`give_way`] finds them all
+/// in a table on the stack.
+pub const MAX_CANDIDATES: usize = 64;
+
 /// The link that gives way for one more from `newcomer` at `now`, if the
-/// `candidates` (every stranger's link in its handshake) fill a budget.
-/// `candidates` walks them afresh each time it is called: they are walked
-/// a few times over and never stored, as a budget may be as large as the
-/// link table.
-pub fn give_way<I>(
-    candidates: impl Fn() -> I,
+/// `candidates` (every stranger's link in its handshake, which it sorts)
+/// fill a budget. Sorted by source, each source's links stand together,
+/// so the whole choice costs a sort and a walk, however many sources there
+/// are: it is made for every connection a flood opens.
+pub fn give_way(
+    candidates: &mut [Candidate],
     newcomer: Source,
     budget: Budget,
     now: Instant,
-) -> Option<LinkId>
-where
-    I: Iterator<Item = Candidate>,
-{
+) -> Option<LinkId> {
     let silent = |c: &Candidate| !c.heard && now.since(c.age.0) >= JUDGED_AFTER;
-    let held_by = |s: Source| candidates().filter(|c| c.source == s).count();
-    let source = if held_by(newcomer) >= budget.per_source {
+    let held_by_newcomer = candidates.iter().filter(|c| c.source == newcomer).count();
+    let source = if held_by_newcomer >= budget.per_source {
         newcomer
-    } else if candidates().count() >= budget.all {
-        candidates().map(|c| c.source).max_by_key(|&s| {
-            let of_s = || candidates().filter(move |c| c.source == s);
-            let oldest = of_s().map(|c| c.age).min();
-            (
-                held_by(s),
-                of_s().any(|c| silent(&c)),
-                core::cmp::Reverse(oldest),
-            )
-        })?
+    } else if candidates.len() >= budget.all {
+        candidates.sort_unstable_by_key(|c| (c.source, c.age));
+        // Each source's run: how many it holds, whether one is silent, and
+        // its oldest (the run's first).
+        candidates
+            .chunk_by(|a, b| a.source == b.source)
+            .max_by_key(|run| {
+                (
+                    run.len(),
+                    run.iter().any(silent),
+                    core::cmp::Reverse(run[0].age),
+                )
+            })?[0]
+            .source
     } else {
         return None;
     };
-    candidates()
+    candidates
+        .iter()
         .filter(|c| c.source == source)
         .min_by_key(|c| (!silent(c), c.age))
         .map(|c| c.link)
@@ -117,31 +124,25 @@ mod tests {
 
     #[test]
     fn nothing_gives_way_within_the_budgets() {
-        let c = [candidate(1, 1, false, 0), candidate(2, 2, false, 0)];
-        assert_eq!(
-            give_way(|| c.iter().copied(), Source(3), BUDGET, ms(500)),
-            None
-        );
-        assert_eq!(
-            give_way(|| [].into_iter(), Source(3), BUDGET, ms(500)),
-            None
-        );
+        let mut c = [candidate(1, 1, false, 0), candidate(2, 2, false, 0)];
+        assert_eq!(give_way(&mut c, Source(3), BUDGET, ms(500)), None);
+        assert_eq!(give_way(&mut [], Source(3), BUDGET, ms(500)), None);
     }
 
     #[test]
     fn past_its_own_budget_a_source_gives_way_silent_first() {
-        let c = [
+        let mut c = [
             candidate(1, 1, true, 0),
             candidate(2, 1, false, 10),
             candidate(3, 2, false, 0),
         ];
         assert_eq!(
-            give_way(|| c.iter().copied(), Source(1), BUDGET, ms(100)),
+            give_way(&mut c, Source(1), BUDGET, ms(100)),
             Some(link(2)),
             "the silent one, though younger"
         );
         assert_eq!(
-            give_way(|| c.iter().copied(), Source(1), BUDGET, ms(40)),
+            give_way(&mut c, Source(1), BUDGET, ms(40)),
             Some(link(1)),
             "too young to be judged silent: the oldest goes"
         );
@@ -151,27 +152,29 @@ mod tests {
     fn past_the_whole_budget_the_source_holding_most_gives_way() {
         // A legit client's link (source 9), accepted a moment ago and not
         // read yet, among a flood's from three addresses.
-        let c = [
+        let mut c = [
             candidate(1, 1, true, 0),
             candidate(2, 2, true, 1),
             candidate(3, 2, true, 2),
             candidate(4, 9, false, 3),
         ];
-        assert_eq!(
-            give_way(|| c.iter().copied(), Source(3), BUDGET, ms(3)),
-            Some(link(2))
-        );
+        assert_eq!(give_way(&mut c, Source(3), BUDGET, ms(3)), Some(link(2)));
         // Sources holding as many: the one with the oldest link.
-        let c = [
+        let mut c = [
             candidate(1, 9, false, 5),
             candidate(2, 1, true, 0),
             candidate(3, 2, true, 1),
             candidate(4, 3, true, 2),
         ];
-        assert_eq!(
-            give_way(|| c.iter().copied(), Source(4), BUDGET, ms(5)),
-            Some(link(2))
-        );
+        assert_eq!(give_way(&mut c, Source(4), BUDGET, ms(5)), Some(link(2)));
+        // Of those, first one with a link found silent.
+        let mut c = [
+            candidate(1, 1, true, 0),
+            candidate(2, 2, false, 10),
+            candidate(3, 3, true, 1),
+            candidate(4, 4, true, 2),
+        ];
+        assert_eq!(give_way(&mut c, Source(5), BUDGET, ms(100)), Some(link(2)));
     }
 
     #[test]
@@ -186,7 +189,7 @@ mod tests {
         };
         for (n, round) in (1..).zip(0..200u64) {
             let source = round % 30;
-            if let Some(gone) = give_way(|| c.iter().copied(), Source(source), budget, ms(round)) {
+            if let Some(gone) = give_way(&mut c, Source(source), budget, ms(round)) {
                 assert_ne!(gone, link(0), "round {round}");
                 c.retain(|x| x.link != gone);
             }

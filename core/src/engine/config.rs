@@ -58,10 +58,11 @@ pub struct EngineConfig {
     /// failures (no route, no answer) are retried until `peer_timeout`.
     pub refused_timeout: Duration,
     /// Connections (and datagram sources) that peers opened and that are
-    /// still in their handshake, at most, whoever opened them: unverified
-    /// strangers cannot take the link slots of verified peers. A new one
-    /// beyond it drops the oldest, silent ones (nothing received yet)
-    /// first.
+    /// still in their handshake, at most, whoever opened them (at most 64,
+    /// and the link slots): unverified strangers cannot take the link
+    /// slots of verified peers. A new one beyond it pushes out one of the
+    /// source holding the most, a silent one first (see the engine's
+    /// `admission`).
     pub handshake_budget: u16,
     /// As `handshake_budget`, from one source (one network address, as the
     /// driver names it): one host cannot take the whole budget.
@@ -85,8 +86,8 @@ impl EngineConfig {
     /// Defaults for process `me`: 1 MiB bodies, 16 credits,
     /// 64 KiB PUT packets, 5 s handshake, 30 s peer timeout, 10 s
     /// keepalive, 250 ms of refused reconnections, 32 handshakes of
-    /// strangers at once (8 from one source), half the peer and link slots
-    /// for one source without a key, data-centre retransmission
+    /// strangers at once (8 from one source), a tenth of the peer and link
+    /// slots for one source without a key, data-centre retransmission
     /// bounds, 50 µs acknowledgement delay, one link per peer, no job key,
     /// no checksum.
     pub fn new(me: ProcName) -> Self {
@@ -106,7 +107,7 @@ impl EngineConfig {
             refused_timeout: Duration::from_millis(250),
             handshake_budget: 32,
             handshake_budget_per_source: 8,
-            source_share: 50,
+            source_share: 10,
             epoch: 0,
         }
     }

@@ -23,7 +23,7 @@ use super::handshake::{Handshake, HandshakePacket, LocalHello};
 use super::mover::StreamReader;
 use super::outbox::Outbox;
 use super::packet::ControlFrame;
-use super::timers::Timers;
+use super::timers::{Deadlines, Timers};
 use super::{LinkEnd, Source};
 
 /// Where a link is in its life.
@@ -470,6 +470,18 @@ impl<const W: usize> Link<W> {
     /// the repetition of its packets.
     pub fn timers<F: Framing>(&self, framing: &F, config: &EngineConfig) -> Timers<LinkTimer, 2> {
         let mut t = Timers::new();
+        self.deadlines(framing, config, &mut t);
+        t
+    }
+
+    /// Its deadlines, into `t`: the table [`timers`](Self::timers) acts
+    /// on, or only their earliest, which the engine's `poll_timeout` asks.
+    pub fn deadlines<F: Framing>(
+        &self,
+        framing: &F,
+        config: &EngineConfig,
+        t: &mut impl Deadlines<LinkTimer>,
+    ) {
         if self.state == LinkState::Handshaking {
             t.set(
                 LinkTimer::Handshake,
@@ -482,7 +494,6 @@ impl<const W: usize> Link<W> {
                     .map(|after: Duration| self.hello_sent_at + after),
             );
         }
-        t
     }
 
     /// Sends the handshake's packets again at `now` (over datagrams).

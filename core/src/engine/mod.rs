@@ -297,9 +297,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             .min(largest_send)
             .clamp(MIN_MAX_BODY, MAX_MAX_BODY);
         let links = Table::new(tables.links, tables.link_order);
-        config.handshake_budget = config
-            .handshake_budget
-            .clamp(1, links.capacity().clamp(1, u16::MAX as usize) as u16);
+        let most_strangers = links.capacity().clamp(1, admission::MAX_CANDIDATES);
+        config.handshake_budget = config.handshake_budget.clamp(1, most_strangers as u16);
         config.handshake_budget_per_source = config
             .handshake_budget_per_source
             .clamp(1, config.handshake_budget);
@@ -444,7 +443,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     ///
     /// Accepted links still in their handshake are held to the handshake
     /// budget ([`EngineConfig::handshake_budget`], and per source): beyond
-    /// it one gives way as [`admission`] chooses, with a CLOSE saying
+    /// it one gives way as the engine's `admission` chooses, with a CLOSE saying
     /// `ResourceExhausted`. Links of verified peers are never dropped for
     /// a stranger. [`LinkError::TooManyLinks`] means every slot is in use,
     /// [`LinkError::SourceFull`] that `source` holds its share of them
@@ -593,17 +592,19 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
 
     /// When [`handle_timeout`](Self::handle_timeout) is due next: the
     /// earliest deadline of its links and peers.
+    ///
+    /// Drivers ask on every pass, so the deadlines of every link and peer
+    /// go straight to their minimum, with no table built.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let config = &self.shared.config;
-        let links = self
-            .links
-            .iter()
-            .filter_map(|(_, l)| l.timers(&self.framing, config).earliest());
-        let peers = self
-            .peers
-            .iter()
-            .filter_map(|(_, _, p)| p.timers(&self.framing, config).earliest());
-        links.chain(peers).min()
+        let mut earliest = timers::Earliest::default();
+        for (_, l) in self.links.iter() {
+            l.deadlines(&self.framing, config, &mut earliest);
+        }
+        for (_, _, p) in self.peers.iter() {
+            p.deadlines(&self.framing, config, &mut earliest);
+        }
+        earliest.0
     }
 
     /// Events ready for [`Btl::poll_event`], without moving
@@ -722,24 +723,24 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// heard, then oldest). It is closed with `ResourceExhausted`; no
     /// verified peer's link is ever chosen.
     fn make_room_for_stranger(&mut self, source: Source) {
-        let links = &self.links;
-        let candidates = || {
-            links.iter().filter_map(|(key, l)| {
-                let from = l.source().filter(|_| l.is_handshaking())?;
-                Some(admission::Candidate {
+        let mut candidates: Vec<admission::Candidate, { admission::MAX_CANDIDATES }> = Vec::new();
+        for (key, l) in self.links.iter() {
+            if let (true, Some(from)) = (l.is_handshaking(), l.source()) {
+                // The budget keeps them within the table.
+                let _ = candidates.push(admission::Candidate {
                     link: LinkId(key),
                     source: from,
                     heard: l.heard(),
                     age: l.age(),
-                })
-            })
-        };
+                });
+            }
+        }
         let config = &self.shared.config;
         let budget = admission::Budget {
             all: usize::from(config.handshake_budget),
             per_source: usize::from(config.handshake_budget_per_source),
         };
-        if let Some(link) = admission::give_way(candidates, source, budget, self.shared.now) {
+        if let Some(link) = admission::give_way(&mut candidates, source, budget, self.shared.now) {
             self.fail_link(link, CloseReason::ResourceExhausted);
         }
     }

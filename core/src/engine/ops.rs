@@ -78,6 +78,9 @@ pub enum Path {
     /// By the driver's device, once the peer has said what its key names
     /// ([`keys`](super::keys)).
     Key,
+    /// A get the peer answered `Busy` (it had no room for it then): its
+    /// GET goes again when the peer's retry is due, in packets.
+    Busy,
     /// By the driver's device, into or out of the peer's region `remote`;
     /// handed to the driver for `posted`, its link, once it has been
     /// ([`Engine::poll_rdma`](super::Engine::poll_rdma)).

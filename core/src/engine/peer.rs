@@ -45,7 +45,7 @@ use super::rdma::{Route, route};
 use super::rtt::{RttConfig, RttEstimator};
 use super::shared::Shared;
 use super::storage::Storage;
-use super::timers::Timers;
+use super::timers::{Deadlines, Timers};
 use super::window::{Ack, Arrival, RecvWindow, SendWindow};
 use super::{ConnectFailure, LinkId};
 
@@ -89,8 +89,10 @@ pub enum PeerTimer {
     /// Ask the peer for an acknowledgement: a keepalive, or a probe.
     Probe,
     /// Nothing acknowledged, or a gap not closed, for the peer timeout:
-    /// lost ([`Progress`]).
+    /// lost (the engine's `progress` rule).
     Stalled,
+    /// Ask again for the gets the peer answered `Busy`.
+    BusyRetry,
 }
 
 /// A link of the peer, by its index.
@@ -229,6 +231,9 @@ pub struct Peer<const W: usize> {
     epoch: Option<u64>,
     /// When the first of an unbroken run of refused reconnections was.
     refused_since: Option<Instant>,
+    /// When the gets the peer answered `Busy` ask again: a retransmission
+    /// timeout after the first such answer.
+    busy_retry: Option<Instant>,
     /// A probe is to go out.
     probe_due: bool,
     /// An acknowledgement is overdue: to go on the peer's first link.
@@ -269,6 +274,7 @@ impl<const W: usize> Peer<W> {
             last_rejected: None,
             epoch: None,
             refused_since: None,
+            busy_retry: None,
             probe_due: false,
             ack_due: false,
             silent: false,
@@ -754,8 +760,20 @@ impl<const W: usize> Peer<W> {
     }
 
     /// Its deadlines.
-    pub fn timers<F: Framing>(&self, framing: &F, config: &EngineConfig) -> Timers<PeerTimer, 10> {
+    pub fn timers<F: Framing>(&self, framing: &F, config: &EngineConfig) -> Timers<PeerTimer, 11> {
         let mut t = Timers::new();
+        self.deadlines(framing, config, &mut t);
+        t
+    }
+
+    /// Its deadlines, into `t`: the table [`timers`](Self::timers) acts
+    /// on, or only their earliest, which the engine's `poll_timeout` asks.
+    pub fn deadlines<F: Framing>(
+        &self,
+        framing: &F,
+        config: &EngineConfig,
+        t: &mut impl Deadlines<PeerTimer>,
+    ) {
         t.set(PeerTimer::Lost, self.lost_by(config));
         match self.state {
             PeerState::Connecting { retry, .. } => t.set(PeerTimer::Reconnect, retry),
@@ -778,10 +796,10 @@ impl<const W: usize> Peer<W> {
                     PeerTimer::Stalled,
                     self.progress.stalled_by(config.peer_timeout),
                 );
+                t.set(PeerTimer::BusyRetry, self.busy_retry);
             }
             _ => {}
         }
-        t
     }
 
     /// Time passed: a silent peer is lost, reconnections and lost links are
@@ -819,6 +837,10 @@ impl<const W: usize> Peer<W> {
             }
         }
         self.ack_due |= t.is_due(PeerTimer::Ack, now);
+        if t.is_due(PeerTimer::BusyRetry, now) {
+            self.busy_retry = None;
+            self.reroute(shared, |op| op.path == Path::Busy, |_, _| Route::Packets);
+        }
         if let Some(rto) = framing.retransmit_timeout(&self.rtt) {
             let mut lost = false;
             while let Some(r) = self.send.next_retransmit(now, rto) {
@@ -1170,8 +1192,8 @@ impl<const W: usize> Peer<W> {
 
     /// Whether the peer's SEND or NOTIFY numbered `seq` may claim an event
     /// place now: one delivered at once always may; one to be held past a
-    /// gap only while the peer holds fewer than `share` packets so (see
-    /// [`share`](super::share)).
+    /// gap only while the peer holds fewer than `share` packets so (its
+    /// fair share of the event places).
     pub fn may_hold(&self, seq: u64, share: usize) -> bool {
         seq == self.recv.expected() || self.recv.held() < share
     }
@@ -1356,8 +1378,19 @@ impl<const W: usize> Peer<W> {
             }
             Held::Reject(reject) => {
                 // Any of this side's transfers to the peer: its put or get,
-                // or the data of a get it serves.
-                if let Some(i) = shared.ops.find_any(self.id, reject.xfer_id) {
+                // or the data of a get it serves. A get the peer had no
+                // room for asks again after a retransmission timeout.
+                let Some(i) = shared.ops.find_any(self.id, reject.xfer_id) else {
+                    return;
+                };
+                let busy_get = reject.code == RejectCode::Busy
+                    && shared.ops.get(i).is_some_and(|op| op.kind == OpKind::Get);
+                if busy_get {
+                    shared
+                        .ops
+                        .update(i, self.id, reject.xfer_id, |op| op.path = Path::Busy);
+                    self.busy_retry.get_or_insert(shared.now + self.rtt.rto());
+                } else {
                     shared
                         .ops
                         .finish(i, Err(BtlError::Rejected(reject.code)), &mut shared.events);

@@ -28,15 +28,6 @@ pub fn fair_share(capacity: usize, peers: usize) -> usize {
     (capacity / peers.saturating_add(1)).max(1)
 }
 
-/// What one of `peers` peers may hold of `capacity` units with no room
-/// kept for a newcomer: an equal part, all of it for a lone peer. For the
-/// operation slots that gets being served take, where a lone peer's
-/// window of gets may use every slot, and a newcomer's gets are answered
-/// `Busy` (and may be tried again) until the others' end.
-pub fn equal_share(capacity: usize, peers: usize) -> usize {
-    (capacity / peers.max(1)).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,14 +43,6 @@ mod tests {
             left >= fair_share(192, 12),
             "what 12 leave holds a 13th's share"
         );
-    }
-
-    #[test]
-    fn an_equal_share_gives_a_lone_peer_everything() {
-        assert_eq!(equal_share(64, 0), 64);
-        assert_eq!(equal_share(64, 1), 64);
-        assert_eq!(equal_share(64, 2), 32);
-        assert_eq!(equal_share(64, 100), 1);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::wire::PutRepr;
 use super::config::EngineConfig;
 use super::events::{EventSlot, Events, Pending};
 use super::ops::{Op, OpKind, OpSlot, Ops};
-use super::share::equal_share;
+use super::share::fair_share;
 use super::storage::Storage;
 
 /// The resources an engine's peers share.
@@ -135,8 +135,8 @@ impl<S: Storage> Shared<S> {
     /// `reply_to` is the process to answer once it lands, if another. The
     /// refusal to answer at once when there is no room: `Busy` when `to`
     /// already holds its share of the operation slots in gets being served
-    /// to it (data it has not acknowledged: an equal part among the peers
-    /// on record), or no slot is free.
+    /// to it (data it has not acknowledged), or no slot is free. The peer
+    /// asks again later.
     pub(crate) fn serve(
         &mut self,
         to: EndpointId,
@@ -146,7 +146,7 @@ impl<S: Storage> Shared<S> {
         dst: RemoteSlice,
         reply_to: Option<(ProcName, u64)>,
     ) -> Result<(), RejectCode> {
-        let share = equal_share(self.ops.capacity(), self.peers);
+        let share = fair_share(self.ops.capacity(), self.peers);
         if self.ops.count_of(OpKind::Serve, to) >= share {
             return Err(RejectCode::Busy);
         }

@@ -103,6 +103,9 @@ fn strangers_beyond_the_budget_of_their_source_push_out_the_oldest_silent_one() 
     let mut e = engine(
         EngineConfig {
             handshake_budget_per_source: 2,
+            // The handshake budget alone, not a source's share of the
+            // slots.
+            source_share: 100,
             ..config()
         },
         Stream,

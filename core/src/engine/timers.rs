@@ -3,11 +3,34 @@
 //! A peer or a link computes its table from its own state each time it is
 //! asked ([`Timers`] is never stored), so that what it reports as its next
 //! timeout and what it acts on when time passes are read from one place
-//! and can never drift apart.
+//! and can never drift apart. Its deadlines go to a [`Deadlines`]: the
+//! table, when it acts on them, or only their [`Earliest`], when the
+//! engine asks every peer and link when it is next due (on every pass of
+//! a driver, so without building a table each time).
 
 use heapless::Vec;
 
 use crate::time::Instant;
+
+/// Where a state machine puts its deadlines.
+pub trait Deadlines<K> {
+    /// The deadline `at` of kind `kind`, if there is one.
+    fn set(&mut self, kind: K, at: Option<Instant>);
+}
+
+/// The earliest of the deadlines set, whatever their kinds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Earliest(pub Option<Instant>);
+
+impl<K> Deadlines<K> for Earliest {
+    fn set(&mut self, _kind: K, at: Option<Instant>) {
+        if let Some(at) = at
+            && self.0.is_none_or(|e| at < e)
+        {
+            self.0 = Some(at);
+        }
+    }
+}
 
 /// Up to `N` deadlines, each of a kind `K`.
 #[derive(Debug, Clone)]
@@ -20,14 +43,6 @@ impl<K: Copy, const N: usize> Timers<K, N> {
     pub fn new() -> Self {
         Timers {
             deadlines: Vec::new(),
-        }
-    }
-
-    /// Adds the deadline `at` of kind `kind`, if there is one.
-    pub fn set(&mut self, kind: K, at: Option<Instant>) {
-        if let Some(at) = at {
-            // A state machine has at most `N` kinds of deadline.
-            let _ = self.deadlines.push((kind, at));
         }
     }
 
@@ -51,6 +66,15 @@ impl<K: Copy, const N: usize> Timers<K, N> {
             .iter()
             .filter(move |&&(_, at)| at <= now)
             .map(|&(k, _)| k)
+    }
+}
+
+impl<K: Copy, const N: usize> Deadlines<K> for Timers<K, N> {
+    fn set(&mut self, kind: K, at: Option<Instant>) {
+        if let Some(at) = at {
+            // A state machine has at most `N` kinds of deadline.
+            let _ = self.deadlines.push((kind, at));
+        }
     }
 }
 
@@ -83,5 +107,15 @@ mod tests {
         assert_eq!(due, [T::C]);
         assert!(t.is_due(T::A, Instant::from_millis(5)));
         assert!(!t.is_due(T::B, Instant::NEVER), "never set");
+    }
+
+    #[test]
+    fn the_earliest_alone() {
+        let mut e = Earliest::default();
+        Deadlines::<T>::set(&mut e, T::A, Some(Instant::from_millis(5)));
+        Deadlines::<T>::set(&mut e, T::B, None);
+        Deadlines::<T>::set(&mut e, T::C, Some(Instant::from_millis(2)));
+        Deadlines::<T>::set(&mut e, T::A, Some(Instant::from_millis(3)));
+        assert_eq!(e, Earliest(Some(Instant::from_millis(2))));
     }
 }

@@ -149,7 +149,7 @@ pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; ENGINE_P
         ParamSpec::new(BTL_FRAMEWORK, component, "handshake_budget_per_source", COUNT, "8")
             .help("As handshake_budget, from one IP address (an IPv6 /64)")
             .level(5),
-        ParamSpec::new(BTL_FRAMEWORK, component, "source_share", PERCENT, "50")
+        ParamSpec::new(BTL_FRAMEWORK, component, "source_share", PERCENT, "10")
             .help("Without a job key, the percentage of the peer and link slots that the peers and connections from one IP address (an IPv6 /64) may hold; 100: no bound. With a key, peers proved they belong to the job and are not held to it")
             .level(5),
     ]

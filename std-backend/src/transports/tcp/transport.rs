@@ -31,6 +31,17 @@ use crate::transports::listen::listen_all;
 pub const NAME: &str = "tcp";
 /// Tokens from here down name listeners; connections count up from 0.
 const LISTENER_BASE: usize = usize::MAX / 2;
+/// Connections one listener accepts per pass at most, after the open
+/// connections have been read; the rest wait for the next pass, once the
+/// links the engine closed meanwhile have been closed. A flood of
+/// connections then cannot hold a pass: a peer's request is not kept
+/// behind the flood's handshakes, the HELLO of a client accepted a moment
+/// ago is read before many more strangers come, and the links they push
+/// out of the handshake budget give their slots back as they go rather
+/// than piling up, closing, within one pass. Eight a pass drain a flood of
+/// thousands a second (a pass takes tens of microseconds) and cost a
+/// legit peer's request little.
+const ACCEPTS_PER_PASS: usize = 8;
 
 /// What a TCP transport has read ([`Tcp::bytes_read`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,6 +66,9 @@ pub struct Tcp<N: Net> {
     /// Open connections to read on the next pass: those the poller
     /// reported, and those a pass left with bytes unread.
     readable: ReadQueue,
+    /// Listeners to accept from on the next pass: those the poller
+    /// reported, and those a pass left with connections waiting.
+    accepting: ReadQueue,
     /// Each reachable peer's TCP contacts, as it published them.
     peers: PeerContacts,
     /// This process's card, withdrawn from the bootstrap when the
@@ -97,6 +111,7 @@ impl<N: Net> Tcp<N> {
             conns: Vec::new(),
             by_link: HashMap::new(),
             readable: ReadQueue::default(),
+            accepting: ReadQueue::default(),
             peers: PeerContacts::new(NAME),
             card,
             refusals: Refusals::default(),
@@ -191,6 +206,8 @@ impl<N: Net> Tcp<N> {
         }
     }
 
+    /// Accepts what listener `l` has waiting, up to [`ACCEPTS_PER_PASS`];
+    /// past it the listener waits for the next pass.
     fn accept(
         &mut self,
         engine: &mut HeapEngine<Stream>,
@@ -198,7 +215,7 @@ impl<N: Net> Tcp<N> {
         l: usize,
         now: Instant,
     ) {
-        loop {
+        for _ in 0..ACCEPTS_PER_PASS {
             let accepted = match self.listeners.get_mut(l) {
                 Some((listener, _)) => listener.accept(),
                 None => return,
@@ -257,6 +274,9 @@ impl<N: Net> Tcp<N> {
                 }
             }
         }
+        // The budget is spent, and more may wait: the poller will not say
+        // so again.
+        self.accepting.push(l);
     }
 
     /// Our connect completed or failed (the socket became writable).
@@ -418,7 +438,7 @@ impl<N: Net> Transport for Tcp<N> {
     ) {
         let token = event.token();
         if token >= LISTENER_BASE {
-            self.accept(engine, registry, token - LISTENER_BASE, now);
+            self.accepting.push(token - LISTENER_BASE);
             return;
         }
         let connecting = self
@@ -512,17 +532,24 @@ impl<N: Net> Transport for Tcp<N> {
         registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
+        // What the connections brought before new connections: a peer's
+        // request does not wait behind a flood's handshakes.
         let round = self.readable.start_round();
         let mut came = false;
         for &i in &round {
             came |= self.read(engine, registry, i, now);
         }
         self.readable.end_round(round);
+        let round = self.accepting.start_round();
+        for &l in &round {
+            self.accept(engine, registry, l, now);
+        }
+        self.accepting.end_round(round);
         came
     }
 
     fn left_unread(&self) -> bool {
-        !self.readable.is_empty()
+        !self.readable.is_empty() || !self.accepting.is_empty()
     }
 
     fn read_directly(

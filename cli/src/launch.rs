@@ -16,23 +16,35 @@ pub const JOB_KEY_VAR: &str = "BTL_JOB_KEY";
 
 /// Where a run's parameters come from, besides the defaults and the
 /// environment: a config file (`--param-file`, else the default one);
-/// `local` keeps the run on loopback.
+/// `local` keeps the run on loopback; the job key.
 #[derive(Debug, Clone, Default)]
 pub struct ParamSources {
     /// The config file to read instead of the default one, if any.
     pub file: Option<PathBuf>,
     /// Use `lo` unless the user chose interfaces.
     pub local: bool,
+    /// The job key both sides prove: [`JOB_KEY_VAR`]'s, unless set with
+    /// [`with_key`](Self::with_key).
+    pub key: Option<Vec<u8>>,
 }
 
 impl ParamSources {
-    /// The file given (or the default one), on loopback if `local`.
+    /// The file given (or the default one), on loopback if `local`, with
+    /// the job key of [`JOB_KEY_VAR`] if it is set.
     pub fn new(file: Option<PathBuf>, local: bool) -> Self {
-        ParamSources { file, local }
+        ParamSources {
+            file,
+            local,
+            key: job_key(),
+        }
     }
 
-    /// A builder of process `me`'s module, with these sources and the job
-    /// key of [`JOB_KEY_VAR`].
+    /// The same sources with job key `key` (`None`: none).
+    pub fn with_key(self, key: Option<Vec<u8>>) -> Self {
+        ParamSources { key, ..self }
+    }
+
+    /// A builder of process `me`'s module, with these sources and key.
     pub fn builder(&self, me: ProcName) -> ModuleBuilder {
         let mut builder = ModuleBuilder::new(me);
         if let Some(file) = &self.file {
@@ -41,11 +53,20 @@ impl ParamSources {
         if self.local {
             builder = builder.on_loopback();
         }
-        if let Some(key) = job_key() {
-            builder = builder.job_key(key);
+        if let Some(key) = &self.key {
+            builder = builder.job_key(key.clone());
         }
         builder
     }
+}
+
+/// A fresh job key: 16 random bytes from the OS, as 32 hexadecimal
+/// characters (what `btl serve` makes unless told `--no-key`).
+pub fn fresh_job_key() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| format!("no job key could be made (the OS random generator: {e})"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The job key from [`JOB_KEY_VAR`], if set.

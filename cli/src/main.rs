@@ -236,6 +236,12 @@ struct ServeArgs {
     /// With --tap: the port to listen on.
     #[arg(long, default_value = "7000", requires = "tap")]
     port: u16,
+    /// Serve without a job key. By default the server uses $BTL_JOB_KEY,
+    /// or makes a key and prints it with its address, and only clients
+    /// that prove it are served; without one, anyone who reaches the port
+    /// can hold a client slot (one address at most a tenth of them).
+    #[arg(long)]
+    no_key: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -249,6 +255,10 @@ struct ConnectArgs {
     /// Find the server's card in DIR (see `btl serve --dir`).
     #[arg(long, value_name = "DIR", conflicts_with = "address")]
     dir: Option<PathBuf>,
+    /// The job key the server printed (`btl serve`); $BTL_JOB_KEY works
+    /// too, and keeps the key out of the process list.
+    #[arg(long, value_name = "KEY")]
+    key: Option<String>,
     /// The measurement.
     #[arg(long, value_enum, default_value = "pingpong")]
     test: TestName,
@@ -851,18 +861,30 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .map_err(|e| format!("handling signal {signal}: {e}"))?;
     }
-    let sources = ParamSources::new(args.param_file.clone(), false);
+    // The key clients must prove: the environment's, else a fresh one
+    // printed with the address, unless the operator says none.
+    let mut sources = ParamSources::new(args.param_file.clone(), false);
+    let printed_key = match (&sources.key, args.no_key) {
+        (Some(_), _) => None,
+        (None, true) => None,
+        (None, false) => {
+            let key = btl_cli::launch::fresh_job_key()?;
+            sources = sources.with_key(Some(key.clone().into_bytes()));
+            Some(key)
+        }
+    };
+    let printed_key = printed_key.as_deref();
     let scratch = RunDir::new(REMOTE_JOB ^ u64::from(std::process::id()));
     let boot = Arc::new(SharedDir::new(
         args.dir.as_deref().unwrap_or(scratch.path()),
     ));
     let me = ProcName::new(REMOTE_JOB, 0);
     if let (Some(tap), Some(address)) = (&args.tap, &args.address) {
-        return serve_tap(&args, tap, address, &sources, me, &stop);
+        return serve_tap(&args, tap, address, &sources, printed_key, me, &stop);
     }
     match args.which {
-        Which::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, &stop),
-        Which::Udp => serve_on(udp_module(&sources, me, boot)?, &args, &stop),
+        Which::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, printed_key, &stop),
+        Which::Udp => serve_on(udp_module(&sources, me, boot)?, &args, printed_key, &stop),
         Which::SelfBtl | Which::Verbs => Err(Failure::Usage("serve needs tcp or udp".into())),
     }
 }
@@ -874,9 +896,20 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
 fn serve_on<T: Transport>(
     mut m: Module<T>,
     args: &ServeArgs,
+    key: Option<&str>,
     stop: &AtomicBool,
 ) -> Result<(), Failure> {
-    announce(&m.transport().card().contacts);
+    let lines: Vec<String> = m
+        .transport()
+        .card()
+        .contacts
+        .iter()
+        .map(|c| {
+            let at = format!("{} {}", c.component, c.addr);
+            connect_line(&at, &c.addr.to_string(), &c.component, key)
+        })
+        .collect();
+    announce(&lines);
     let mut side = Side::new(&mut m, args.max_size, 1).map_err(|e| e.to_string())?;
     let wait: Waiting = args.wait.into();
     while !stop.load(Ordering::Relaxed) {
@@ -905,6 +938,7 @@ fn serve_tap(
     tap: &str,
     address: &str,
     sources: &ParamSources,
+    printed_key: Option<&str>,
     me: ProcName,
     stop: &AtomicBool,
 ) -> Result<(), Failure> {
@@ -912,22 +946,21 @@ fn serve_tap(
         .parse()
         .map_err(|_| Failure::Usage(format!("`{address}` is not ADDRESS/PREFIX")))?;
     let builder = sources.builder(me);
-    let key = btl_cli::launch::job_key();
-    let key = key.as_deref();
+    let key = sources.key.as_deref();
     let at = format!("{}:{}", cidr.address(), args.port);
+    let line = |component: &str| {
+        let on = format!("{component} {at} (smoltcp on {tap})");
+        connect_line(&on, &at, component, printed_key)
+    };
     match args.which {
         Which::Tcp => {
             let server = btl_cli::tap::tcp(&builder, me, key, tap, cidr, args.port)?;
-            say(format!(
-                "listening on tcp {at} (smoltcp on {tap}): btl connect {at} --btl tcp"
-            ));
+            announce(&[line("tcp")]);
             serve_driven(server, args, stop)
         }
         Which::Udp => {
             let server = btl_cli::tap::udp(&builder, me, key, tap, cidr, args.port)?;
-            say(format!(
-                "listening on udp {at} (smoltcp on {tap}): btl connect {at} --btl udp"
-            ));
+            announce(&[line("udp")]);
             serve_driven(server, args, stop)
         }
         Which::SelfBtl | Which::Verbs => Err(Failure::Usage("serve needs tcp or udp".into())),
@@ -955,15 +988,19 @@ fn serve_driven<B: Driven>(
     Ok(())
 }
 
+/// What `btl serve` prints for one address it listens `on`: the
+/// command that measures it, with the job key the server made, if it made
+/// one (a key from the environment is the operator's to hand out).
+fn connect_line(on: &str, addr: &str, component: &str, key: Option<&str>) -> String {
+    let key = key.map(|k| format!("BTL_JOB_KEY={k} ")).unwrap_or_default();
+    format!("listening on {on}: {key}btl connect {addr} --btl {component}")
+}
+
 /// Prints where `btl serve` listens; a reader that went away is no error.
-fn announce(contacts: &[Contact]) {
+fn announce(lines: &[String]) {
     let mut out = std::io::stdout().lock();
-    for c in contacts {
-        let _ = writeln!(
-            out,
-            "listening on {} {}: btl connect {} --btl {}",
-            c.component, c.addr, c.addr, c.component
-        );
+    for line in lines {
+        let _ = writeln!(out, "{line}");
     }
     let _ = out.flush();
 }
@@ -1002,7 +1039,10 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
     };
     let run = args.run;
     let plan = plan(test, &run)?;
-    let sources = ParamSources::new(run.param_file.clone(), false);
+    let mut sources = ParamSources::new(run.param_file.clone(), false);
+    if let Some(key) = args.key {
+        sources = sources.with_key(Some(key.into_bytes()));
+    }
     let server = ProcName::new(REMOTE_JOB, 0);
     let me = ProcName::new(REMOTE_JOB, 1 + std::process::id());
     let (boot, to): (Arc<dyn Bootstrap>, String) = match (args.address, &args.dir) {

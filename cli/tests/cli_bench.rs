@@ -130,11 +130,27 @@ fn connect_runs_against_serve() {
             .find(|w| w.parse::<std::net::SocketAddr>().is_ok())
             .unwrap_or_else(|| panic!("an address in {line:?}"))
             .to_string();
+        // The server made a job key and printed it with the command.
+        let key = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("BTL_JOB_KEY="))
+            .unwrap_or_else(|| panic!("a job key in {line:?}"))
+            .to_string();
+        assert_eq!(key.len(), 32, "16 random bytes in hexadecimal: {key}");
         let start = Instant::now();
+        // A client without it is refused, and told why.
+        let out = btl_cmd(&["connect", &address, "--btl", which, "--max-size", "64"])
+            .output()
+            .expect("btl runs");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(said.contains("job key not proven"), "{said}");
         for test in ["pingpong", "bw"] {
             let out = run(&[
                 "connect",
                 &address,
+                "--key",
+                &key,
                 "--btl",
                 which,
                 "--test",
@@ -150,7 +166,8 @@ fn connect_runs_against_serve() {
         // The same server named by an endpoint address, in Motr's form.
         let at: std::net::SocketAddr = address.parse().expect("an address");
         let endpoint = format!("inet:{which}:{}@{}", at.ip(), at.port());
-        let out = run(&[
+        // The key from the environment, as the server's line gives it.
+        let out = btl_cmd(&[
             "connect",
             &endpoint,
             "--btl",
@@ -160,7 +177,15 @@ fn connect_runs_against_serve() {
             "--iters",
             "5",
             "--json",
-        ]);
+        ])
+        .env("BTL_JOB_KEY", &key)
+        .output()
+        .expect("btl runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(!rows(&out).is_empty(), "{endpoint}");
         // One naming the other component is refused, saying which to use.
         let other = if which == "tcp" { "udp" } else { "tcp" };

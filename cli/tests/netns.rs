@@ -90,12 +90,14 @@ impl Hosts {
         }
     }
 
-    /// `btl ARGS` on host `ns` with `env`.
+    /// `btl ARGS` on host `ns` with `env`, and the job key both hosts
+    /// share.
     fn btl(&self, ns: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_btl")])
             .args(args)
             .env_remove("BTL_PARAM_FILE")
+            .env("BTL_JOB_KEY", "the job key of the netns tests")
             .env("XDG_CONFIG_HOME", self.dir.join("no-config"));
         for (k, v) in env {
             cmd.env(k, v);

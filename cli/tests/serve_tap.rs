@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use btl_tests::netns::{Namespaces, Reaper, finish, unsupported};
 
+/// The job key server and client share.
+const KEY: &str = "the job key of the TAP tests";
+
 fn measure_against_a_tap_server(component: &str) {
     if let Some(why) = unsupported(true) {
         eprintln!("skipped: {why}");
@@ -23,6 +26,7 @@ fn measure_against_a_tap_server(component: &str) {
             .args(["netns", "exec", name, env!("CARGO_BIN_EXE_btl"), "serve"])
             .args(["--btl", component, "--tap", "tap0"])
             .args(["--address", &format!("{net}.2/24")])
+            .env("BTL_JOB_KEY", KEY)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -47,6 +51,7 @@ fn measure_against_a_tap_server(component: &str) {
             "64k",
         ])
         .args(["--iters", "20", "--json"])
+        .env("BTL_JOB_KEY", KEY)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

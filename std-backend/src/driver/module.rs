@@ -223,6 +223,10 @@ pub struct Module<T: Transport> {
     spin: Duration,
     /// When to look at the engine's timers next.
     timer_check_at: time::Instant,
+    /// The engine's next timer as the last wait in the poller was bounded
+    /// by it ([`time::Instant::NEVER`]: none): a wake before it came from a
+    /// socket, and need not look at the timers. `None` when unknown.
+    waited_for_timer: Option<time::Instant>,
     /// Passes made, to ask the poller only every [`POLLER_EVERY`].
     passes: u32,
     /// The engine's clock as last read.
@@ -342,6 +346,7 @@ impl<T: Transport> Module<T> {
             poller: Some(poller),
             spin,
             timer_check_at: time::Instant::ZERO,
+            waited_for_timer: None,
             passes: 0,
             clock: time::Instant::ZERO,
             waits: WaitCosts::default(),
@@ -487,7 +492,12 @@ impl<T: Transport> Module<T> {
             // Bytes left unread wait for no event.
             Some(_) if self.transport.left_unread() => Some(Duration::ZERO),
             // Not past the engine's next timer.
-            Some(w) => Some(self.until_timer().map_or(w, |t| t.min(w))),
+            Some(w) => {
+                let at = self.timer_at();
+                self.waited_for_timer = Some(at.unwrap_or(time::Instant::NEVER));
+                let until = at.map(|t| Duration::from(self.now().until(t)));
+                Some(until.map_or(w, |t| t.min(w)))
+            }
             None => Some(Duration::ZERO),
         };
         let Some(mut poller) = self.poller.take() else {
@@ -501,9 +511,10 @@ impl<T: Transport> Module<T> {
 
     /// Serves what the poller reported: the sockets' events and the reads
     /// they call for (with those a pass left unread), then the engine's
-    /// timers (every time if the poller `waited`, so that a wake for a
-    /// timer serves it) and requests. Whether any socket event came, or
-    /// bytes.
+    /// timers (if the poller `waited`, when the wake may have been for a
+    /// timer: unless the wait was bounded by a timer still to come, which
+    /// saves a scan of every peer on a wake that a socket made) and
+    /// requests. Whether any socket event came, or bytes.
     pub(crate) fn on_socket_events(
         &mut self,
         poller: &<T::Net as Net>::Poller,
@@ -511,7 +522,8 @@ impl<T: Transport> Module<T> {
     ) -> bool {
         let now = self.now();
         self.clock = now;
-        let check_timers = self.timers_due(now) || waited;
+        let for_timer = self.waited_for_timer.take().is_none_or(|at| now >= at);
+        let check_timers = self.timers_due(now) || (waited && for_timer);
         let Module {
             engine,
             transport,

@@ -1052,3 +1052,46 @@ fn one_address_holds_only_its_share_of_the_peer_and_link_slots_without_a_key() {
     }
     assert_eq!(server.usage().peers, 3);
 }
+
+/// Attack 10 of the second hardening pass: a peer that asks faster than it
+/// takes the answers (a flood of GETs, or KEYs, whose answers it never
+/// acknowledges) breaks the protocol, and is told so: its link closes
+/// with `ProtocolError`, not as a shutdown, and the log says why.
+#[test]
+fn a_peer_that_never_takes_its_answers_is_told_it_broke_the_protocol() {
+    let mut server = engine(SERVER);
+    let mut c = roomy_client(1);
+    let (_, link) = open(&mut c, &mut server, Source(1), 0);
+    let mut frames = Vec::new();
+    for seq in 1..=200u64 {
+        let get = PacketRepr::Get(wire::GetRepr {
+            xfer_id: seq,
+            src_handle: 0xdead,
+            src_offset: 0,
+            len: 1,
+            target_job: SERVER.job,
+            target_rank: 1,
+            dst_handle: 0,
+            dst_offset: 0,
+        });
+        let header = HeaderRepr {
+            seq,
+            ..HeaderRepr::new(&get)
+        };
+        let mut frame = [0u8; wire::HEADER_LEN + wire::GetRepr::LEN];
+        let len = wire::emit(&header, &get, &mut frame).expect("a GET");
+        frames.extend_from_slice(&frame[..len]);
+    }
+    server
+        .handle_stream(link.acceptor, &frames, at(MS))
+        .expect("its link");
+    assert_eq!(drain(&mut server), ["error PeerLost(ProtocolViolation)"]);
+    let end = server.link_end(link.acceptor).expect("closing");
+    assert_eq!(
+        (end.reason, end.lost),
+        (
+            CloseReason::ProtocolError,
+            Some(LostReason::ProtocolViolation)
+        )
+    );
+}

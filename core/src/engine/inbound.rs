@@ -516,9 +516,9 @@ fn may_claim<S: Storage, const W: usize>(
     p: Option<EndpointId>,
     seq: u64,
 ) -> bool {
-    let share = fair_share(shared.events.claimable(), peers.len());
-    p.and_then(|p| peers.get(p))
-        .is_none_or(|peer| peer.may_hold(seq, share))
+    p.and_then(|p| peers.get(p)).is_none_or(|peer| {
+        peer.may_hold(seq, || fair_share(shared.events.claimable(), peers.len()))
+    })
 }
 
 /// The next `len` bytes of the payload being received, where they go: in

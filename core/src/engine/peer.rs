@@ -1193,9 +1193,9 @@ impl<const W: usize> Peer<W> {
     /// Whether the peer's SEND or NOTIFY numbered `seq` may claim an event
     /// place now: one delivered at once always may; one to be held past a
     /// gap only while the peer holds fewer than `share` packets so (its
-    /// fair share of the event places).
-    pub fn may_hold(&self, seq: u64, share: usize) -> bool {
-        seq == self.recv.expected() || self.recv.held() < share
+    /// fair share of the event places, worked out only then).
+    pub fn may_hold(&self, seq: u64, share: impl FnOnce() -> usize) -> bool {
+        seq == self.recv.expected() || self.recv.held() < share()
     }
 
     /// Whether a SEND or PUT numbered `seq` was received before: its

@@ -17,6 +17,8 @@ const B: ProcName = ProcName::new(6, 1);
 const C: ProcName = ProcName::new(6, 2);
 /// A process nobody runs.
 const D: ProcName = ProcName::new(6, 3);
+/// The job key the processes share.
+const KEY: &[u8] = b"the third-party job";
 const MS: Duration = Duration::from_millis(1);
 
 /// One connection: (engine, link) at each end, a pipe towards each.
@@ -38,13 +40,15 @@ struct Mesh {
 }
 
 impl Mesh {
-    fn new(names: &[ProcName]) -> Self {
+    /// Engines for `names`, holding job key `key`, if any.
+    fn with_key(names: &[ProcName], key: Option<&[u8]>) -> Self {
         Mesh {
             engines: names
                 .iter()
                 .map(|&n| {
                     let mut config = EngineConfig::new(n);
                     config.checksum = true;
+                    config.job_key = key.map(|k| heapless::Vec::from_slice(k).expect("short"));
                     config.peer_timeout = 200 * MS;
                     config.rtt = RttConfig {
                         initial_rto: 5 * MS,
@@ -177,7 +181,12 @@ fn whole(h: MemHandle, len: u64) -> RemoteSlice {
 /// C `LEN` writable zeros. Returns the mesh, B at A, and the handles.
 const LEN: u64 = 100_000;
 fn three() -> (Mesh, EndpointId, MemHandle, MemHandle) {
-    let mut mesh = Mesh::new(&[A, B, C]);
+    three_keyed(Some(KEY))
+}
+
+/// As [`three`], the processes holding job key `key`, if any.
+fn three_keyed(key: Option<&[u8]>) -> (Mesh, EndpointId, MemHandle, MemHandle) {
+    let mut mesh = Mesh::with_key(&[A, B, C], key);
     let b_at_a = mesh.know(0, &[B])[0];
     mesh.know(1, &[A, C]);
     mesh.know(2, &[B]);
@@ -369,4 +378,44 @@ fn an_empty_or_mismatched_third_party_get_needs_no_peer() {
         a.get_third_party(unknown, whole(hs, 10), C, whole(hd, 10), 3),
         Err(BtlError::Unreachable)
     );
+}
+
+/// Without a job key, B serves no third-party get: each is answered
+/// `NoTarget`, for a process B knows (C) as for one it does not (D), so
+/// a stranger can neither have B push its memory to another process nor
+/// tell from the answers which processes B knows. Gets into B itself,
+/// or back to A, are served as ever.
+#[test]
+fn without_a_key_no_third_party_get_is_served_nor_tells_who_is_known() {
+    let (mut mesh, b_at_a, hs, hd) = three_keyed(None);
+    let a = &mut mesh.engines[0];
+    let _ = a.get_third_party(b_at_a, whole(hs, 100), C, whole(hd, 100), 1);
+    let _ = a.get_third_party(b_at_a, whole(hs, 100), D, whole(hd, 100), 2);
+    let bad = RemoteSlice {
+        key: btl_core::btl::RemoteKey(0xdead),
+        offset: 0,
+        len: 100,
+    };
+    let _ = a.get_third_party(b_at_a, bad, C, whole(hd, 100), 3);
+    mesh.run(500);
+    let mut events = drain(&mut mesh.engines[0]);
+    events.sort();
+    let no_target = |ctx| {
+        format!(
+            "get {ctx} {:?}",
+            Err::<(), _>(BtlError::Rejected(RejectCode::NoTarget))
+        )
+    };
+    assert_eq!(events, [no_target(1), no_target(2), no_target(3)]);
+    assert!(
+        mesh.engines[2]
+            .region(hd)
+            .expect("dst")
+            .iter()
+            .all(|&b| b == 0),
+        "nothing reached C"
+    );
+    for e in &mesh.engines {
+        assert_eq!(in_use(e), 0);
+    }
 }

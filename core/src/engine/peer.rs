@@ -1453,6 +1453,13 @@ impl<const W: usize> Peer<W> {
             return;
         }
         if target != self.proc {
+            // Only within a job whose peers proved its key: a stranger
+            // would have this process push its memory to whichever process
+            // it names, and learn from the answers which ones it knows.
+            // Without a key every such get is answered alike.
+            if shared.config.job_key.is_none() {
+                return self.answer(reject(RejectCode::NoTarget), shared);
+            }
             match shared.ops.free_slot() {
                 Some(i) => shared.ops.post(i, Mail::Route { from: self.id, get }),
                 None => self.answer(reject(RejectCode::Busy), shared),

@@ -46,8 +46,8 @@ use btl_core::wire::{CloseReason, GetRepr, HEADER_LEN, PacketRepr, PutRepr};
 use peer::{
     Acking, BENCH_HEADER, DatagramPeer, FakePeer, NOTHING_RECEIVED, PING_TAG, Pacer, Rng,
     ack_frame, bench_send, checksummed_put, close_frame, dial, drain_until_closed,
-    first_registration_key, get_frame, hello, hello_ack_frame, hello_frame, is_probe, ping,
-    ping_acking, server_name, udp_socket, unknown_type_frame,
+    first_registration_key, get_frame, hello, hello_ack_frame, hello_frame, is_probe, pass_cookie,
+    ping, ping_acking, server_name, udp_socket, unknown_type_frame,
 };
 use server::{Btl, Cpus, Footprint, LegitRun, Plan, Server, Verdict, median};
 
@@ -956,10 +956,15 @@ fn a_ping_and_a_close_in_four_datagrams() {
                 continue;
             };
             let me = fake(name, 0x2000 + i as u32);
-            // HELLO, an all-zero HELLO_ACK, PING, CLOSE: sent at once,
-            // replies never read.
+            // Past the server's cookie, HELLO, an all-zero HELLO_ACK, PING,
+            // CLOSE: sent at once, replies never read.
+            let first = hello_frame(hello(me, 0, &mut rng));
+            if pass_cookie(&socket, ctl.target, &first).is_err() {
+                failed += 1;
+                continue;
+            }
             for datagram in [
-                hello_frame(hello(me, 0, &mut rng)),
+                first,
                 hello_ack_frame(),
                 ping(1, 8),
                 close_frame(2, CloseReason::Shutdown),
@@ -986,9 +991,9 @@ fn server_name_udp(
     rng: &mut Rng,
 ) -> Option<ProcName> {
     let me = ProcName::new(0, FAKE_RANKS - 1);
-    socket
-        .send_to(&hello_frame(hello(me, 0, rng)), target)
-        .ok()?;
+    let first = hello_frame(hello(me, 0, rng));
+    pass_cookie(socket, target, &first).ok()?;
+    socket.send_to(&first, target).ok()?;
     let mut buf = [0u8; 2048];
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
@@ -1893,4 +1898,110 @@ fn one_client_after_another() {
     );
     let served = bench.runs;
     bench.finish(Some(served));
+}
+
+// ----- 15. amplification through a UDP server (#23: 6) ----------------------
+
+/// Sockets the amplification attack sends from, each an address that
+/// never shows it receives there (as a forged source would not).
+const UNVALIDATED: u32 = 20;
+/// How many bytes a server may send an address that has not shown it
+/// receives there, per byte received from it: QUIC's bound.
+const AMPLIFICATION_BOUND: u64 = 3;
+/// How long the attack's sockets go on counting what comes once they
+/// stop sending: past the server's handshake timeout (2 s), so that
+/// whatever it would repeat to them has come.
+const AMPLIFICATION_TAIL: Duration = Duration::from_millis(2500);
+
+/// A UDP server is sent, from addresses that never answer, what would make
+/// it send the most: HELLOs, and HELLO, an all-zero HELLO_ACK and a GET of
+/// its 4 MiB send buffer (its registration key is the first a table
+/// gives), as a forger naming a victim's address would. Before the second
+/// pass it answered each HELLO with HELLO and HELLO_ACK, repeated every
+/// 50 ms for 5 s (165 times what came), and served the GET (325,000
+/// times). Now it answers a stranger's HELLO with a COOKIE and nothing
+/// else until the address echoes it: every address is sent at most
+/// [`AMPLIFICATION_BOUND`] times what it sent, and nothing is kept.
+#[test]
+fn amplification_through_a_udp_server() {
+    let mut bench = Bench::prepare(Btl::Udp);
+    let counts = Arc::new(Mutex::new((0u64, 0u64)));
+    let theirs = Arc::clone(&counts);
+    // Twenty sources (address and port), each refused by name at first.
+    let terms = Terms {
+        log_lines: LOG_LINES_MANY_SOURCES,
+        ..FAIR_SHARES
+    };
+    bench.attack_under("amplification", terms, move |ctl| {
+        let mut rng = Rng::new(15);
+        let sockets: Vec<_> = (0..UNVALIDATED)
+            .filter_map(|_| udp_socket(ATTACKER).ok())
+            .collect();
+        for s in &sockets {
+            let _ = s.set_nonblocking(true);
+        }
+        let key = first_registration_key();
+        let get = GetRepr {
+            xfer_id: 1,
+            src_handle: key,
+            src_offset: 0,
+            len: 4 << 20,
+            target_job: 0,
+            target_rank: 0,
+            dst_handle: 0,
+            dst_offset: 0,
+        };
+        let (mut sent, mut received) = (0u64, 0u64);
+        let mut buf = vec![0u8; 1 << 16];
+        let mut drain = |sockets: &[std::net::UdpSocket], received: &mut u64| {
+            for s in sockets {
+                while let Ok((n, _)) = s.recv_from(&mut buf) {
+                    *received += n as u64;
+                }
+            }
+        };
+        let started = Instant::now();
+        let mut round = 0u32;
+        while started.elapsed() < ATTACK_SPAN && !ctl.late() {
+            for (i, s) in sockets.iter().enumerate() {
+                let me = fake(ProcName::new(0, 0), 0x7000 + i as u32 + round * UNVALIDATED);
+                let hello = hello_frame(hello(me, 0, &mut rng));
+                let burst: Vec<Vec<u8>> = if i % 2 == 0 {
+                    vec![hello]
+                } else {
+                    vec![hello, hello_ack_frame(), get_frame(1, get)]
+                };
+                for d in burst {
+                    if s.send_to(&d, ctl.target).is_ok() {
+                        sent += d.len() as u64;
+                    }
+                }
+            }
+            round += 1;
+            drain(&sockets, &mut received);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ctl.worked();
+        let tail = Instant::now();
+        while tail.elapsed() < AMPLIFICATION_TAIL {
+            drain(&sockets, &mut received);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        *theirs.lock().unwrap_or_else(|e| e.into_inner()) = (sent, received);
+        format!(
+            "{} addresses sent {sent} B of HELLOs (and HELLO_ACK and GET) and never echoed a cookie; the server sent them {received} B",
+            sockets.len()
+        )
+    });
+    let (sent, received) = *counts.lock().unwrap_or_else(|e| e.into_inner());
+    bench
+        .verdict
+        .check(sent > 0, || "amplification: nothing was sent".to_owned());
+    bench.verdict.check(received <= AMPLIFICATION_BOUND * sent, || {
+        format!(
+            "amplification: the server sent {received} B to addresses that sent it {sent} B and never showed they receive there ({:.1}x, at most {AMPLIFICATION_BOUND}x)",
+            received as f64 / sent.max(1) as f64
+        )
+    });
+    bench.finish(None);
 }

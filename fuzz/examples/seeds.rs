@@ -18,9 +18,9 @@ use btl_cli::bench::{HEADER, Header};
 use btl_core::btl::Tag;
 use btl_core::engine::handshake::LocalHello;
 use btl_core::wire::{
-    self, AckRepr, CloseReason, CloseRepr, DeviceKey, DoneRepr, Flags, GetRepr, HeaderRepr,
-    HelloAckRepr, KeyInfoRepr, KeyRegion, KeyRepr, NONCE_LEN, NotifyRepr, PacketRepr, PutRepr,
-    RejectCode, RejectRepr, SendRepr, hello_proof,
+    self, AckRepr, CloseReason, CloseRepr, CookieRepr, DeviceKey, DoneRepr, Flags, GetRepr,
+    HeaderRepr, HelloAckRepr, KeyInfoRepr, KeyRegion, KeyRepr, NONCE_LEN, NotifyRepr, PacketRepr,
+    PutRepr, RejectCode, RejectRepr, SendRepr, hello_proof,
 };
 use btl_core::xfer::wire as xfer;
 use btl_fuzz::bench_message;
@@ -129,6 +129,12 @@ fn every_packet() -> Vec<(&'static str, PacketRepr<'static>, u64)> {
                 }),
             }),
             8,
+        ),
+        // Unnumbered: over datagrams, a server's answer to a stranger.
+        (
+            "cookie",
+            PacketRepr::Cookie(CookieRepr { cookie: [0xc0; 16] }),
+            0,
         ),
         (
             "close",

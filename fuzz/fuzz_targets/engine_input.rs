@@ -10,7 +10,9 @@
 use btl_core::btl::Btl;
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{Datagram, Engine, Framing, Inline, Lent, LinkId, Source, Stream};
+use btl_core::engine::{
+    COOKIE_FRAME_LEN, Datagram, Engine, Framing, Inline, Lent, LinkId, Source, Stream,
+};
 use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
 use btl_fuzz::engine_input::{Carried, carried, pieces};
@@ -123,7 +125,11 @@ fuzz_target!(|data: &[u8]| {
         Carried::Stream { .. } => run(Stream, rest, how, |e, link, piece, now| {
             let _ = e.handle_stream(link, piece, now);
         }),
+        // Each datagram also as a stranger's (the address validation a
+        // datagram server runs first), then on the link.
         Carried::Datagram => run(Datagram { mtu: 1500 }, rest, how, |e, link, piece, now| {
+            let mut answer = [0u8; COOKIE_FRAME_LEN];
+            let _ = e.handle_stranger(&[127, 0, 0, 1, 0, 1], piece, now, &mut answer);
             let _ = e.handle_datagram(link, piece, now);
         }),
     }

@@ -510,6 +510,34 @@ pub fn udp_socket(source: IpAddr) -> io::Result<UdpSocket> {
     Ok(socket)
 }
 
+/// Shows the UDP server at `server` that `socket` receives at its
+/// address, as a client must before the server keeps anything for it:
+/// sends `hello`, and echoes the COOKIE the server answers it with.
+/// Whatever else comes first is skipped.
+pub fn pass_cookie(socket: &UdpSocket, server: SocketAddr, hello: &[u8]) -> io::Result<()> {
+    let deadline = Instant::now() + HANDSHAKE_WAIT;
+    let mut buf = vec![0u8; 1 << 16];
+    while Instant::now() < deadline {
+        socket.send_to(hello, server)?;
+        let Ok((n, from)) = socket.recv_from(&mut buf) else {
+            continue;
+        };
+        if from != server {
+            continue;
+        }
+        if let Ok((_, PacketRepr::Cookie(_))) =
+            wire::parse_datagram(&buf[..n], &Limits::new(MAX_BODY))
+        {
+            socket.send_to(&buf[..n], server)?;
+            return Ok(());
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        "no COOKIE from the server",
+    ))
+}
+
 /// A fake process over UDP that completed a real handshake with the
 /// server from a socket of its own.
 #[derive(Debug)]
@@ -526,8 +554,9 @@ impl DatagramPeer {
     const HELLO_REPEAT: Duration = Duration::from_millis(250);
 
     /// Completes a handshake with `server` as process `me` from a socket
-    /// bound to `source`: HELLO (again while unanswered), the server's
-    /// HELLO and HELLO_ACK, our HELLO_ACK.
+    /// bound to `source`: HELLO, the server's COOKIE echoed, HELLO again
+    /// (and again while unanswered), the server's HELLO and HELLO_ACK, our
+    /// HELLO_ACK.
     pub fn join(
         server: SocketAddr,
         source: IpAddr,
@@ -537,6 +566,7 @@ impl DatagramPeer {
         let socket = udp_socket(source)?;
         socket.set_read_timeout(Some(Self::HELLO_REPEAT))?;
         let hello = hello_frame(hello(me, 0, rng));
+        pass_cookie(&socket, server, &hello)?;
         let limits = Limits::new(MAX_BODY);
         let deadline = Instant::now() + HANDSHAKE_WAIT;
         let (mut hello_seen, mut acked, mut buf) = (false, false, vec![0u8; 1 << 16]);

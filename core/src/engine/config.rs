@@ -74,6 +74,12 @@ pub struct EngineConfig {
     /// take them all; with a key, every peer proved it belongs to the job,
     /// and none is held to this.
     pub source_share: u8,
+    /// The secret this side's address cookies are made with, over
+    /// datagrams ([`Engine::handle_stranger`](super::Engine::handle_stranger)):
+    /// a driver draws it at random when the process starts. With the
+    /// default (zeros) anyone can make this side's cookies, and they prove
+    /// nothing.
+    pub cookie_secret: [u8; 16],
     /// This start of the process, sent in every HELLO: a driver sets a
     /// fresh value each time the process starts (a random number, a boot
     /// counter), so that its peers tell a restart from a reconnection and
@@ -108,6 +114,7 @@ impl EngineConfig {
             handshake_budget: 32,
             handshake_budget_per_source: 8,
             source_share: 10,
+            cookie_secret: [0; 16],
             epoch: 0,
         }
     }

@@ -6,9 +6,9 @@ use crate::btl::{MemSlice, RejectCode, Tag};
 use crate::endpoint::EndpointId;
 use crate::time::Instant;
 use crate::wire::{
-    self, AckRepr, CloseReason, CloseRepr, DoneRepr, Flags, GetRepr, Header, HeaderRepr,
-    HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketType, PutRepr,
-    RejectRepr, SendRepr, WireError,
+    self, AckRepr, CloseReason, CloseRepr, CookieRepr, DoneRepr, Flags, GetRepr, Header,
+    HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketType,
+    PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 use super::framing::{Datagram, Framing, Stream};
@@ -303,6 +303,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             PacketType::Close => control(ControlIn::Close {
                 reason: CloseRepr::parse(chunk(fixed)?).map_err(bad)?.reason,
             }),
+            // Only a datagram server sends it, to a stranger's HELLO.
+            PacketType::Cookie if !F::LOSSY => return Err(CloseReason::ProtocolError),
+            PacketType::Cookie => control(ControlIn::Cookie(CookieRepr::parse(chunk(fixed)?))),
             _ if !open => {
                 framing.before_open()?;
                 discard
@@ -447,6 +450,10 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             }
             Receiving::Control(ControlIn::Close { reason }) => {
                 self.on_close(link, peer, reason);
+                Ok(())
+            }
+            Receiving::Control(ControlIn::Cookie(cookie)) => {
+                l.on_cookie(cookie, key);
                 Ok(())
             }
             other => {

@@ -13,8 +13,8 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    AckRepr, CloseReason, CloseRepr, DoneRepr, GetRepr, HelloAckRepr, HelloRepr, KeyInfoRepr,
-    KeyRepr, Limits, NotifyRepr, PutRepr, RejectRepr,
+    AckRepr, CloseReason, CloseRepr, CookieRepr, DoneRepr, GetRepr, HelloAckRepr, HelloRepr,
+    KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PutRepr, RejectRepr,
 };
 
 use super::config::EngineConfig;
@@ -147,6 +147,9 @@ pub enum ControlIn {
         /// The answer.
         info: KeyInfoRepr,
     },
+    /// Over datagrams, the server asks this side to show it receives at
+    /// its address (see [`CookieRepr`]).
+    Cookie(CookieRepr),
 }
 
 /// A link's deadlines.
@@ -194,6 +197,9 @@ pub struct Link<const W: usize> {
     opened_at: Instant,
     /// When the handshake packets last went out.
     hello_sent_at: Instant,
+    /// How often they went out again (over datagrams): each repetition
+    /// waits twice as long as the one before.
+    hello_repeats: u8,
     /// Why the link is closing and whether the peer said so, once it is.
     end: Option<(CloseReason, bool)>,
     /// Where a link the peer opened comes from; `None` for one this side
@@ -234,6 +240,7 @@ impl<const W: usize> Link<W> {
             outbox: Outbox::new(),
             opened_at: now,
             hello_sent_at: now,
+            hello_repeats: 0,
             end: None,
             source,
             heard: false,
@@ -376,6 +383,19 @@ impl<const W: usize> Link<W> {
         Ok(Handshaken::Continue)
     }
 
+    /// The server's COOKIE, over datagrams: a link this side opened that
+    /// has not heard the server's HELLO yet sends the cookie back, then its
+    /// HELLO again, at once. Anywhere else it changes nothing (a late or
+    /// forged one).
+    pub fn on_cookie(&mut self, cookie: CookieRepr, key: Option<&[u8]>) {
+        if self.source.is_some() || !self.is_handshaking() || self.handshake.peer().is_some() {
+            return;
+        }
+        let _ = self.outbox.push_control(ControlFrame::cookie(cookie));
+        self.handshake.repeat();
+        self.queue_handshake(key);
+    }
+
     /// The peer's HELLO_ACK; over a lossy transport a repetition (or one
     /// before the peer's HELLO) is dropped.
     pub fn on_hello_ack<F: Framing>(
@@ -489,9 +509,9 @@ impl<const W: usize> Link<W> {
             );
             t.set(
                 LinkTimer::HelloRepeat,
-                framing
-                    .hello_repeat(config)
-                    .map(|after: Duration| self.hello_sent_at + after),
+                framing.hello_repeat(config).map(|after: Duration| {
+                    self.hello_sent_at + backoff(after, self.hello_repeats, config)
+                }),
             );
         }
     }
@@ -499,9 +519,21 @@ impl<const W: usize> Link<W> {
     /// Sends the handshake's packets again at `now` (over datagrams).
     pub fn repeat_hello(&mut self, now: Instant, key: Option<&[u8]>) {
         self.hello_sent_at = now;
+        self.hello_repeats = self.hello_repeats.saturating_add(1);
         self.handshake.repeat();
         self.queue_handshake(key);
     }
+}
+
+/// How long the handshake's `repeats`th repetition waits after the one
+/// before: `first`, doubled each time up to the largest retransmission
+/// timeout, as TCP repeats a SYN. A peer that never answers (a forged
+/// source) is sent a handful of HELLOs before the handshake times out, not
+/// one every initial timeout.
+fn backoff(first: Duration, repeats: u8, config: &EngineConfig) -> Duration {
+    let max = config.rtt.normalized().max_rto;
+    let doubled = first.saturating_mul(1u64 << repeats.min(32));
+    doubled.min(max)
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@
 //! pipes, or over a faulty datagram network) are in the `btl-tests` crate.
 
 mod acks;
+mod address;
 mod admission;
 pub mod config;
 mod credits;
@@ -59,6 +60,7 @@ mod testkit;
 mod timers;
 pub mod window;
 
+pub use address::{COOKIE_FRAME_LEN, Refusal, Stranger};
 pub use events::EventSlot;
 pub use forgotten::Start;
 pub use framing::{Datagram, Framing, Stream};

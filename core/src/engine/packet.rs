@@ -9,9 +9,9 @@ use crate::btl::{MemError, MemSlice, RegSlot, Registrations};
 use crate::desc::Descriptor;
 use crate::pool::PoolsRef;
 use crate::wire::{
-    self, AckRepr, CHECKSUM_LEN, CloseRepr, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN,
-    HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, NotifyRepr, PacketRepr, PacketType,
-    PutRepr, RejectRepr, SendRepr,
+    self, AckRepr, CHECKSUM_LEN, CloseRepr, CookieRepr, Crc32c, DoneRepr, Flags, GetRepr,
+    HEADER_LEN, HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, NotifyRepr, PacketRepr,
+    PacketType, PutRepr, RejectRepr, SendRepr,
 };
 
 /// Bytes a descriptor keeps in front of its payload for the engine's
@@ -87,6 +87,11 @@ impl ControlFrame {
     /// A CLOSE saying why.
     pub fn close(close: CloseRepr) -> Self {
         Self::new(PacketRepr::Close(close), 0, 0, 0, Flags::empty())
+    }
+
+    /// A COOKIE (a server's, or a client's echo of it).
+    pub fn cookie(cookie: CookieRepr) -> Self {
+        Self::new(PacketRepr::Cookie(cookie), 0, 0, 0, Flags::empty())
     }
 
     /// The frame's bytes.

@@ -209,3 +209,135 @@ fn the_driver_is_asked_to_connect_only_when_the_upper_layer_needs_a_peer() {
     }
     assert_eq!(failed, 1);
 }
+
+/// A HELLO frame from process `rank` of job 7.
+fn a_hello(rank: u32) -> StdVec<u8> {
+    let packet = PacketRepr::Hello(crate::wire::HelloRepr {
+        version_minor: crate::wire::VERSION_MINOR,
+        link_index: 0,
+        job: 7,
+        rank,
+        capabilities: crate::wire::Capabilities::empty(),
+        nonce: [rank as u8; NONCE_LEN],
+        max_body: 1 << 16,
+        initial_credits: 4,
+        epoch: 1,
+    });
+    let mut buf = [0u8; 128];
+    let len = emit(&HeaderRepr::new(&packet), &packet, &mut buf).expect("room");
+    buf[..len].to_vec()
+}
+
+#[test]
+fn a_strangers_hello_is_answered_with_a_smaller_cookie_and_only_its_echo_admits_it() {
+    let e = engine(
+        EngineConfig {
+            cookie_secret: [9; 16],
+            ..config()
+        },
+        Datagram { mtu: 1500 },
+    );
+    let (here, there) = (&[127, 0, 0, 1, 0, 80][..], &[127, 0, 0, 2, 0, 80][..]);
+    let hello = a_hello(3);
+    let mut answer = [0u8; COOKIE_FRAME_LEN];
+    let Stranger::Answer(n) = e.handle_stranger(here, &hello, ms(10), &mut answer) else {
+        panic!("a HELLO is answered");
+    };
+    assert!(
+        2 * n <= hello.len(),
+        "{n} bytes for {}: half at most",
+        hello.len()
+    );
+    let cookie = answer[..n].to_vec();
+    assert_eq!(kinds(&cookie), [PacketType::Cookie]);
+    assert_eq!(e.usage().links, 0, "nothing kept");
+    // Its echo, from the address it was made for, within two windows.
+    let window = config().handshake_timeout;
+    assert_eq!(
+        e.handle_stranger(here, &cookie, ms(10) + window, &mut answer),
+        Stranger::Admit
+    );
+    let refused = |r| Stranger::Refuse(r);
+    assert_eq!(
+        e.handle_stranger(there, &cookie, ms(10), &mut answer),
+        refused(Refusal::BadCookie),
+        "another address"
+    );
+    assert_eq!(
+        e.handle_stranger(here, &cookie, ms(10) + window + window, &mut answer),
+        refused(Refusal::BadCookie),
+        "too late"
+    );
+    assert_eq!(
+        e.handle_stranger(here, &an_ack(), ms(10), &mut answer),
+        refused(Refusal::NotAHandshake)
+    );
+    assert!(matches!(
+        e.handle_stranger(here, &[0xff; 40], ms(10), &mut answer),
+        Stranger::Refuse(Refusal::Garbage(_))
+    ));
+    let other = engine(
+        EngineConfig {
+            cookie_secret: [8; 16],
+            ..config()
+        },
+        Datagram { mtu: 1500 },
+    );
+    assert_eq!(
+        other.handle_stranger(here, &cookie, ms(10), &mut answer),
+        refused(Refusal::BadCookie),
+        "another server's secret"
+    );
+}
+
+#[test]
+fn a_client_told_a_cookie_echoes_it_then_says_hello_again() {
+    use crate::btl::Btl;
+    let mut e = engine(config(), Datagram { mtu: 1500 });
+    let mut eps = [None];
+    let mut word = [0u64];
+    let server = crate::endpoint::ProcName::new(7, 9);
+    e.add_procs(
+        &[server],
+        &mut eps,
+        &mut crate::endpoint::Reachability::new(&mut word),
+    )
+    .expect("added");
+    let _ = e.alloc(
+        eps[0].expect("reachable"),
+        crate::desc::Order(0),
+        8,
+        crate::desc::DescFlags::empty(),
+    );
+    let req = e.poll_connect().expect("a connection asked for");
+    let link = e
+        .handle_connected(req, [1; NONCE_LEN], ms(0))
+        .expect("a link");
+    let datagrams = |e: &mut Engine<super::testkit::Boxed, Datagram, 8>| {
+        let mut out = StdVec::new();
+        while let Some(bytes) = e.poll_transmit(link).map(|t| t.segments.concat()) {
+            out.push(bytes);
+            e.handle_written(link, 0);
+        }
+        out
+    };
+    let sent = datagrams(&mut e);
+    assert_eq!(sent.len(), 1, "its HELLO");
+    let cookie = crate::wire::CookieRepr { cookie: [5; 16] };
+    let frame = packet::ControlFrame::cookie(cookie);
+    e.handle_datagram(link, frame.as_bytes(), ms(1))
+        .expect("its link");
+    let after = datagrams(&mut e);
+    assert_eq!(after.len(), 2, "the echo, then the HELLO");
+    assert_eq!(after[0], frame.as_bytes(), "the cookie as it came");
+    assert_eq!(after[1], sent[0], "the same HELLO again");
+    // Once the server's HELLO has come, a cookie changes nothing.
+    e.handle_datagram(link, &a_hello(9), ms(2))
+        .expect("its link");
+    while e.poll_transmit(link).is_some() {
+        e.handle_written(link, 0);
+    }
+    e.handle_datagram(link, frame.as_bytes(), ms(3))
+        .expect("its link");
+    assert!(e.poll_transmit(link).is_none(), "no echo now");
+}

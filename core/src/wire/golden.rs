@@ -97,6 +97,12 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         }),
     });
     let hello = PacketRepr::Hello(HELLO_A);
+    let cookie = PacketRepr::Cookie(CookieRepr {
+        cookie: [
+            0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad,
+            0xae, 0xaf,
+        ],
+    });
     std::vec![
         ("hello", HeaderRepr::new(&hello), hello),
         ("hello_ack", HeaderRepr::new(&hello_ack), hello_ack),
@@ -128,6 +134,7 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         ("notify", reliable(&notify, 14), notify),
         ("key", reliable(&key, 15), key),
         ("key_info", reliable(&key_info, 16), key_info),
+        ("cookie", HeaderRepr::new(&cookie), cookie),
     ]
 }
 
@@ -260,6 +267,7 @@ fn golden_lengths() {
             ("notify", 72),
             ("key", 40),
             ("key_info", 72),
+            ("cookie", 48),
         ]
     );
 }

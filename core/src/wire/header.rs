@@ -16,8 +16,9 @@ use bitflags::bitflags;
 
 use super::field::{Fields, FieldsMut, check_reserved};
 use super::{
-    AckRepr, CHECKSUM_LEN, CloseRepr, DoneRepr, GetRepr, HEADER_LEN, HelloAckRepr, HelloRepr,
-    KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketRepr, PutRepr, RejectRepr, SendRepr, WireError,
+    AckRepr, CHECKSUM_LEN, CloseRepr, CookieRepr, DoneRepr, GetRepr, HEADER_LEN, HelloAckRepr,
+    HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketRepr, PutRepr, RejectRepr, SendRepr,
+    WireError,
 };
 
 const TYPE: usize = 0;
@@ -58,11 +59,14 @@ pub enum PacketType {
     Key = 11,
     /// Answers a KEY (since minor version 2).
     KeyInfo = 12,
+    /// Over datagrams, a server's answer to a stranger's HELLO, and the
+    /// stranger's echo of it (since minor version 3).
+    Cookie = 13,
 }
 
 impl PacketType {
     /// Every packet type, in type-number order.
-    pub const ALL: [PacketType; 12] = [
+    pub const ALL: [PacketType; 13] = [
         Self::Hello,
         Self::HelloAck,
         Self::Send,
@@ -75,6 +79,7 @@ impl PacketType {
         Self::Notify,
         Self::Key,
         Self::KeyInfo,
+        Self::Cookie,
     ];
 
     /// The type with wire number `raw`, if there is one.
@@ -92,6 +97,7 @@ impl PacketType {
             10 => Self::Notify,
             11 => Self::Key,
             12 => Self::KeyInfo,
+            13 => Self::Cookie,
             _ => return None,
         })
     }
@@ -111,15 +117,19 @@ impl PacketType {
             Self::Notify => "NOTIFY",
             Self::Key => "KEY",
             Self::KeyInfo => "KEY_INFO",
+            Self::Cookie => "COOKIE",
         }
     }
 
     /// Whether packets of this type carry a sequence number and are
-    /// acknowledged (and, over datagrams, retransmitted). HELLO, HELLO_ACK
-    /// and ACK are not: the handshake repeats itself and an ACK is
+    /// acknowledged (and, over datagrams, retransmitted). HELLO, HELLO_ACK,
+    /// COOKIE and ACK are not: the handshake repeats itself and an ACK is
     /// superseded by the next one.
     pub const fn is_reliable(self) -> bool {
-        !matches!(self, Self::Hello | Self::HelloAck | Self::Ack)
+        !matches!(
+            self,
+            Self::Hello | Self::HelloAck | Self::Cookie | Self::Ack
+        )
     }
 
     /// Whether the body has a variable-length payload after its fixed
@@ -146,6 +156,7 @@ impl PacketType {
             Self::Notify => NotifyRepr::LEN,
             Self::Key => KeyRepr::LEN,
             Self::KeyInfo => KeyInfoRepr::LEN,
+            Self::Cookie => CookieRepr::LEN,
         }
     }
 

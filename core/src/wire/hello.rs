@@ -27,8 +27,11 @@ pub const MAGIC: [u8; 4] = *b"BTL\0";
 pub const VERSION_MAJOR: u8 = 1;
 /// Minor protocol version: a higher minor only adds what a peer uses with
 /// those that announce it (minor 1 added NOTIFY, minor 2 KEY and
-/// KEY_INFO), so peers with the same major talk whatever their minors.
-pub const VERSION_MINOR: u8 = 2;
+/// KEY_INFO), so peers with the same major talk whatever their minors;
+/// minor 3 added COOKIE, which a datagram server sends every stranger
+/// before anything else, so that a client of minor 2 or less cannot open
+/// a link with it over datagrams.
+pub const VERSION_MINOR: u8 = 3;
 /// Bytes of the per-connection random nonce that the job-key proof binds.
 pub const NONCE_LEN: usize = 16;
 

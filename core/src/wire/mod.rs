@@ -55,6 +55,7 @@
 mod ack;
 mod checksum;
 mod close;
+mod cookie;
 mod done;
 mod error;
 pub mod field;
@@ -79,6 +80,7 @@ mod tests;
 pub use ack::AckRepr;
 pub use checksum::{Crc32c, check_trailer, crc32c};
 pub use close::{CloseReason, CloseRepr};
+pub use cookie::{COOKIE_CONTEXT, COOKIE_LEN, CookieRepr};
 pub use done::DoneRepr;
 pub use error::WireError;
 pub use get::GetRepr;

@@ -3,9 +3,9 @@
 
 use super::checksum::{Crc32c, check_trailer};
 use super::{
-    AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, DoneRepr, Flags, GetRepr, HEADER_LEN, Header,
-    HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketType,
-    PutRepr, RejectRepr, SendRepr, WireError,
+    AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, CookieRepr, DoneRepr, Flags, GetRepr,
+    HEADER_LEN, Header, HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, Limits,
+    NotifyRepr, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
 };
 
 /// A decoded packet body of any type, borrowing its payload from the frame.
@@ -46,6 +46,8 @@ pub enum PacketRepr<'a> {
     Key(KeyRepr),
     /// KEY_INFO.
     KeyInfo(KeyInfoRepr),
+    /// COOKIE.
+    Cookie(CookieRepr),
 }
 
 impl<'a> PacketRepr<'a> {
@@ -64,6 +66,7 @@ impl<'a> PacketRepr<'a> {
             Self::Notify(_) => PacketType::Notify,
             Self::Key(_) => PacketType::Key,
             Self::KeyInfo(_) => PacketType::KeyInfo,
+            Self::Cookie(_) => PacketType::Cookie,
         }
     }
 
@@ -123,6 +126,7 @@ impl<'a> PacketRepr<'a> {
             PacketType::Done => Self::Done(DoneRepr::parse(exact(body, bad_length)?)),
             PacketType::Notify => Self::Notify(NotifyRepr::parse(exact(body, bad_length)?)),
             PacketType::Key => Self::Key(KeyRepr::parse(exact(body, bad_length)?)),
+            PacketType::Cookie => Self::Cookie(CookieRepr::parse(exact(body, bad_length)?)),
             PacketType::KeyInfo => Self::KeyInfo(KeyInfoRepr::parse(exact(body, bad_length)?)?),
         })
     }
@@ -142,6 +146,7 @@ impl<'a> PacketRepr<'a> {
             Self::Done(r) => r.emit(chunk(buf)?),
             Self::Notify(r) => r.emit(chunk(buf)?),
             Self::Key(r) => r.emit(chunk(buf)?),
+            Self::Cookie(r) => r.emit(chunk(buf)?),
             Self::KeyInfo(r) => r.emit(chunk(buf)?),
         }
         Ok(self.fixed_len())

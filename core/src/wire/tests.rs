@@ -77,7 +77,7 @@ fn packet_type_numbers_round_trip() {
         assert_eq!(t.to_string(), t.name());
     }
     assert_eq!(PacketType::try_from(0), Err(WireError::UnknownType(0)));
-    assert_eq!(PacketType::try_from(13), Err(WireError::UnknownType(13)));
+    assert_eq!(PacketType::try_from(14), Err(WireError::UnknownType(14)));
     let reliable: Vec<_> = PacketType::ALL.iter().filter(|t| t.is_reliable()).collect();
     assert_eq!(
         reliable,
@@ -155,7 +155,7 @@ fn truncated_body() {
 
 #[test]
 fn unknown_type() {
-    for t in [0, 13, 0xff] {
+    for t in [0, 14, 0xff] {
         assert_eq!(
             parse_err(&patched(golden("ack"), 0, &[t])),
             WireError::UnknownType(t)

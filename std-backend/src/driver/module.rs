@@ -374,6 +374,9 @@ impl<T: Transport> Module<T> {
             let [a, b, c, d, e, f, g, h, ..] = net.random();
             config.epoch = u64::from_le_bytes([a, b, c, d, e, f, g, h]);
         }
+        if config.cookie_secret == [0; 16] {
+            config.cookie_secret = net.random();
+        }
         // The engine learns the time before anything is asked of it: a
         // connection asked for at once is timed from now, not from 0.
         let now = net.now();

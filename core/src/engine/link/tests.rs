@@ -151,6 +151,24 @@ fn a_handshake_times_out_and_over_datagrams_its_packets_go_again() {
         !t.is_due(LinkTimer::HelloRepeat, repeat_at),
         "the next repetition waits again"
     );
+    // Twice as long each time, up to the largest retransmission timeout:
+    // the wait before each repetition, in initial timeouts.
+    let first = cfg.rtt.normalized().initial_rto;
+    let dg = Datagram { mtu: 1500 };
+    let mut at = repeat_at;
+    let mut waits = std::vec::Vec::new();
+    for _ in 0..8 {
+        let timers = a.timers(&dg, cfg);
+        let n = (1..=64u64)
+            .find(|&n| timers.is_due(LinkTimer::HelloRepeat, at + first.saturating_mul(n)))
+            .expect("a repetition to come");
+        waits.push(n);
+        at += first.saturating_mul(n);
+        a.repeat_hello(at, None);
+    }
+    let cap = cfg.rtt.normalized().max_rto.as_millis() / first.as_millis();
+    let doubling = [2u64, 4, 8, 16, 32, 64, 128, 256].map(|w| w.min(cap));
+    assert_eq!(waits, doubling);
     a.open(endpoint(0), 0);
     assert_eq!(
         a.timers(&Datagram { mtu: 1500 }, cfg).earliest(),

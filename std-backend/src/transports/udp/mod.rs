@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{Capacities, ConnectFailure, ConnectRequest, Datagram, LinkError, LinkId};
+use btl_core::engine::{
+    COOKIE_FRAME_LEN, Capacities, ConnectFailure, ConnectRequest, Datagram, LinkError, LinkId,
+    Stranger,
+};
 use btl_core::mca::{
     BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind, ParamSpec,
     Params, RegisterError, Version,
@@ -255,47 +258,74 @@ impl<N: Net> Udp<N> {
                 // the engine's timers deal with a peer that is gone.
                 Err(_) => continue,
             };
-            let link = match self.by_addr.get(&from) {
-                Some(&link) => link,
-                None => match engine.handle_accepted(source_of(from), self.net.random(), now) {
-                    Ok(link) => {
-                        self.by_addr.insert(from, link);
-                        self.by_link.insert(link, (s, from));
-                        link
-                    }
-                    // Every link slot is in use (by verified peers:
-                    // strangers are held to the handshake budget), or its
-                    // address holds its share of them: the datagram is
-                    // dropped, and the sender retries.
-                    Err(e) => {
-                        let what = match e {
-                            LinkError::SourceFull => {
-                                "its address holds its share of the link slots"
-                            }
-                            _ => "every link slot in use",
-                        };
-                        if self
-                            .refusals
-                            .record(now, Some(from), Refused::Datagram, what)
-                        {
-                            tracing::warn!(
-                                "udp {}: refused a datagram from {from}: {what}",
-                                self.me
-                            );
-                        }
+            // Lent out while its datagrams are taken: a stranger's answer
+            // goes out from this transport meanwhile.
+            let recv = std::mem::take(&mut self.recv);
+            for datagram in recv[..len].chunks(segment.max(1)) {
+                let link = match self.by_addr.get(&from) {
+                    Some(&link) => link,
+                    None => {
+                        self.stranger(engine, s, from, datagram, now);
                         continue;
                     }
-                },
-            };
-            for datagram in self.recv[..len].chunks(segment) {
+                };
                 if engine.handle_datagram(link, datagram, now).is_err() {
                     self.forget(link);
                     break;
                 }
             }
+            self.recv = recv;
         }
         self.readable.push(s);
         any
+    }
+
+    /// A datagram from `from`, on socket `s`, with which no link exists:
+    /// its HELLO is answered with a COOKIE, an echo of one made for it
+    /// opens a link, anything else is dropped (see the engine's
+    /// `handle_stranger`). Nothing is kept for an address until it has
+    /// shown that it receives there.
+    fn stranger(
+        &mut self,
+        engine: &mut HeapEngine<Datagram>,
+        s: usize,
+        from: SocketAddr,
+        datagram: &[u8],
+        now: Instant,
+    ) {
+        let (address, n) = address_bytes(from);
+        let mut answer = [0u8; COOKIE_FRAME_LEN];
+        let what = match engine.handle_stranger(&address[..n], datagram, now, &mut answer) {
+            Stranger::Answer(n) => {
+                if let Some((socket, _)) = self.sockets.get(s) {
+                    // Lost if the socket has no room: the HELLO comes again.
+                    let _ = socket.send_to_vectored(&[io::IoSlice::new(&answer[..n])], from);
+                }
+                return;
+            }
+            Stranger::Admit => {
+                match engine.handle_accepted(source_of(from), self.net.random(), now) {
+                    Ok(link) => {
+                        self.by_addr.insert(from, link);
+                        self.by_link.insert(link, (s, from));
+                        return;
+                    }
+                    // Its address holds its share of the link slots, or
+                    // every one is in use (by verified peers: strangers
+                    // are held to the handshake budget): the sender
+                    // retries.
+                    Err(LinkError::SourceFull) => "its address holds its share of the link slots",
+                    Err(_) => "every link slot in use",
+                }
+            }
+            Stranger::Refuse(why) => why.description(),
+        };
+        if self
+            .refusals
+            .record(now, Some(from), Refused::Datagram, what)
+        {
+            tracing::warn!("udp {}: refused a datagram from {from}: {what}", self.me);
+        }
     }
 
     /// Sends what socket `s`'s batch holds; whether all of it went (or was
@@ -651,4 +681,22 @@ impl Component for UdpComponent {
         let _ = modules.push(UdpSetup { udp, pools, engine });
         Ok(modules)
     }
+}
+
+/// The bytes an address cookie is made for: the IP address and the port,
+/// in the first `n` of the array.
+fn address_bytes(at: SocketAddr) -> ([u8; 18], usize) {
+    let mut out = [0u8; 18];
+    let ip = match at.ip() {
+        std::net::IpAddr::V4(ip) => {
+            out[..4].copy_from_slice(&ip.octets());
+            4
+        }
+        std::net::IpAddr::V6(ip) => {
+            out[..16].copy_from_slice(&ip.octets());
+            16
+        }
+    };
+    out[ip..ip + 2].copy_from_slice(&at.port().to_be_bytes());
+    (out, ip + 2)
 }

@@ -1271,13 +1271,14 @@ fn sends_after_a_gap() -> impl Iterator<Item = Vec<u8>> {
 // ----- 9. SENDs held behind a gap that never closes (#23: 1) ---------------
 
 /// [`GAP_PEERS`] fake peers complete real handshakes and send SENDs
-/// numbered 2 to 17 but never 1, then answer every keepalive. Today the
-/// server keeps each of those SENDs, with its fragment and the event place
-/// it claimed, waiting for the first: 192 places, all there are, so no
-/// SEND from anyone else is taken and legit clients time out; nothing is
-/// logged. The server must hold what a peer has out of order against that
-/// peer's share only, lose a peer whose gap never closes (keepalive
-/// answers are no progress), log it, and serve its legit client as before.
+/// numbered 2 to 17 but never 1, then answer every keepalive. Before the
+/// second pass the server kept each of those SENDs, with its fragment and
+/// the event place it claimed, waiting for the first: 192 places, all
+/// there were, so no SEND from anyone else was taken, legit clients timed
+/// out, and nothing was logged. The server must hold what a peer has out
+/// of order against that peer's share only, lose a peer whose gap never
+/// closes (keepalive answers are no progress), log it, and serve its legit
+/// client as before.
 #[test]
 fn sends_held_behind_a_gap_that_never_closes() {
     let mut bench = Bench::prepare(Btl::Tcp);
@@ -1418,14 +1419,14 @@ impl NonAcker {
 /// [`NON_ACKERS_PER_CLASS`] fake peers per fragment class the legit
 /// client's pongs use ping the server, read every pong, grant it credits
 /// and answer every keepalive, but acknowledge nothing (the ack field of
-/// every header they send is 0). Today the server keeps each pong's
-/// fragment for a resend that never comes, until three quarters of the
-/// class are held and every reply (the legit client's too) waits for a
-/// fragment; the attackers are never lost, since only silence counts, and
-/// nothing is logged. The server must hold a peer's unacknowledged packets
-/// against its own share, lose a peer whose acknowledgements do not
-/// advance while it holds the server's buffers, log it, and serve its
-/// legit client as before.
+/// every header they send is 0). Before the second pass the server kept
+/// each pong's fragment for a resend that never came, until three
+/// quarters of the class were held and every reply (the legit client's
+/// too) waited for a fragment; the attackers were never lost, since only
+/// silence counted, and nothing was logged. The server must hold a peer's
+/// unacknowledged packets against its own share, lose a peer whose
+/// acknowledgements do not advance while it holds the server's buffers,
+/// log it, and serve its legit client as before.
 #[test]
 fn peers_that_read_every_reply_and_never_acknowledge() {
     let mut bench = Bench::prepare(Btl::Tcp);
@@ -1484,13 +1485,14 @@ fn peers_that_read_every_reply_and_never_acknowledge() {
 
 /// One fake peer that announced no checksums streams the same PUT of
 /// [`CHECKSUMMED_PUT`] bytes again and again with the CHECKSUM flag set
-/// (the first is refused, the rest are duplicates). Today the server checks
-/// every flagged frame's checksum and keeps reading that one connection
-/// while its reads come back full: no other connection's HELLO is read,
-/// and legit clients give the server up after their 5 s peer timeout
-/// (`btl connect` then says the server did not answer). A CHECKSUM flag
-/// the HELLOs did not agree on must be a protocol error, and a pass must
-/// read each ready connection up to a budget and go round.
+/// (the first is refused, the rest are duplicates). Before the second
+/// pass the server checked every flagged frame's checksum and kept
+/// reading that one connection while its reads came back full: no other
+/// connection's HELLO was read, and legit clients gave the server up after
+/// their 5 s peer timeout (`btl connect` then said the server did not
+/// answer). A CHECKSUM flag the HELLOs did not agree on must be a protocol
+/// error, and a pass must read each ready connection up to a budget and go
+/// round.
 #[test]
 fn one_connection_streaming_checksummed_puts() {
     let mut bench = Bench::prepare(Btl::Tcp);
@@ -1685,10 +1687,10 @@ fn handshakes_from_thirty_addresses_reopened_as_dropped() {
 
 /// [`SQUATTERS`] fake peers complete real handshakes from one address,
 /// each under a rank of its own, and stay, answering every keepalive.
-/// Today they take every peer slot, and every legit client is refused at
-/// once for as long as they stay; nothing is logged. One source (and the
-/// strangers with no job key) must hold no more than its share of the
-/// peer slots; a refused handshake is logged.
+/// Before the second pass they took every peer slot, every legit client
+/// was refused at once for as long as they stayed, and nothing was logged.
+/// One source (and the strangers with no job key) must hold no more than
+/// its share of the peer slots; a refused handshake is logged.
 #[test]
 fn every_peer_slot_taken_from_one_address() {
     let mut bench = Bench::prepare(Btl::Tcp);
@@ -1794,13 +1796,13 @@ fn legit_get(target: SocketAddr, server: ProcName, n: u32) -> Result<Duration, S
 
 /// One fake peer GETs [`UNACKED_GETS`] slices of the server's send buffer,
 /// reads the PUTs that answer them and never acknowledges one, answering
-/// every keepalive. Today each of those GETs holds one of the server's
-/// operation slots until its PUT is acknowledged, so every other peer's
-/// GET is refused (TooLarge) for as long as the attacker stays, and its
-/// peer timeout after. `btl connect` does no GET: after each legit run a
-/// fresh process from the legit client's address GETs from the server
-/// too ([`legit_get`]), and must be answered. A peer's operations must
-/// count against its own share of the slots.
+/// every keepalive. Before the second pass each of those GETs held one of
+/// the server's operation slots until its PUT was acknowledged, so every
+/// other peer's GET was refused (TooLarge) for as long as the attacker
+/// stayed, and its peer timeout after. `btl connect` does no GET: after
+/// each legit run a fresh process from the legit client's address GETs
+/// from the server too ([`legit_get`]), and must be answered. A peer's
+/// operations must count against its own share of the slots.
 #[test]
 fn sixty_four_unacknowledged_gets() {
     let mut bench = Bench::prepare(Btl::Tcp);

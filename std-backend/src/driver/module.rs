@@ -382,6 +382,12 @@ impl<T: Transport> Module<T> {
         let now = net.now();
         let poller = net.poller()?;
         let transport = start(net, &poller.registry()?)?;
+        if config.job_key.is_none() {
+            tracing::warn!(
+                "{name} {}: no job key: anyone who reaches this module's ports can hold a peer slot; give the job a key (BTL_JOB_KEY, ModuleBuilder::job_key)",
+                config.me
+            );
+        }
         let mut engine = Heap::engine(config, transport.framing(), capacities, pools, now)
             .map_err(|e| io::Error::other(format!("fragment pools: {e}")))?;
         engine.set_name(name);

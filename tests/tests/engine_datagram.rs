@@ -554,3 +554,50 @@ fn a_restart_from_the_same_address_is_told_apart_from_a_reconnection() {
     assert_eq!(ev_b, ["send Ok(())"], "B's own send ended once");
     assert_eq!(pair.peer(Side::A), Some(b_at_a));
 }
+
+/// Attack 7 of the second hardening pass, without a key: a HELLO of A's
+/// name with another epoch, forged from A's address, no longer ends the
+/// link at once. B asks A first; A answers, so its old start is alive and
+/// the claim false: the link stays, nothing fails, and messages go on.
+#[test]
+fn a_forged_hello_of_another_start_ends_nothing_while_the_peer_answers() {
+    let (mut pair, b_at_a, a_at_b) = pair(11, Faults::NONE, 8, Duration::ZERO);
+    let d = pair
+        .a()
+        .prepare_src(b_at_a, b"first", 0, Order(0), DescFlags::BTL_OWNERSHIP)
+        .expect("descriptor");
+    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+    pair.run_until_idle(1_000).expect("quiet");
+    let (mut got, mut events) = (Vec::new(), Vec::new());
+    drain(pair.b(), &mut got, &mut events);
+    assert_eq!(got.len(), 1);
+    // The forgery: A's name, a new epoch, from A's address.
+    let forged = PacketRepr::Hello(HelloRepr {
+        version_minor: wire::VERSION_MINOR,
+        link_index: 0,
+        job: A.job,
+        rank: A.rank,
+        capabilities: wire::Capabilities::empty(),
+        nonce: [0x66; 16],
+        max_body: 1 << 16,
+        initial_credits: 8,
+        epoch: 0xbad,
+    });
+    let mut frame = [0u8; HEADER_LEN + HelloRepr::LEN];
+    wire::emit(&HeaderRepr::new(&forged), &forged, &mut frame).expect("a HELLO");
+    pair.inject(Side::B, &frame).expect("delivered");
+    for _ in 0..500 {
+        pair.round();
+    }
+    drain(pair.b(), &mut got, &mut events);
+    assert!(events.is_empty(), "no loss, no restart: {events:?}");
+    assert!(pair.b().is_connected(a_at_b), "the link stays");
+    let d = pair
+        .a()
+        .prepare_src(b_at_a, b"second", 0, Order(0), DescFlags::BTL_OWNERSHIP)
+        .expect("descriptor");
+    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+    pair.run_until_idle(1_000).expect("quiet");
+    drain(pair.b(), &mut got, &mut events);
+    assert_eq!(got.last().map(|(_, d)| d.as_slice()), Some(&b"second"[..]));
+}

@@ -1095,3 +1095,42 @@ fn a_peer_that_never_takes_its_answers_is_told_it_broke_the_protocol() {
         )
     );
 }
+
+/// Attack 8 of the second hardening pass, without a key: a stranger
+/// connects under a live client's name with another epoch, as if the
+/// client had started again. The server asks the client first; it
+/// answers, so the claim is false: the stranger is refused
+/// (`AuthFailed`), and the client is served on as if nothing happened.
+#[test]
+fn a_stranger_under_a_live_clients_name_displaces_nobody() {
+    let mut server = engine(SERVER);
+    let mut c = engine(client(1));
+    let (ep, mut link) = open(&mut c, &mut server, Source(1), 0);
+    let mut config = EngineConfig::new(client(1));
+    config.epoch = 0xbad;
+    let mut impostor = engine_sized(config, 65536 + HEADER_RESERVE);
+    let server_at_impostor = add(&mut impostor, SERVER);
+    let d = impostor
+        .alloc(server_at_impostor, Order(0), 8, DescFlags::empty())
+        .expect("a descriptor");
+    impostor.free(d).expect("ours");
+    let mut fake = connect(&mut impostor, &mut server, Source(2), MS);
+    carry(&mut impostor, &mut server, &mut fake, MS, |_| {});
+    // The server asked the real client; it answers.
+    carry(&mut c, &mut server, &mut link, 2 * MS, |_| {});
+    server.handle_timeout(at(MS + 500 * MS));
+    carry(&mut impostor, &mut server, &mut fake, 501 * MS, |_| {});
+    assert_eq!(
+        closed(&mut server, &[fake.acceptor]),
+        [(fake.acceptor, CloseReason::AuthFailed)]
+    );
+    assert!(
+        drain(&mut server).is_empty(),
+        "the client was not lost, nor restarted"
+    );
+    c.sendi(ep, &[], b"still here", Tag(1), Order(0), DescFlags::empty())
+        .expect("sent");
+    carry(&mut c, &mut server, &mut link, 600 * MS, |_| {});
+    assert_eq!(drain(&mut server), ["recv 10"]);
+    assert!(c.is_connected(ep));
+}

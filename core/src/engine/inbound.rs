@@ -437,9 +437,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             Receiving::Control(ControlIn::Hello(hello)) => {
                 match l.on_hello::<F>(hello, key)? {
                     Handshaken::Continue => self.maybe_open(link),
-                    Handshaken::PeerRestarted => {
-                        self.end_link_quietly(link, CloseReason::Normal);
-                    }
+                    Handshaken::PeerRestarted => self.doubt_restart(link),
                 }
                 Ok(())
             }
@@ -469,6 +467,30 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 Ok(())
             }
         }
+    }
+
+    /// A HELLO of another start of the peer came on its open `link` (over
+    /// datagrams, from its address): the peer is asked first, and the link
+    /// ends only if the old start does not answer (its `Doubt` timer). A
+    /// forged HELLO, or a stranger's from a spoofed address, then ends
+    /// nothing.
+    fn doubt_restart(&mut self, link: LinkId) {
+        let now = self.shared.now;
+        let Some(p) = self.links.get(link.0).and_then(|l| l.peer()) else {
+            self.end_link_quietly(link, CloseReason::Normal);
+            return;
+        };
+        let Some(peer) = self.peers.get_mut(p) else {
+            return;
+        };
+        let wait = peer.probe_now(now);
+        if let Some(l) = self.links.get_mut(link.0) {
+            l.set_doubt(Some(super::link::Doubt {
+                since: now,
+                until: now + wait,
+            }));
+        }
+        self.settle_peer(p);
     }
 
     /// The peer closes `link` for `reason`: nothing more goes out on it.

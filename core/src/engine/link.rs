@@ -159,6 +159,20 @@ pub enum LinkTimer {
     Handshake,
     /// The handshake's packets go again (over datagrams).
     HelloRepeat,
+    /// The claim that the peer started again is weighed ([`Doubt`]).
+    Doubt,
+}
+
+/// A claim, not yet believed, that the peer's process started again (a
+/// HELLO with another epoch than the live peer's): the peer was asked for
+/// an acknowledgement at `since`, and one heard from it by `until` shows
+/// its old start alive, and the claim false.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Doubt {
+    /// When the peer was asked.
+    pub since: Instant,
+    /// When the claim is weighed.
+    pub until: Instant,
 }
 
 /// What a link does when a HELLO or HELLO_ACK arrives.
@@ -214,6 +228,8 @@ pub struct Link<const W: usize> {
     close_asked: bool,
     /// Why this side gave its peer up, if that is what ends it.
     peer_lost: Option<LostReason>,
+    /// A restart of the peer it carries (or claims) not yet believed.
+    doubt: Option<Doubt>,
 }
 
 impl<const W: usize> Link<W> {
@@ -247,12 +263,27 @@ impl<const W: usize> Link<W> {
             serial,
             close_asked: false,
             peer_lost: None,
+            doubt: None,
         }
     }
 
     /// The peer it carries, once known.
     pub fn peer(&self) -> Option<EndpointId> {
         self.peer
+    }
+
+    /// The restart it doubts, if any.
+    pub fn doubt(&self) -> Option<Doubt> {
+        self.doubt
+    }
+
+    /// Doubts a restart of its peer (see [`Doubt`]), unless it does
+    /// already; `None` ends the doubt.
+    pub fn set_doubt(&mut self, doubt: Option<Doubt>) {
+        self.doubt = match doubt {
+            Some(d) => Some(self.doubt.unwrap_or(d)),
+            None => None,
+        };
     }
 
     /// Detaches the link from its peer (the peer is lost, for `lost` if
@@ -488,7 +519,7 @@ impl<const W: usize> Link<W> {
 
     /// Its deadlines: the handshake's timeout and, with `framing` lossy,
     /// the repetition of its packets.
-    pub fn timers<F: Framing>(&self, framing: &F, config: &EngineConfig) -> Timers<LinkTimer, 2> {
+    pub fn timers<F: Framing>(&self, framing: &F, config: &EngineConfig) -> Timers<LinkTimer, 3> {
         let mut t = Timers::new();
         self.deadlines(framing, config, &mut t);
         t
@@ -502,6 +533,7 @@ impl<const W: usize> Link<W> {
         config: &EngineConfig,
         t: &mut impl Deadlines<LinkTimer>,
     ) {
+        t.set(LinkTimer::Doubt, self.doubt.map(|d| d.until));
         if self.state == LinkState::Handshaking {
             t.set(
                 LinkTimer::Handshake,

@@ -856,6 +856,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             .or(lost.then_some(hello.epoch))
             .is_some_and(|e| e != hello.epoch);
         if restarted {
+            // A live peer is not displaced by a claim: it is asked first,
+            // and a new start is believed once the old one has not
+            // answered (see `weigh_restart`).
+            if !self.weigh_restart(link, p) {
+                return;
+            }
             self.renew_peer(p);
         } else if lost {
             self.fail_link(link, CloseReason::Shutdown);
@@ -901,6 +907,49 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         }
         if let Some(l) = self.links.get_mut(link.0) {
             l.open(p, index);
+        }
+    }
+
+    /// Whether the claim `link` makes, that peer `p`'s process started
+    /// again, is to be believed now. A peer that is open, on another link
+    /// than `link`, is asked for an acknowledgement first, and the claim is
+    /// weighed a retransmission timeout later (`link`'s `Doubt` timer): if
+    /// the peer answered meanwhile its old start is alive, and `link` (a
+    /// stranger taking its name, or its old address) is refused, or, the
+    /// peer's own link, keeps carrying it; if not, the restart is believed.
+    /// So a HELLO with a new epoch, keyed or not, forged from a live peer's
+    /// address or naming it from elsewhere, displaces nobody.
+    fn weigh_restart(&mut self, link: LinkId, p: EndpointId) -> bool {
+        let now = self.shared.now;
+        let Some(peer) = self.peers.get_mut(p) else {
+            return true;
+        };
+        let live = peer.is_open() && peer.links().any(|l| l != link);
+        let doubt = self.links.get(link.0).and_then(|l| l.doubt());
+        match doubt {
+            _ if !live => true,
+            None => {
+                let wait = peer.probe_now(now);
+                if let Some(l) = self.links.get_mut(link.0) {
+                    l.set_doubt(Some(link::Doubt {
+                        since: now,
+                        until: now + wait,
+                    }));
+                }
+                self.settle_peer(p);
+                false
+            }
+            Some(d) if now < d.until => false,
+            Some(d) => {
+                let alive = peer.last_heard() > d.since;
+                if let Some(l) = self.links.get_mut(link.0) {
+                    l.set_doubt(None);
+                }
+                if alive {
+                    self.fail_link(link, CloseReason::AuthFailed);
+                }
+                !alive
+            }
         }
     }
 
@@ -996,6 +1045,23 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                     }
                 }
                 None => self.fail_link(link, CloseReason::Timeout),
+            }
+        } else if timers.is_due(link::LinkTimer::Doubt, now) {
+            if l.is_open() {
+                // The peer's own link, on which another start was claimed.
+                let p = l.peer();
+                let alive = l
+                    .doubt()
+                    .zip(p.and_then(|p| self.peers.get(p)))
+                    .is_some_and(|(d, peer)| peer.last_heard() > d.since);
+                if let Some(l) = self.links.get_mut(link.0) {
+                    l.set_doubt(None);
+                }
+                if !alive {
+                    self.end_link_quietly(link, CloseReason::Normal);
+                }
+            } else {
+                self.maybe_open(link);
             }
         } else if timers.is_due(link::LinkTimer::HelloRepeat, now) {
             let key = self.shared.config.job_key.as_deref();

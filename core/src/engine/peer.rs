@@ -977,6 +977,20 @@ impl<const W: usize> Peer<W> {
         }
     }
 
+    /// When it was last heard from (a packet of its, not a handshake's).
+    pub fn last_heard(&self) -> Instant {
+        self.last_heard
+    }
+
+    /// Asks the peer for an acknowledgement at once (a HELLO claims its
+    /// process started again: is the old start alive?); how long its
+    /// answer may take.
+    pub fn probe_now(&mut self, now: Instant) -> Duration {
+        self.last_probe = now;
+        self.probe_due = true;
+        self.rtt.rto()
+    }
+
     /// The next packet to put on a link, and the link: a packet to go
     /// again, then answers, queued messages and gets, and bulk packets, as
     /// credits and the window allow. `None` for the link when no open link

@@ -475,22 +475,10 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// forged HELLO, or a stranger's from a spoofed address, then ends
     /// nothing.
     fn doubt_restart(&mut self, link: LinkId) {
-        let now = self.shared.now;
-        let Some(p) = self.links.get(link.0).and_then(|l| l.peer()) else {
-            self.end_link_quietly(link, CloseReason::Normal);
-            return;
-        };
-        let Some(peer) = self.peers.get_mut(p) else {
-            return;
-        };
-        let wait = peer.probe_now(now);
-        if let Some(l) = self.links.get_mut(link.0) {
-            l.set_doubt(Some(super::link::Doubt {
-                since: now,
-                until: now + wait,
-            }));
+        match self.links.get(link.0).and_then(|l| l.peer()) {
+            Some(p) => self.doubt(link, p),
+            None => self.end_link_quietly(link, CloseReason::Normal),
         }
-        self.settle_peer(p);
     }
 
     /// The peer closes `link` for `reason`: nothing more goes out on it.

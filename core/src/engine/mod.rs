@@ -920,37 +920,57 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// So a HELLO with a new epoch, keyed or not, forged from a live peer's
     /// address or naming it from elsewhere, displaces nobody.
     fn weigh_restart(&mut self, link: LinkId, p: EndpointId) -> bool {
-        let now = self.shared.now;
-        let Some(peer) = self.peers.get_mut(p) else {
+        let live = self
+            .peers
+            .get(p)
+            .is_some_and(|peer| peer.is_open() && peer.links().any(|l| l != link));
+        if !live {
             return true;
-        };
-        let live = peer.is_open() && peer.links().any(|l| l != link);
-        let doubt = self.links.get(link.0).and_then(|l| l.doubt());
-        match doubt {
-            _ if !live => true,
+        }
+        match self.links.get(link.0).and_then(|l| l.doubt()) {
             None => {
-                let wait = peer.probe_now(now);
-                if let Some(l) = self.links.get_mut(link.0) {
-                    l.set_doubt(Some(link::Doubt {
-                        since: now,
-                        until: now + wait,
-                    }));
-                }
-                self.settle_peer(p);
+                self.doubt(link, p);
                 false
             }
-            Some(d) if now < d.until => false,
-            Some(d) => {
-                let alive = peer.last_heard() > d.since;
-                if let Some(l) = self.links.get_mut(link.0) {
-                    l.set_doubt(None);
-                }
+            Some(d) if self.shared.now < d.until => false,
+            Some(_) => {
+                let alive = self.old_start_answered(link, p);
                 if alive {
                     self.fail_link(link, CloseReason::AuthFailed);
                 }
                 !alive
             }
         }
+    }
+
+    /// Doubts the restart of peer `p` that `link` claims: the peer is asked
+    /// for an acknowledgement now, and `link`'s `Doubt` timer weighs the
+    /// claim a retransmission timeout later.
+    fn doubt(&mut self, link: LinkId, p: EndpointId) {
+        let now = self.shared.now;
+        let Some(peer) = self.peers.get_mut(p) else {
+            return;
+        };
+        let wait = peer.probe_now(now);
+        if let Some(l) = self.links.get_mut(link.0) {
+            l.set_doubt(Some(link::Doubt {
+                since: now,
+                until: now + wait,
+            }));
+        }
+        self.settle_peer(p);
+    }
+
+    /// Ends `link`'s doubt of peer `p`: whether `p` was heard from since
+    /// it was asked (its old start is alive, the claim false).
+    fn old_start_answered(&mut self, link: LinkId, p: EndpointId) -> bool {
+        let Some(l) = self.links.get_mut(link.0) else {
+            return false;
+        };
+        let doubt = l.doubt();
+        l.set_doubt(None);
+        let heard = self.peers.get(p).map(|peer| peer.last_heard());
+        doubt.zip(heard).is_some_and(|(d, at)| at > d.since)
     }
 
     /// Ends `link` after a failure, a CLOSE with `reason` going out first;
@@ -1049,15 +1069,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         } else if timers.is_due(link::LinkTimer::Doubt, now) {
             if l.is_open() {
                 // The peer's own link, on which another start was claimed.
-                let p = l.peer();
-                let alive = l
-                    .doubt()
-                    .zip(p.and_then(|p| self.peers.get(p)))
-                    .is_some_and(|(d, peer)| peer.last_heard() > d.since);
-                if let Some(l) = self.links.get_mut(link.0) {
-                    l.set_doubt(None);
-                }
-                if !alive {
+                let answered = l.peer().is_some_and(|p| self.old_start_answered(link, p));
+                if !answered {
                     self.end_link_quietly(link, CloseReason::Normal);
                 }
             } else {

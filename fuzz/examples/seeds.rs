@@ -152,6 +152,25 @@ fn parse_packet() -> Seeds {
         seeds.push((name.to_owned(), frame(&packet, seq, false)));
         seeds.push((format!("{name}-crc"), frame(&packet, seq, true)));
     }
+    // Sealed as the target's `A` seals what it sends its `B`.
+    let seal = wire::Seal::derive(
+        b"fuzz",
+        wire::Start {
+            job: 1,
+            rank: 0,
+            epoch: 1,
+        },
+        wire::Start {
+            job: 1,
+            rank: 1,
+            epoch: 2,
+        },
+    );
+    for (name, packet, seq) in every_packet() {
+        if seq != 0 {
+            seeds.push((format!("{name}-sealed"), sealed_frame(&packet, seq, &seal)));
+        }
+    }
     seeds
 }
 
@@ -173,6 +192,8 @@ fn engine_input() -> Seeds {
         };
         flood.push(frame(&send, seq, false));
     }
+    let datagrams = Carried::Datagram { keyed: false };
+    let keyed = keyed_link();
     [
         (
             "link-in-one-byte-reads",
@@ -185,8 +206,13 @@ fn engine_input() -> Seeds {
             &frames,
         ),
         ("hello-in-7-byte-reads", Carried::Stream { read: 7 }, &hello),
-        ("link-in-datagrams", Carried::Datagram, &frames),
-        ("past-the-credits-in-datagrams", Carried::Datagram, &flood),
+        ("link-in-datagrams", datagrams, &frames),
+        ("past-the-credits-in-datagrams", datagrams, &flood),
+        (
+            "sealed-link-in-datagrams",
+            Carried::Datagram { keyed: true },
+            &keyed,
+        ),
         (
             "past-the-credits-in-128-byte-reads",
             Carried::Stream { read: 128 },
@@ -196,6 +222,64 @@ fn engine_input() -> Seeds {
     .into_iter()
     .map(|(name, how, frames)| (name.to_owned(), engine_input::input(how, frames)))
     .collect()
+}
+
+/// A keyed peer opening a link with the target's keyed engine over
+/// datagrams (its HELLO, and a HELLO_ACK that proves the key over the
+/// engine's own HELLO), then a packet of every other type sealed as that
+/// peer seals them, forgeries among them (unsealed, sealed with another
+/// key), and last its sealed CLOSE.
+fn keyed_link() -> Vec<Vec<u8>> {
+    let framing = btl_core::engine::Datagram { mtu: 1500 };
+    let ours = engine_input::engine_hello(framing, true).expect("the engine says HELLO");
+    let peer = wire::HelloRepr {
+        version_minor: wire::VERSION_MINOR,
+        link_index: 0,
+        job: 2,
+        rank: 0,
+        capabilities: wire::Capabilities::JOB_KEY,
+        nonce: [9; NONCE_LEN],
+        max_body: 1 << 16,
+        initial_credits: 8,
+        epoch: 5,
+    };
+    let start = |h: &wire::HelloRepr| wire::Start {
+        job: h.job,
+        rank: h.rank,
+        epoch: h.epoch,
+    };
+    let seal = wire::Seal::derive(engine_input::KEY, start(&peer), start(&ours));
+    let forger = wire::Seal::derive(b"another job", start(&peer), start(&ours));
+    let proof = hello_proof(engine_input::KEY, &peer, &ours);
+    let mut frames = vec![
+        frame(&PacketRepr::Hello(peer), 0, false),
+        frame(&PacketRepr::HelloAck(HelloAckRepr { proof }), 0, false),
+    ];
+    for (_, packet, seq) in every_packet() {
+        if seq != 0 && !matches!(packet, PacketRepr::Close(_)) {
+            frames.push(sealed_frame(&packet, seq, &seal));
+        }
+    }
+    let close = PacketRepr::Close(CloseRepr {
+        reason: CloseReason::ProtocolError,
+    });
+    frames.push(frame(&close, 0, false));
+    frames.push(sealed_frame(&close, 0, &forger));
+    frames.push(sealed_frame(&close, 0, &seal));
+    frames
+}
+
+/// [`frame`] with a seal.
+fn sealed_frame(packet: &PacketRepr<'_>, seq: u64, seal: &wire::Seal) -> Vec<u8> {
+    let header = HeaderRepr {
+        flags: Flags::SEALED,
+        seq,
+        ..HeaderRepr::new(packet)
+    };
+    let mut buf = vec![0; header.frame_len().expect("a length")];
+    wire::emit(&header, packet, &mut buf).expect("a seed frame encodes");
+    seal.seal_frame(&mut buf);
+    buf
 }
 
 /// Benchmark messages as a client sends them: a ping in three pieces, a

@@ -8,47 +8,13 @@
 #![no_main]
 
 use btl_core::btl::Btl;
-use btl_core::endpoint::ProcName;
-use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{
-    COOKIE_FRAME_LEN, Datagram, Engine, Framing, Inline, Lent, LinkId, Source, Stream,
-};
-use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use btl_core::engine::{COOKIE_FRAME_LEN, Datagram, Framing, LinkId, Source, Stream};
+use btl_core::pool::FragmentClass;
 use btl_core::time::{Duration, Instant};
-use btl_fuzz::engine_input::{Carried, carried, pieces};
+use btl_fuzz::engine_input::{Carried, E, NONCE, Tables, carried, engine, pieces};
 use libfuzzer_sys::fuzz_target;
 
-const ME: ProcName = ProcName::new(1, 0);
 const MS: Duration = Duration::from_millis(1);
-
-/// Two peers, two links, a window of 8, 8 operations, 32 events, two
-/// registrations.
-type Tables<'a> = Inline<2, 2, 8, 8, 32, 2, &'a mut [u8]>;
-type E<'a, F> = Engine<Lent<'a>, F, 8>;
-
-fn engine<'a, F: Framing>(
-    region: &'a mut [u8],
-    tables: &'a mut Tables<'a>,
-    framing: F,
-) -> E<'a, F> {
-    let pool = |fragment_size| FragmentPoolConfig {
-        fragment_size,
-        num: 4,
-        max: 4,
-        inc: 4,
-    };
-    let cfg = FragmentPoolsConfig {
-        small: pool(128),
-        eager: pool(1024),
-        max: pool(2048),
-    };
-    let pools = FragmentPools::new(region, cfg).expect("pools fit the region");
-    let config = EngineConfig {
-        initial_credits: 4,
-        ..EngineConfig::new(ME)
-    };
-    Engine::new(config, framing, tables.lend(), pools, Instant::ZERO)
-}
 
 /// Writes whatever the engine has for `link` and carries out its closes;
 /// whether `link` is still open.
@@ -83,8 +49,9 @@ fn run<F: Framing>(
 ) {
     let mut region = vec![0u8; 64 * 1024];
     let mut tables = Tables::new();
-    let mut e = engine(&mut region, &mut tables, framing);
-    let Ok(link) = e.handle_accepted(Source(1), [7; 16], Instant::ZERO) else {
+    let keyed = matches!(how, Carried::Datagram { keyed: true });
+    let mut e = engine(&mut region, &mut tables, framing, keyed);
+    let Ok(link) = e.handle_accepted(Source(1), NONCE, Instant::ZERO) else {
         return;
     };
     let mut now = Instant::ZERO;
@@ -126,11 +93,14 @@ fuzz_target!(|data: &[u8]| {
             let _ = e.handle_stream(link, piece, now);
         }),
         // Each datagram also as a stranger's (the address validation a
-        // datagram server runs first), then on the link.
-        Carried::Datagram => run(Datagram { mtu: 1500 }, rest, how, |e, link, piece, now| {
-            let mut answer = [0u8; COOKIE_FRAME_LEN];
-            let _ = e.handle_stranger(&[127, 0, 0, 1, 0, 1], piece, now, &mut answer);
-            let _ = e.handle_datagram(link, piece, now);
-        }),
+        // datagram server runs first), then on the link; a keyed engine's
+        // link, once a seed has opened it, takes only sealed datagrams.
+        Carried::Datagram { .. } => {
+            run(Datagram { mtu: 1500 }, rest, how, |e, link, piece, now| {
+                let mut answer = [0u8; COOKIE_FRAME_LEN];
+                let _ = e.handle_stranger(&[127, 0, 0, 1, 0, 1], piece, now, &mut answer);
+                let _ = e.handle_datagram(link, piece, now);
+            })
+        }
     }
 });

@@ -26,6 +26,34 @@ fn engine(me: ProcName, credits: u32, keepalive: Duration) -> E {
     engine_of_start(me, credits, keepalive, 1)
 }
 
+/// The job key of every engine here.
+const KEY: &[u8] = b"datagram key";
+
+/// The seal `from` puts on what it sends `to`, both of the start
+/// [`engine`] makes.
+fn seal(from: ProcName, to: ProcName) -> wire::Seal {
+    let start = |p: ProcName| wire::Start {
+        job: p.job,
+        rank: p.rank,
+        epoch: 1,
+    };
+    wire::Seal::derive(KEY, start(from), start(to))
+}
+
+/// `packet` behind `header` as one datagram, sealed with `seal` if given.
+fn datagram(header: HeaderRepr, packet: &PacketRepr<'_>, seal: Option<&wire::Seal>) -> Vec<u8> {
+    let header = HeaderRepr {
+        flags: header.flags | seal.map_or(wire::Flags::empty(), |_| wire::Flags::SEALED),
+        ..header
+    };
+    let mut frame = vec![0; header.frame_len().expect("a length")];
+    wire::emit(&header, packet, &mut frame).expect("a frame");
+    if let Some(seal) = seal {
+        seal.seal_frame(&mut frame);
+    }
+    frame
+}
+
 /// [`engine`] for the start `epoch` of its process.
 fn engine_of_start(me: ProcName, credits: u32, keepalive: Duration, epoch: u64) -> E {
     let pool = |fragment_size| FragmentPoolConfig {
@@ -40,7 +68,7 @@ fn engine_of_start(me: ProcName, credits: u32, keepalive: Duration, epoch: u64) 
         max: pool(MTU),
     };
     let mut config = EngineConfig::new(me);
-    config.job_key = Some(heapless::Vec::from_slice(b"datagram key").expect("short key"));
+    config.job_key = Some(heapless::Vec::from_slice(KEY).expect("short key"));
     config.checksum = true;
     config.initial_credits = credits;
     config.keepalive = keepalive;
@@ -452,8 +480,9 @@ fn a_peer_that_never_takes_its_answers_is_cut_off() {
     pair.pause(Side::A);
     let (mut got, mut events) = (Vec::new(), Vec::new());
     drain(pair.b(), &mut got, &mut events);
-    // A's next packets, forged: each GET is refused, and A acknowledges
-    // none of the REJECTs.
+    // A's next packets, made (and sealed) as A would: each GET is
+    // refused, and A acknowledges none of the REJECTs.
+    let a_seal = seal(A, B);
     for seq in 2..230u64 {
         let get = PacketRepr::Get(GetRepr {
             xfer_id: seq,
@@ -470,8 +499,7 @@ fn a_peer_that_never_takes_its_answers_is_cut_off() {
             seq,
             ..HeaderRepr::new(&get)
         };
-        let mut frame = [0u8; HEADER_LEN + GetRepr::LEN + wire::CHECKSUM_LEN];
-        wire::emit(&header, &get, &mut frame).expect("get");
+        let frame = datagram(header, &get, Some(&a_seal));
         pair.inject(Side::B, &frame).expect("delivered");
     }
     drain(pair.b(), &mut got, &mut events);
@@ -553,6 +581,147 @@ fn a_restart_from_the_same_address_is_told_apart_from_a_reconnection() {
     assert_eq!(got_b, [(0x83, b"welcome".to_vec())], "{ev_b:?}");
     assert_eq!(ev_b, ["send Ok(())"], "B's own send ended once");
     assert_eq!(pair.peer(Side::A), Some(b_at_a));
+}
+
+/// Attack 7 of the second hardening pass, keyed: whatever is forged from
+/// A's address without A's seal (a CLOSE of every reason, an ACK of
+/// packets never sent or with a credit total far ahead, a HELLO of
+/// another process, the SEND A would send next, a datagram sealed for
+/// another start or with another key) is dropped: B loses nothing, takes
+/// nothing, and the link carries on. A CLOSE that A sealed ends it.
+#[test]
+fn nothing_forged_from_a_keyed_peers_address_changes_its_link() {
+    let (mut pair, b_at_a, a_at_b) = pair(12, Faults::NONE, 8, Duration::ZERO);
+    let send = |pair: &mut Pair, data: &[u8]| {
+        let d = pair
+            .a()
+            .prepare_src(b_at_a, data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
+            .expect("descriptor");
+        let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+        pair.run_until_idle(1_000).expect("quiet");
+    };
+    send(&mut pair, b"first");
+    let (mut got, mut events) = (Vec::new(), Vec::new());
+    drain(pair.b(), &mut got, &mut events);
+    assert_eq!(got.len(), 1);
+
+    let close = |reason| PacketRepr::Close(wire::CloseRepr { reason });
+    let ack = PacketRepr::Ack(wire::AckRepr { sack: 0 });
+    let injected = PacketRepr::Send {
+        send: wire::SendRepr { tag: 0x80 },
+        payload: b"injected",
+    };
+    let stranger = PacketRepr::Hello(HelloRepr {
+        version_minor: wire::VERSION_MINOR,
+        link_index: 0,
+        job: 77,
+        rank: 1,
+        capabilities: wire::Capabilities::JOB_KEY,
+        nonce: [0x77; 16],
+        max_body: 1 << 16,
+        initial_credits: 8,
+        epoch: 1,
+    });
+    let other_start = wire::Seal::derive(
+        KEY,
+        wire::Start {
+            job: A.job,
+            rank: A.rank,
+            epoch: 2,
+        },
+        wire::Start {
+            job: B.job,
+            rank: B.rank,
+            epoch: 1,
+        },
+    );
+    let other_key = wire::Seal::derive(
+        b"another job",
+        wire::Start {
+            job: A.job,
+            rank: A.rank,
+            epoch: 1,
+        },
+        wire::Start {
+            job: B.job,
+            rank: B.rank,
+            epoch: 1,
+        },
+    );
+    let mut forged = Vec::new();
+    for reason in [
+        wire::CloseReason::Normal,
+        wire::CloseReason::ProtocolError,
+        wire::CloseReason::AuthFailed,
+        wire::CloseReason::Shutdown,
+    ] {
+        let c = close(reason);
+        forged.push(datagram(HeaderRepr::new(&c), &c, None));
+        forged.push(datagram(HeaderRepr::new(&c), &c, Some(&other_start)));
+        forged.push(datagram(HeaderRepr::new(&c), &c, Some(&other_key)));
+    }
+    let beyond = HeaderRepr {
+        ack: u64::MAX / 2,
+        ..HeaderRepr::new(&ack)
+    };
+    let credits_ahead = HeaderRepr {
+        credits: 1 << 30,
+        ..HeaderRepr::new(&ack)
+    };
+    forged.push(datagram(beyond, &ack, None));
+    forged.push(datagram(credits_ahead, &ack, None));
+    forged.push(datagram(
+        HeaderRepr {
+            flags: wire::Flags::CHECKSUM,
+            ..credits_ahead
+        },
+        &ack,
+        None,
+    ));
+    for seq in 2..6 {
+        let header = HeaderRepr {
+            seq,
+            ..HeaderRepr::new(&injected)
+        };
+        forged.push(datagram(header, &injected, None));
+        forged.push(datagram(header, &injected, Some(&other_key)));
+    }
+    forged.push(datagram(HeaderRepr::new(&stranger), &stranger, None));
+    let mut sealed_by_a = datagram(HeaderRepr::new(&ack), &ack, Some(&seal(A, B)));
+    let last = sealed_by_a.len() - 1;
+    sealed_by_a[last] ^= 1;
+    forged.push(sealed_by_a);
+    for frame in &forged {
+        pair.inject(Side::B, frame).expect("delivered");
+        pair.round();
+    }
+    for _ in 0..200 {
+        pair.round();
+    }
+    drain(pair.b(), &mut got, &mut events);
+    assert!(events.is_empty(), "nothing lost: {events:?}");
+    assert_eq!(got.len(), 1, "nothing injected was taken: {got:?}");
+    assert!(pair.b().is_connected(a_at_b), "the link stays");
+    send(&mut pair, b"second");
+    drain(pair.b(), &mut got, &mut events);
+    assert_eq!(
+        got.iter().map(|(_, d)| d.as_slice()).collect::<Vec<_>>(),
+        [&b"first"[..], b"second"],
+        "and carries on"
+    );
+
+    // A CLOSE that A sealed is A's: it ends the link, and B loses A.
+    let c = close(wire::CloseReason::ProtocolError);
+    let real = datagram(HeaderRepr::new(&c), &c, Some(&seal(A, B)));
+    pair.inject(Side::B, &real).expect("delivered");
+    drain(pair.b(), &mut got, &mut events);
+    assert_eq!(
+        events,
+        [format!(
+            "error {:?}",
+            BtlError::PeerLost(LostReason::ProtocolViolation)
+        )]
+    );
 }
 
 /// Attack 7 of the second hardening pass, without a key: a HELLO of A's

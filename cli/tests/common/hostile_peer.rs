@@ -5,7 +5,7 @@
 //! pacer that spreads an attack of a fixed size over a fixed time.
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Shutdown, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{Access, RegSlot, Registrations};
@@ -633,6 +633,45 @@ impl DatagramPeer {
         if probed {
             self.send(&ack_frame(acking))?;
         }
+        Ok(())
+    }
+}
+
+/// Sends UDP datagrams under any source address and port, as an attacker
+/// off the path does: a raw socket that writes the IPv4 header itself
+/// (root, or `CAP_NET_RAW`).
+pub struct Forger(socket2::Socket);
+
+impl Forger {
+    /// The raw socket; fails without the privilege.
+    pub fn new() -> io::Result<Self> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP))?;
+        socket.set_header_included_v4(true)?;
+        Ok(Forger(socket))
+    }
+
+    /// Sends `payload` to `to` as a datagram from `from`. The kernel fills
+    /// in the IP header's checksum and identification; the UDP checksum
+    /// is left out (0, which IPv4 allows).
+    pub fn send(&self, from: SocketAddrV4, to: SocketAddrV4, payload: &[u8]) -> io::Result<()> {
+        let udp_len = u16::try_from(8 + payload.len()).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let ip_len = udp_len + 20;
+        let mut packet = Vec::with_capacity(usize::from(ip_len));
+        // Version 4, 5 words of header, no TOS; length; id 0, don't
+        // fragment; TTL 64, UDP; checksum 0 (the kernel's to fill in).
+        packet.extend([0x45, 0]);
+        packet.extend(ip_len.to_be_bytes());
+        packet.extend([0, 0, 0x40, 0, 64, 17, 0, 0]);
+        packet.extend(from.ip().octets());
+        packet.extend(to.ip().octets());
+        packet.extend(from.port().to_be_bytes());
+        packet.extend(to.port().to_be_bytes());
+        packet.extend(udp_len.to_be_bytes());
+        packet.extend([0, 0]);
+        packet.extend(payload);
+        let to = SocketAddr::V4(SocketAddrV4::new(*to.ip(), 0));
+        self.0.send_to(&packet, &to.into())?;
         Ok(())
     }
 }

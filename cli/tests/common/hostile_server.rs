@@ -276,18 +276,32 @@ pub struct Server {
     pub stdout: Lines,
     /// Its stderr lines (its log; warnings and above by default).
     pub stderr: Lines,
+    /// The job key it printed, which its legit clients are given; `None`
+    /// for a server started with `--no-key`.
+    pub key: Option<String>,
     cpus: Option<Cpus>,
 }
 
 impl Server {
-    /// Starts `btl serve --btl <btl>` on `lo` with a short peer timeout
-    /// and waits for its address.
+    /// Starts `btl serve --btl <btl> --no-key` on `lo` with a short peer
+    /// timeout and waits for its address: most attacks play strangers
+    /// without a key.
     pub fn start(btl: Btl, cpus: Option<Cpus>) -> Self {
-        // The attacks of both passes so far play strangers without a key.
-        let mut cmd = btl_command(
-            cpus.map(|c| c.server),
-            &["serve", "--btl", btl.name(), "--no-key"],
-        );
+        Self::launch(btl, cpus, false)
+    }
+
+    /// As [`start`](Self::start), with the job key `btl serve` makes and
+    /// prints by default, which the legit clients are then given.
+    pub fn start_keyed(btl: Btl, cpus: Option<Cpus>) -> Self {
+        Self::launch(btl, cpus, true)
+    }
+
+    fn launch(btl: Btl, cpus: Option<Cpus>, keyed: bool) -> Self {
+        let mut args = vec!["serve", "--btl", btl.name()];
+        if !keyed {
+            args.push("--no-key");
+        }
+        let mut cmd = btl_command(cpus.map(|c| c.server), &args);
         cmd.env(btl.var("if_include"), "lo")
             .env(btl.var("peer_timeout"), PEER_TIMEOUT_MS)
             .env(btl.var("handshake_timeout"), PEER_TIMEOUT_MS)
@@ -297,29 +311,39 @@ impl Server {
         let mut child = Reaper(cmd.spawn().expect("btl serve starts"));
         let stdout = Lines::collect(child.0.stdout.take().expect("piped stdout"));
         let stderr = Lines::collect(child.0.stderr.take().expect("piped stderr"));
-        // `listening on tcp 127.0.0.1:40123: btl connect ...`
+        // `listening on tcp 127.0.0.1:40123: BTL_JOB_KEY=... btl connect ...`
         let prefix = format!("listening on {} ", btl.name());
-        let addr = stdout.find(START_TIMEOUT, |line| {
+        let found = stdout.find(START_TIMEOUT, |line| {
             let rest = line.strip_prefix(&prefix)?;
             let at: SocketAddr = rest.split(": ").next()?.parse().ok()?;
+            let key = rest
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("BTL_JOB_KEY="))
+                .map(str::to_owned);
             at.ip()
                 .is_loopback()
-                .then_some(at)
-                .filter(SocketAddr::is_ipv4)
+                .then_some((at, key))
+                .filter(|(at, _)| at.is_ipv4())
         });
-        let addr = addr.unwrap_or_else(|| {
+        let (addr, key) = found.unwrap_or_else(|| {
             panic!(
                 "btl serve printed no IPv4 loopback address; stdout:\n{}\nstderr:\n{}",
                 stdout.tail(10),
                 stderr.tail(10)
             )
         });
+        assert_eq!(
+            key.is_some(),
+            keyed,
+            "btl serve printed a job key exactly when it was not told --no-key"
+        );
         Server {
             child,
             btl,
             addr,
             stdout,
             stderr,
+            key,
             cpus,
         }
     }
@@ -407,6 +431,9 @@ impl Server {
         let mut cmd = btl_command(self.cpus.map(|c| c.client), &args);
         cmd.env(self.btl.var("if_include"), "lo")
             .env(self.btl.var("peer_timeout"), CLIENT_PEER_TIMEOUT_MS);
+        if let Some(key) = &self.key {
+            cmd.env("BTL_JOB_KEY", key);
+        }
         let start = Instant::now();
         let (status, stdout, stderr) = run_bounded(cmd, RUN_TIMEOUT)?;
         let took = start.elapsed();

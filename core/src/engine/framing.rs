@@ -12,7 +12,7 @@ use super::config::EngineConfig;
 use super::packet::HEADER_RESERVE;
 use super::rtt::RttEstimator;
 use crate::time::Duration;
-use crate::wire::{CHECKSUM_LEN, CloseReason};
+use crate::wire::{CHECKSUM_LEN, CloseReason, SEAL_LEN};
 
 /// What a transport's framing changes in the engine.
 pub trait Framing: Copy + fmt::Debug + Send + Sync + 'static {
@@ -107,12 +107,20 @@ impl Framing for Datagram {
         config.initial_credits = config
             .initial_credits
             .max(u32::try_from(window).unwrap_or(u32::MAX));
-        let room = self.mtu.saturating_sub(HEADER_RESERVE + CHECKSUM_LEN);
+        // Room for the trailers a frame may carry: a CRC, and with a job
+        // key the seal.
+        let trailers = CHECKSUM_LEN
+            + if config.job_key.is_some() {
+                SEAL_LEN
+            } else {
+                0
+            };
+        let room = self.mtu.saturating_sub(HEADER_RESERVE + trailers);
         *eager = (*eager).min(room);
         *max = (*max).min(room);
         let put_room = self
             .mtu
-            .saturating_sub(super::packet::PUT_PREFIX + CHECKSUM_LEN) as u64;
+            .saturating_sub(super::packet::PUT_PREFIX + trailers) as u64;
         config.put_chunk = config.put_chunk.min(put_room).max(1);
     }
 

@@ -12,9 +12,11 @@ use core::fmt;
 
 use crate::endpoint::ProcName;
 use crate::wire::{
-    Capabilities, CloseReason, HelloAckRepr, HelloRepr, NONCE_LEN, VERSION_MINOR, WireError,
-    hello_proof, verify_proof,
+    Capabilities, CloseReason, HelloAckRepr, HelloRepr, NONCE_LEN, Seal, Start, VERSION_MINOR,
+    WireError, hello_proof, verify_proof,
 };
+
+use super::packet::Trailers;
 
 /// What this side announces in its HELLO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,7 +245,36 @@ impl Handshake {
                 .peer
                 .is_some_and(|p| p.capabilities.contains(Capabilities::CRC32C))
     }
+
+    /// The trailers of the link this handshake opens: a CRC32C if both
+    /// asked, and over `datagrams`, between two holders of the job `key`
+    /// that both speak minor version [`SEALS_SINCE`] or later, the seal.
+    pub fn trailers(&self, key: Option<&[u8]>, datagrams: bool) -> Trailers {
+        let start = |h: &HelloRepr| Start {
+            job: h.job,
+            rank: h.rank,
+            epoch: h.epoch,
+        };
+        let seal = match (key, &self.peer) {
+            (Some(key), Some(peer))
+                if datagrams
+                    && self.verified
+                    && peer.capabilities.contains(Capabilities::JOB_KEY)
+                    && peer.version_minor >= SEALS_SINCE =>
+            {
+                Some(Seal::derive(key, start(&self.local), start(peer)))
+            }
+            _ => None,
+        };
+        Trailers {
+            checksum: self.checksum(),
+            seal,
+        }
+    }
 }
+
+/// The minor protocol version that brought the seal.
+pub const SEALS_SINCE: u8 = 4;
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,6 @@ use crate::wire::{
 use super::framing::{Datagram, Framing, Stream};
 use super::link::{ControlIn, Handshaken, LinkState, Receiving};
 use super::mover::{PayloadTarget, ReadStep};
-use super::outbox::Retained;
 use super::share::fair_share;
 use super::storage::Storage;
 use super::window::Ack;
@@ -102,7 +101,10 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
     /// the network might have dropped it, and retransmission repairs the
     /// loss; only during the handshake does it fail the link, with a CLOSE
     /// that says why. A frame that finds no receive fragment is dropped
-    /// too, unacknowledged, and comes again.
+    /// too, unacknowledged, and comes again. Between keyed processes,
+    /// once the link is open, a datagram without the peer's seal is
+    /// dropped as well, whatever it says: someone else sent it from the
+    /// peer's address ([`Seal`](crate::wire::Seal)).
     pub fn handle_datagram(
         &mut self,
         link: LinkId,
@@ -110,43 +112,67 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
         now: Instant,
     ) -> Result<(), LinkError> {
         self.shared.now = now;
-        let l = self.links.get_mut(link.0).ok_or(LinkError::UnknownLink)?;
-        if !datagram.is_empty() {
+        if self.links.get(link.0).is_none() {
+            return Err(LinkError::UnknownLink);
+        }
+        if self.read_datagram(link, datagram)
+            && let Some(l) = self.links.get_mut(link.0)
+        {
             l.mark_heard();
         }
-        self.read_datagram(link, datagram);
         self.settle();
         Ok(())
     }
 
-    fn read_datagram(&mut self, link: LinkId, datagram: &[u8]) {
+    /// Reads one datagram on `link`; whether it came from the peer (as far
+    /// as this side can tell), so that the link counts as heard from.
+    fn read_datagram(&mut self, link: LinkId, datagram: &[u8]) -> bool {
         let limits = Limits::new(self.shared.config.max_body);
         let Some(l) = self.links.get_mut(link.0) else {
-            return;
+            return false;
         };
-        if l.state() == LinkState::Closing {
-            return;
+        if l.state() == LinkState::Closing || datagram.is_empty() {
+            return false;
         }
-        // An open link's frames carry a trailer only if the handshake
-        // agreed on one: a flag it did not is refused before any byte is
-        // summed.
-        let unasked_trailer = l.is_open()
-            && Header::new_checked(datagram)
-                .is_ok_and(|h| h.flags_raw() & Flags::CHECKSUM.bits() != 0)
-            && !l
-                .peer()
-                .and_then(|p| self.peers.get(p))
-                .is_some_and(|p| p.checksum());
+        let trailers = l
+            .peer()
+            .filter(|_| l.is_open())
+            .and_then(|p| self.peers.get(p))
+            .map(|p| p.trailers());
+        let seal = trailers.and_then(|t| t.seal.as_ref());
+        let flags = Header::new_checked(datagram).map_or(0, |h| h.flags_raw());
+        if let Some(seal) = seal
+            && seal.check(datagram).is_err()
+        {
+            // Not the peer's. Only a handshake packet without trailers is
+            // looked at: a repeated HELLO (the peer has not opened yet), or
+            // a new start's, which is doubted before it changes anything.
+            let handshake = Header::new_checked(datagram).is_ok_and(|h| {
+                matches!(
+                    PacketType::from_u8(h.type_raw()),
+                    Some(PacketType::Hello | PacketType::HelloAck | PacketType::Cookie)
+                )
+            });
+            if !handshake || flags != 0 {
+                return false;
+            }
+        }
+        // An open link's frames carry trailers only if the handshake agreed
+        // on them: a flag it did not is refused before any byte is summed.
+        let unasked = |flag: Flags, agreed: bool| flags & flag.bits() != 0 && !agreed;
+        let unasked_trailer = trailers.is_some_and(|t| {
+            unasked(Flags::CHECKSUM, t.checksum) || unasked(Flags::SEALED, t.seal.is_some())
+        });
         if unasked_trailer {
             self.fail_link(link, CloseReason::ProtocolError);
-            return;
+            return true;
         }
         if let Err(e) = wire::parse_datagram(datagram, &limits) {
             let damaged = matches!(e, WireError::ChecksumMismatch { .. });
             if l.is_handshaking() && !damaged {
                 self.fail_link(link, e.close_reason());
             }
-            return;
+            return !damaged;
         }
         // A fresh reader per datagram, each one frame from its start,
         // whose checksum parse_datagram has just checked.
@@ -154,7 +180,7 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
         let peer = l.peer();
         self.release_dropped(peer, dropped);
         let Some(taken) = self.read_all(link, datagram) else {
-            return;
+            return true;
         };
         if taken < datagram.len()
             && let Some(l) = self.links.get_mut(link.0)
@@ -164,6 +190,7 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
             let (_, receiving) = l.reader_mut();
             *receiving = Receiving::None;
         }
+        true
     }
 }
 
@@ -282,10 +309,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let peer = peer_id.and_then(|p| peers.get_mut(p));
         // A trailer the handshake did not agree on breaks the protocol:
         // the peer would have this side sum every byte it sends, for
-        // nothing.
+        // nothing. (A seal never comes over a stream.)
+        let agreed = peer.as_ref().map(|p| p.trailers());
+        let unasked = |flag: Flags, asked: bool| header.flags.contains(flag) && !asked;
         if open
-            && header.flags.contains(Flags::CHECKSUM)
-            && !peer.as_ref().is_some_and(|p| p.checksum())
+            && (unasked(Flags::CHECKSUM, agreed.is_some_and(|t| t.checksum))
+                || unasked(Flags::SEALED, agreed.is_some_and(|t| t.seal.is_some())))
         {
             return Err(CloseReason::ProtocolError);
         }

@@ -14,7 +14,7 @@ use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
     AckRepr, CloseReason, CloseRepr, CookieRepr, DoneRepr, GetRepr, HelloAckRepr, HelloRepr,
-    KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PutRepr, RejectRepr,
+    KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PutRepr, RejectRepr, Seal,
 };
 
 use super::config::EngineConfig;
@@ -389,7 +389,9 @@ impl<const W: usize> Link<W> {
     /// repeated until they get through: a HELLO seen before means the peer
     /// still waits for this side's HELLO_ACK, and one of another start of
     /// the same process means that process started again from the old
-    /// one's address.
+    /// one's address (or someone claims so: the engine doubts it). Any
+    /// other HELLO from the peer's address is not the peer's, and changes
+    /// nothing.
     pub fn on_hello<F: Framing>(
         &mut self,
         hello: HelloRepr,
@@ -406,6 +408,7 @@ impl<const W: usize> Link<W> {
             if (old.job, old.rank) == (hello.job, hello.rank) && old.epoch != hello.epoch {
                 return Ok(Handshaken::PeerRestarted);
             }
+            return Ok(Handshaken::Continue);
         }
         self.handshake
             .on_hello(hello)
@@ -454,8 +457,10 @@ impl<const W: usize> Link<W> {
     /// Ends the link for `reason`, a CLOSE going out first: unless a frame
     /// is partly written (a CLOSE after part of a frame would be read as
     /// the rest of it, into a peer's memory for a PUT), then it just
-    /// closes. Nothing if it is closing already.
-    pub fn fail(&mut self, reason: CloseReason) -> Option<Dropped> {
+    /// closes. Nothing if it is closing already. The CLOSE bears `seal`
+    /// (the peer's, on an open link between keyed processes over
+    /// datagrams).
+    pub fn fail(&mut self, reason: CloseReason, seal: Option<&Seal>) -> Option<Dropped> {
         if self.state == LinkState::Closing {
             return None;
         }
@@ -464,7 +469,7 @@ impl<const W: usize> Link<W> {
         if !mid_frame {
             let _ = self
                 .outbox
-                .push_control(ControlFrame::close(CloseRepr { reason }));
+                .push_control(ControlFrame::close(CloseRepr { reason }, seal));
         }
         Some(dropped)
     }

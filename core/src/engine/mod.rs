@@ -807,7 +807,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let Some(hello) = l.handshake().peer().copied() else {
             return;
         };
-        let checksum = l.handshake().checksum();
+        let trailers = l.handshake().trailers(self.shared.config.key(), F::LOSSY);
         let (outbound, own_index, known) = (l.peer().is_some(), l.index(), l.peer());
         let proc = ProcName::new(hello.job, hello.rank);
         // A finalized engine opens nothing more.
@@ -898,7 +898,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             let opened = Opened {
                 index,
                 link,
-                hello: Hello::of(&hello, checksum),
+                hello: Hello::of(&hello, trailers),
                 outbound,
                 replaced: crossed.is_some(),
             };
@@ -979,7 +979,13 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let Some(l) = self.links.get_mut(link.0) else {
             return;
         };
-        let Some(dropped) = l.fail(reason) else {
+        // An open link's CLOSE bears its peer's seal, if they seal.
+        let seal = l
+            .peer()
+            .filter(|_| l.is_open())
+            .and_then(|p| self.peers.get(p))
+            .and_then(|p| p.trailers().seal.as_ref());
+        let Some(dropped) = l.fail(reason, seal) else {
             return;
         };
         let peer = l.peer();

@@ -3,8 +3,8 @@
 //! straight into its target, and the frame pieces the writer hands out.
 
 use crate::wire::{
-    CHECKSUM_LEN, Crc32c, HEADER_LEN, Header, HeaderRepr, Limits, MAX_PREFIX_LEN, PacketType,
-    WireError,
+    CHECKSUM_LEN, Crc32c, Flags, HEADER_LEN, Header, HeaderRepr, Limits, MAX_PREFIX_LEN,
+    MAX_TRAILER_LEN, PacketType, WireError,
 };
 
 /// Where a packet's payload goes, chosen by the engine once it has seen the
@@ -33,7 +33,8 @@ pub enum ReadStep {
         /// How many of the input bytes are payload for the target.
         len: usize,
     },
-    /// The frame is complete (trailer checked, if any).
+    /// The frame is complete (CRC trailer checked, if any; a seal is the
+    /// datagram reader's to check, before the frame is read).
     Done {
         /// The header.
         header: HeaderRepr,
@@ -59,7 +60,7 @@ pub struct StreamReader {
     state: State,
     payload_left: u64,
     target: PayloadTarget,
-    trailer: [u8; CHECKSUM_LEN],
+    trailer: [u8; MAX_TRAILER_LEN],
     trailer_have: usize,
     crc: Crc32c,
     /// Check trailers; off for a frame checked whole already (a datagram).
@@ -78,7 +79,7 @@ impl StreamReader {
             state: State::Prefix,
             payload_left: 0,
             target: PayloadTarget::Discard,
-            trailer: [0; CHECKSUM_LEN],
+            trailer: [0; MAX_TRAILER_LEN],
             trailer_have: 0,
             crc: Crc32c::new(),
             verify: true,
@@ -97,7 +98,10 @@ impl StreamReader {
 
     /// Whether the current frame's bytes go through the checksum.
     fn sums(&self) -> bool {
-        self.verify && self.header.is_some_and(|h| h.trailer_len() > 0)
+        self.verify
+            && self
+                .header
+                .is_some_and(|h| h.flags.contains(Flags::CHECKSUM))
     }
 
     /// The fixed body fields of the current frame (valid after
@@ -197,17 +201,21 @@ impl StreamReader {
                 self.step(input, used)
             }
             State::Trailer => {
-                let take = (CHECKSUM_LEN - self.trailer_have).min(input.len());
+                let header = self.header.ok_or(WireError::HeaderMismatch)?;
+                let len = header.trailer_len().min(MAX_TRAILER_LEN);
+                let take = (len - self.trailer_have).min(input.len());
                 self.trailer[self.trailer_have..self.trailer_have + take]
                     .copy_from_slice(&input[..take]);
                 self.trailer_have += take;
                 *used = take;
-                if self.trailer_have < CHECKSUM_LEN {
+                if self.trailer_have < len {
                     return Ok(ReadStep::NeedMore);
                 }
                 let crc = core::mem::take(&mut self.crc);
-                if self.verify {
-                    crc.check(self.trailer)?;
+                if self.sums()
+                    && let Some(trailer) = self.trailer.first_chunk::<CHECKSUM_LEN>()
+                {
+                    crc.check(*trailer)?;
                 }
                 Ok(self.finish())
             }

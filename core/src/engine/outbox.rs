@@ -24,9 +24,6 @@ pub(crate) trait Retained {
     /// The retained packet `seq`, if the peer still has it (not yet
     /// acknowledged, or acknowledged while a link writes it).
     fn retained(&self, seq: u64) -> Option<&Outgoing>;
-
-    /// Whether the peer checks CRC trailers.
-    fn checksum(&self) -> bool;
 }
 
 /// A frame being written.
@@ -178,12 +175,11 @@ impl<const W: usize> Outbox<W> {
         let mut out = Segments::new();
         let mut skip = self.written;
         let mut frames = 0;
-        let checksum = peer.is_some_and(|p| p.checksum());
         let add = |frame: FrameRef<'a>, out: &mut Segments<'a>, skip: &mut usize| match frame {
             FrameRef::Control(c) => push_skipping(out, c.as_bytes(), skip),
             FrameRef::Reliable(seq) => {
                 if let Some(packet) = peer.and_then(|p| p.retained(seq)) {
-                    packet.segments(checksum, pools, regs, out, skip);
+                    packet.segments(pools, regs, out, skip);
                 }
             }
         };
@@ -229,12 +225,11 @@ impl<const W: usize> Outbox<W> {
             self.written = 0;
             return done;
         }
-        let checksum = peer.is_some_and(|p| p.checksum());
         let len_of = |frame: &Frame| match frame {
             Frame::Control(c) => c.as_bytes().len(),
             Frame::Reliable(seq) => peer
                 .and_then(|p| p.retained(*seq))
-                .map_or(0, |packet| packet.wire_len(checksum, pools, regs)),
+                .map_or(0, |packet| packet.wire_len(pools, regs)),
         };
         let mut left = n;
         if let Some(frame) = &self.writing {

@@ -9,9 +9,9 @@ use crate::btl::{MemError, MemSlice, RegSlot, Registrations};
 use crate::desc::Descriptor;
 use crate::pool::PoolsRef;
 use crate::wire::{
-    self, AckRepr, CHECKSUM_LEN, CloseRepr, CookieRepr, Crc32c, DoneRepr, Flags, GetRepr,
-    HEADER_LEN, HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, NotifyRepr, PacketRepr,
-    PacketType, PutRepr, RejectRepr, SendRepr,
+    self, AckRepr, CloseRepr, CookieRepr, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN, HeaderRepr,
+    HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, MAX_TRAILER_LEN, NotifyRepr, PacketRepr,
+    PacketType, PutRepr, RejectRepr, Seal, SendRepr,
 };
 
 /// Bytes a descriptor keeps in front of its payload for the engine's
@@ -26,8 +26,8 @@ pub(crate) const PUT_PREFIX: usize = HEADER_LEN + PutRepr::LEN;
 /// Most slices one transmit hands out (coalesced small packets).
 pub const MAX_SEGMENTS: usize = 16;
 
-/// Largest control frame: a HELLO with its trailer.
-const CONTROL_MAX: usize = HEADER_LEN + HelloRepr::LEN + CHECKSUM_LEN;
+/// Largest control frame: a HELLO with its trailers.
+const CONTROL_MAX: usize = HEADER_LEN + HelloRepr::LEN + MAX_TRAILER_LEN;
 
 /// The slices a link writes, in order.
 pub type Segments<'a> = Vec<&'a [u8], MAX_SEGMENTS>;
@@ -46,8 +46,71 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>, C: core::borrow::BorrowMut<[RegSlot<M>]>> Reg
     }
 }
 
+/// What follows the body of every packet to one peer: a CRC32C trailer if
+/// both HELLOs asked for one, and a seal once a keyed handshake over
+/// datagrams derived the keys ([`Seal`]). None before a link opens.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trailers {
+    /// Whether a CRC32C trailer follows each body.
+    pub checksum: bool,
+    /// The keys each datagram is sealed and checked with.
+    pub seal: Option<Seal>,
+}
+
+impl Trailers {
+    /// The header flags that announce them.
+    pub fn flags(&self) -> Flags {
+        let mut flags = Flags::empty();
+        flags.set(Flags::CHECKSUM, self.checksum);
+        flags.set(Flags::SEALED, self.seal.is_some());
+        flags
+    }
+
+    /// The trailers of a frame whose header and fixed fields are `prefix`
+    /// and whose payload is `payload`, in pieces: the CRC32C of them all,
+    /// then the seal of the prefix.
+    fn of(&self, prefix: &[u8], payload: &[&[u8]]) -> Trailer {
+        let mut trailer = Trailer::default();
+        if self.checksum {
+            let mut crc = Crc32c::new();
+            crc.update(prefix);
+            for piece in payload {
+                crc.update(piece);
+            }
+            trailer.push(&crc.trailer());
+        }
+        if let Some(seal) = &self.seal {
+            trailer.push(&seal.tag(prefix));
+        }
+        trailer
+    }
+}
+
+/// The trailers a retained packet was stamped with, written after its
+/// payload.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trailer {
+    bytes: [u8; MAX_TRAILER_LEN],
+    len: u8,
+}
+
+impl Trailer {
+    fn push(&mut self, bytes: &[u8]) {
+        let at = usize::from(self.len);
+        if let Some(room) = self.bytes.get_mut(at..at + bytes.len()) {
+            room.copy_from_slice(bytes);
+            self.len += bytes.len() as u8;
+        }
+    }
+
+    /// The bytes, in order.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
 /// A whole packet without payload (HELLO, HELLO_ACK, ACK, CLOSE, and the
-/// reliable GET, REJECT and DONE), its trailer included.
+/// reliable GET, REJECT and DONE), its trailers included.
 #[derive(Debug, Clone)]
 pub struct ControlFrame {
     bytes: [u8; CONTROL_MAX],
@@ -55,11 +118,18 @@ pub struct ControlFrame {
 }
 
 impl ControlFrame {
-    /// `packet` behind a header of `credits`, `seq` and `ack`, with a CRC
-    /// trailer if `checksum`.
-    pub fn new(packet: PacketRepr<'_>, credits: u32, seq: u64, ack: u64, flags: Flags) -> Self {
+    /// `packet` behind a header of `credits`, `seq`, `ack` and `flags`,
+    /// with `trailers`.
+    pub fn new(
+        packet: PacketRepr<'_>,
+        credits: u32,
+        seq: u64,
+        ack: u64,
+        flags: Flags,
+        trailers: &Trailers,
+    ) -> Self {
         let header = HeaderRepr {
-            flags,
+            flags: flags | trailers.flags(),
             credits,
             seq,
             ack,
@@ -68,44 +138,64 @@ impl ControlFrame {
         let mut bytes = [0u8; CONTROL_MAX];
         // Every control packet fits: the largest is a HELLO.
         let len = wire::emit(&header, &packet, &mut bytes).unwrap_or(0);
+        if let Some(seal) = &trailers.seal {
+            seal.seal_frame(&mut bytes[..len]);
+        }
         ControlFrame {
             bytes,
             len: len as u8,
         }
     }
 
-    /// A handshake packet (no sequence number, credits or acknowledgement).
+    /// A handshake packet (no sequence number, credits or acknowledgement,
+    /// no trailer: nothing is agreed yet).
     pub fn hello(hello: HelloRepr) -> Self {
-        Self::new(PacketRepr::Hello(hello), 0, 0, 0, Flags::empty())
+        Self::new(
+            PacketRepr::Hello(hello),
+            0,
+            0,
+            0,
+            Flags::empty(),
+            &Trailers::default(),
+        )
     }
 
     /// The answer to a HELLO.
     pub fn hello_ack(ack: HelloAckRepr) -> Self {
-        Self::new(PacketRepr::HelloAck(ack), 0, 0, 0, Flags::empty())
+        Self::new(
+            PacketRepr::HelloAck(ack),
+            0,
+            0,
+            0,
+            Flags::empty(),
+            &Trailers::default(),
+        )
     }
 
-    /// A CLOSE saying why.
-    pub fn close(close: CloseRepr) -> Self {
-        Self::new(PacketRepr::Close(close), 0, 0, 0, Flags::empty())
+    /// A CLOSE saying why, with `seal` if the link's peer seals.
+    pub fn close(close: CloseRepr, seal: Option<&Seal>) -> Self {
+        let trailers = Trailers {
+            checksum: false,
+            seal: seal.cloned(),
+        };
+        Self::new(PacketRepr::Close(close), 0, 0, 0, Flags::empty(), &trailers)
     }
 
     /// A COOKIE (a server's, or a client's echo of it).
     pub fn cookie(cookie: CookieRepr) -> Self {
-        Self::new(PacketRepr::Cookie(cookie), 0, 0, 0, Flags::empty())
+        Self::new(
+            PacketRepr::Cookie(cookie),
+            0,
+            0,
+            0,
+            Flags::empty(),
+            &Trailers::default(),
+        )
     }
 
     /// The frame's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
-    }
-}
-
-/// The flags of a packet to a peer that does or does not check trailers.
-pub(crate) fn checksum_flags(checksum: bool) -> Flags {
-    if checksum {
-        Flags::CHECKSUM
-    } else {
-        Flags::empty()
     }
 }
 
@@ -198,8 +288,8 @@ pub enum Outgoing {
     Send {
         /// The message.
         desc: Descriptor,
-        /// The CRC trailer, when the peer checks them.
-        trailer: [u8; CHECKSUM_LEN],
+        /// Its trailers, as it was stamped.
+        trailer: Trailer,
     },
     /// A piece of a put (or of the data answering a peer's get).
     Put {
@@ -212,8 +302,8 @@ pub enum Outgoing {
         op: u16,
         /// The transfer.
         xfer_id: u64,
-        /// The CRC trailer, when the peer checks them.
-        trailer: [u8; CHECKSUM_LEN],
+        /// Its trailers, as it was stamped.
+        trailer: Trailer,
     },
     /// A packet without payload.
     Control {
@@ -238,7 +328,7 @@ impl Outgoing {
             data,
             op,
             xfer_id: put.xfer_id,
-            trailer: [0; CHECKSUM_LEN],
+            trailer: Trailer::default(),
         }
     }
 
@@ -246,24 +336,24 @@ impl Outgoing {
     pub(crate) fn control(packet: ControlPacket) -> Self {
         Outgoing::Control {
             packet,
-            frame: ControlFrame::new(packet.repr(), 0, 0, 0, Flags::empty()),
+            frame: ControlFrame::new(packet.repr(), 0, 0, 0, Flags::empty(), &Trailers::default()),
         }
     }
 
     /// Writes the packet's header as `seq` with the acknowledgement `ack`
-    /// and the credit total `credits`, and its trailer if `checksum`: done
-    /// once, as it is put on a link, so that bytes handed to the driver
-    /// never change afterwards.
+    /// and the credit total `credits`, and its `trailers`: done once, as it
+    /// is put on a link, so that bytes handed to the driver never change
+    /// afterwards.
     pub(crate) fn stamp(
         &mut self,
         seq: u64,
         ack: u64,
         credits: u32,
-        checksum: bool,
+        trailers: &Trailers,
         pools: PoolsRef<'_>,
         regs: &impl Registered,
     ) {
-        let flags = checksum_flags(checksum);
+        let flags = trailers.flags();
         match self {
             Outgoing::Send { desc, trailer } => {
                 let body = (desc.len() - HEADER_RESERVE) as u64 + SendRepr::LEN as u64;
@@ -283,18 +373,13 @@ impl Outgoing {
                     header.emit(head);
                     SendRepr { tag: tag.0 }.emit(fixed);
                 }
-                if checksum {
-                    let mut crc = Crc32c::new();
-                    if let Ok(bytes) = desc.fragment_bytes(pools) {
-                        crc.update(bytes);
-                    }
-                    if let Some(r) = desc.referenced()
-                        && let Ok(bytes) = regs.slice(r)
-                    {
-                        crc.update(bytes);
-                    }
-                    *trailer = crc.trailer();
-                }
+                let inline = desc.fragment_bytes(pools).unwrap_or(&[]);
+                let (prefix, data) = inline.split_at(HEADER_RESERVE.min(inline.len()));
+                let referenced = desc
+                    .referenced()
+                    .and_then(|r| regs.slice(r).ok())
+                    .unwrap_or(&[]);
+                *trailer = trailers.of(prefix, &[data, referenced]);
             }
             Outgoing::Put {
                 prefix,
@@ -313,17 +398,11 @@ impl Outgoing {
                 if let Some(head) = prefix.first_chunk_mut() {
                     header.emit(head);
                 }
-                if checksum {
-                    let mut crc = Crc32c::new();
-                    crc.update(prefix);
-                    if let Ok(bytes) = regs.slice(*data) {
-                        crc.update(bytes);
-                    }
-                    *trailer = crc.trailer();
-                }
+                *trailer = trailers.of(prefix, &[regs.slice(*data).unwrap_or(&[])]);
             }
             Outgoing::Control { packet, frame } => {
-                *frame = ControlFrame::new(packet.repr(), credits, seq, ack, flags);
+                *frame =
+                    ControlFrame::new(packet.repr(), credits, seq, ack, Flags::empty(), trailers);
             }
         }
     }
@@ -333,7 +412,6 @@ impl Outgoing {
     /// to drop after this packet.
     pub(crate) fn segments<'a>(
         &'a self,
-        checksum: bool,
         pools: PoolsRef<'a>,
         regs: &'a impl Registered,
         out: &mut Segments<'a>,
@@ -345,32 +423,25 @@ impl Outgoing {
                 desc.referenced()
                     .and_then(|r| regs.slice(r).ok())
                     .unwrap_or(&[]),
-                trailer,
+                trailer.as_bytes(),
             ),
             Outgoing::Put {
                 prefix,
                 data,
                 trailer,
                 ..
-            } => (prefix, regs.slice(*data).unwrap_or(&[]), trailer),
+            } => (prefix, regs.slice(*data).unwrap_or(&[]), trailer.as_bytes()),
             Outgoing::Control { frame, .. } => (frame.as_bytes(), &[], &[]),
         };
         push_skipping(out, first, skip);
         push_skipping(out, second, skip);
-        if checksum && !matches!(self, Outgoing::Control { .. }) {
-            push_skipping(out, trailer, skip);
-        }
+        push_skipping(out, trailer, skip);
     }
 
     /// Bytes the packet takes on the wire.
-    pub(crate) fn wire_len(
-        &self,
-        checksum: bool,
-        pools: PoolsRef<'_>,
-        regs: &impl Registered,
-    ) -> usize {
+    pub(crate) fn wire_len(&self, pools: PoolsRef<'_>, regs: &impl Registered) -> usize {
         let mut out = Segments::new();
-        self.segments(checksum, pools, regs, &mut out, &mut 0);
+        self.segments(pools, regs, &mut out, &mut 0);
         out.iter().map(|s| s.len()).sum()
     }
 
@@ -386,11 +457,11 @@ impl Outgoing {
 }
 
 /// An ACK carrying `ack` and the credit total `credits`, with `flags`
-/// (`ACK_REQUEST` for a probe) and a trailer if `checksum`.
+/// (`ACK_REQUEST` for a probe) and `trailers`.
 pub(crate) fn ack_frame(
     ack: crate::engine::window::Ack,
     credits: u32,
-    checksum: bool,
+    trailers: &Trailers,
     flags: Flags,
 ) -> ControlFrame {
     ControlFrame::new(
@@ -398,7 +469,8 @@ pub(crate) fn ack_frame(
         credits,
         0,
         ack.cumulative,
-        flags | checksum_flags(checksum),
+        flags,
+        trailers,
     )
 }
 
@@ -430,18 +502,41 @@ mod tests {
         };
         let mut region = std::vec![0u8; cfg.required_bytes()];
         let pools = crate::pool::FragmentPools::new(&mut region, cfg).expect("pools");
-        out.stamp(5, 3, 9, true, pools.view(), &regs);
+        let (me, them) = (
+            crate::wire::Start {
+                job: 1,
+                rank: 0,
+                epoch: 5,
+            },
+            crate::wire::Start {
+                job: 1,
+                rank: 1,
+                epoch: 9,
+            },
+        );
+        let trailers = Trailers {
+            checksum: true,
+            seal: Some(Seal::derive(b"job key", me, them)),
+        };
+        out.stamp(5, 3, 9, &trailers, pools.view(), &regs);
         let mut segments = Segments::new();
-        out.segments(true, pools.view(), &regs, &mut segments, &mut 0);
+        out.segments(pools.view(), &regs, &mut segments, &mut 0);
         assert_eq!(segments.len(), 1, "a control packet is one slice");
         let (header, packet, _) = parse(segments[0], &Limits::new(1024)).expect("a frame");
         assert_eq!((header.seq, header.ack, header.credits), (5, 3, 9));
-        assert!(header.flags.contains(Flags::CHECKSUM));
+        assert!(header.flags.contains(Flags::CHECKSUM | Flags::SEALED));
         assert_eq!(packet, PacketRepr::Done(DoneRepr { xfer_id: 7 }));
         assert_eq!(
-            out.wire_len(true, pools.view(), &regs),
+            out.wire_len(pools.view(), &regs),
             segments[0].len(),
             "the length is what is written"
+        );
+        let theirs = Seal::derive(b"job key", them, me);
+        assert_eq!(theirs.check(segments[0]), Ok(()), "the peer takes it");
+        assert_eq!(
+            trailers.seal.as_ref().map(|s| s.check(segments[0])),
+            Some(Err(crate::wire::WireError::BadSeal)),
+            "reflected back to its sender, it is refused"
         );
         let ack = ack_frame(
             Ack {
@@ -449,7 +544,7 @@ mod tests {
                 sack: 1,
             },
             2,
-            false,
+            &Trailers::default(),
             Flags::ACK_REQUEST,
         );
         let (header, packet, _) = parse(ack.as_bytes(), &Limits::new(1024)).expect("a frame");

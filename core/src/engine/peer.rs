@@ -38,7 +38,8 @@ use super::link::{ControlIn, Receiving};
 use super::ops::{GET_REPLY, Mail, Next, Op, OpKind, Path, get_parts};
 use super::outbox::Retained;
 use super::packet::{
-    Answer, ControlFrame, ControlPacket, HEADER_RESERVE, Outgoing, Queued, ack_frame,
+    Answer, ControlFrame, ControlPacket, HEADER_RESERVE, Outgoing, Queued, Trailer, Trailers,
+    ack_frame,
 };
 use super::progress::Progress;
 use super::rdma::{Route, route};
@@ -131,7 +132,7 @@ enum Held {
 }
 
 /// What the peer's HELLO said, as the peer keeps it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Hello {
     /// The start of its process.
     pub epoch: u64,
@@ -139,8 +140,8 @@ pub struct Hello {
     pub max_body: u64,
     /// The SEND credits it grants to start with.
     pub initial_credits: u32,
-    /// Whether both sides check CRC trailers.
-    pub checksum: bool,
+    /// The trailers the handshake agreed on.
+    pub trailers: Trailers,
     /// Whether it takes a put's notice (NOTIFY, from minor version 1).
     pub notices: bool,
     /// Whether it answers KEY (from minor version 2).
@@ -153,13 +154,13 @@ const NOTIFY_SINCE: u8 = 1;
 const KEYS_SINCE: u8 = 2;
 
 impl Hello {
-    /// The facts of `hello`, with trailers as the handshake agreed.
-    pub fn of(hello: &HelloRepr, checksum: bool) -> Self {
+    /// The facts of `hello`, with `trailers` as the handshake agreed.
+    pub fn of(hello: &HelloRepr, trailers: Trailers) -> Self {
         Hello {
             epoch: hello.epoch,
             max_body: hello.max_body,
             initial_credits: hello.initial_credits,
-            checksum,
+            trailers,
             notices: hello.version_minor >= NOTIFY_SINCE,
             keys: hello.version_minor >= KEYS_SINCE,
         }
@@ -167,7 +168,7 @@ impl Hello {
 }
 
 /// A link that finished its handshake, as its peer takes it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Opened {
     /// Which of the peer's links it is.
     pub index: u8,
@@ -206,10 +207,10 @@ pub struct Peer<const W: usize> {
     /// Retained packets partly written on a link, and those of them the
     /// peer has acknowledged since: kept until their last byte is written.
     pinned: Vec<(u64, Option<Outgoing>), MAX_PEER_LINKS>,
-    /// Largest body the peer accepts; CRC trailers to and from it;
-    /// whether it takes a put's notice.
+    /// Largest body the peer accepts; the trailers of packets to and from
+    /// it; whether it takes a put's notice.
     peer_max_body: u64,
-    checksum: bool,
+    trailers: Trailers,
     notices: bool,
     /// Whether it answers KEY; what it said of its keys.
     answers_keys: bool,
@@ -260,7 +261,7 @@ impl<const W: usize> Peer<W> {
             resend: Deque::new(),
             pinned: Vec::new(),
             peer_max_body: crate::wire::MIN_MAX_BODY,
-            checksum: false,
+            trailers: Trailers::default(),
             notices: true,
             answers_keys: true,
             keys: KeyCache::default(),
@@ -314,6 +315,11 @@ impl<const W: usize> Peer<W> {
     /// The start of its process, once a link to it opened.
     pub fn epoch(&self) -> Option<u64> {
         self.epoch
+    }
+
+    /// The trailers of packets to and from it.
+    pub fn trailers(&self) -> &Trailers {
+        &self.trailers
     }
 
     /// Whether it has been open: a broken link is reconnected.
@@ -474,7 +480,7 @@ impl<const W: usize> Peer<W> {
         }
         self.was_open = true;
         self.epoch = Some(hello.epoch);
-        self.checksum = hello.checksum;
+        self.trailers = hello.trailers;
         self.notices = hello.notices;
         self.answers_keys = hello.keys;
         self.peer_max_body = hello.max_body;
@@ -1048,7 +1054,7 @@ impl<const W: usize> Peer<W> {
                     return self.push(
                         Outgoing::Send {
                             desc,
-                            trailer: [0; crate::wire::CHECKSUM_LEN],
+                            trailer: Trailer::default(),
                         },
                         shared,
                     );
@@ -1121,14 +1127,17 @@ impl<const W: usize> Peer<W> {
     /// acknowledgement and credits, as it is put on a link: it carries the
     /// acknowledgement owed, so no bare ACK is owed for it any more.
     pub fn stamp<S: Storage>(&mut self, seq: u64, shared: &Shared<S>) {
-        let (ack, credits, checksum) = (
-            self.recv.ack().cumulative,
-            self.credits.granted(),
-            self.checksum,
-        );
+        let (ack, credits) = (self.recv.ack().cumulative, self.credits.granted());
         self.acks.sent();
         if let Some(out) = self.send.get_mut(seq) {
-            out.stamp(seq, ack, credits, checksum, shared.pools(), &shared.regs);
+            out.stamp(
+                seq,
+                ack,
+                credits,
+                &self.trailers,
+                shared.pools(),
+                &shared.regs,
+            );
         }
     }
 
@@ -1179,7 +1188,7 @@ impl<const W: usize> Peer<W> {
         ack_frame(
             self.recv.ack(),
             self.credits.granted(),
-            self.checksum,
+            &self.trailers,
             flags,
         )
     }
@@ -1640,10 +1649,6 @@ impl<const W: usize> Retained for Peer<W> {
                 .find(|(s, _)| *s == seq)
                 .and_then(|(_, d)| d.as_ref())
         })
-    }
-
-    fn checksum(&self) -> bool {
-        self.checksum
     }
 }
 

@@ -107,7 +107,7 @@ pub(crate) fn hello(epoch: u64, credits: u32) -> Hello {
         epoch,
         max_body: 1 << 20,
         initial_credits: credits,
-        checksum: false,
+        trailers: Default::default(),
         notices: true,
         keys: true,
     }

@@ -122,6 +122,11 @@ pub enum WireError {
         /// Whether the local side is the one that has a key.
         local_has_key: bool,
     },
+    /// A datagram from a keyed peer is not sealed, or its seal is not the
+    /// one the peer's key makes ([`Seal::check`](super::Seal::check)):
+    /// someone else sent it from the peer's address, or it was damaged.
+    /// The engine drops it as lost; it ends nothing.
+    BadSeal,
 }
 
 impl WireError {
@@ -209,6 +214,9 @@ impl fmt::Display for WireError {
                 local_has_key: false,
             } => f.write_str(
                 "the peer has a job key but this side has none: cannot authenticate to the peer",
+            ),
+            Self::BadSeal => f.write_str(
+                "datagram not sealed with the peer's key: sent by someone else from its address, or damaged",
             ),
         }
     }

@@ -135,7 +135,26 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         ("key", reliable(&key, 15), key),
         ("key_info", reliable(&key_info, 16), key_info),
         ("cookie", HeaderRepr::new(&cookie), cookie),
+        (
+            "sealed_close",
+            HeaderRepr {
+                flags: Flags::SEALED,
+                ..reliable(&close, 11)
+            },
+            close,
+        ),
     ]
+}
+
+/// The seal (42, 3) puts on what it sends (42, 5), each with the start its
+/// HELLO vector says.
+pub(super) fn golden_seal(sender: &HelloRepr, receiver: &HelloRepr) -> Seal {
+    let start = |h: &HelloRepr| Start {
+        job: h.job,
+        rank: h.rank,
+        epoch: h.epoch,
+    };
+    Seal::derive(GOLDEN_KEY, start(sender), start(receiver))
 }
 
 fn reliable(packet: &PacketRepr<'_>, seq: u64) -> HeaderRepr {
@@ -150,6 +169,9 @@ pub(super) fn encode(header: &HeaderRepr, packet: &PacketRepr<'_>) -> Vec<u8> {
     let mut buf = std::vec![0; header.frame_len().expect("golden frame length")];
     let len = emit(header, packet, &mut buf).expect("golden vector encodes");
     assert_eq!(len, buf.len());
+    if header.flags.contains(Flags::SEALED) {
+        golden_seal(&HELLO_A, &HELLO_B).seal_frame(&mut buf);
+    }
     buf
 }
 
@@ -247,6 +269,21 @@ fn golden_hello_ack_proof_verifies() {
 }
 
 #[test]
+fn golden_seal_checks_at_the_receiver_only() {
+    let vectors = vectors();
+    let Some((_, header, packet)) = vectors.iter().find(|(n, ..)| *n == "sealed_close") else {
+        panic!("no sealed_close vector");
+    };
+    let bytes = encode(header, packet);
+    assert_eq!(golden_seal(&HELLO_B, &HELLO_A).check(&bytes), Ok(()));
+    assert_eq!(
+        golden_seal(&HELLO_A, &HELLO_B).check(&bytes),
+        Err(WireError::BadSeal),
+        "the sender's own key is the other direction's"
+    );
+}
+
+#[test]
 fn golden_lengths() {
     let lengths: Vec<(&str, usize)> = vectors()
         .iter()
@@ -268,6 +305,7 @@ fn golden_lengths() {
             ("key", 40),
             ("key_info", 72),
             ("cookie", 48),
+            ("sealed_close", 56),
         ]
     );
 }

@@ -2,12 +2,12 @@
 //!
 //! ```text
 //!  0  u8   type       PacketType
-//!  1  u8   flags      Flags (bit 0 CHECKSUM)
+//!  1  u8   flags      Flags (bit 0 CHECKSUM, 1 ACK_REQUEST, 2 SEALED)
 //!  2  u16  reserved   0
 //!  4  u32  credits    running total of credits granted to the receiver
 //!  8  u64  seq        sequence number of a reliable packet, else 0
 //! 16  u64  ack        cumulative acknowledgement
-//! 24  u64  body_len   bytes of body after the header, trailer excluded
+//! 24  u64  body_len   bytes of body after the header, trailers excluded
 //! ```
 
 use core::fmt;
@@ -17,8 +17,8 @@ use bitflags::bitflags;
 use super::field::{Fields, FieldsMut, check_reserved};
 use super::{
     AckRepr, CHECKSUM_LEN, CloseRepr, CookieRepr, DoneRepr, GetRepr, HEADER_LEN, HelloAckRepr,
-    HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketRepr, PutRepr, RejectRepr, SendRepr,
-    WireError,
+    HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketRepr, PutRepr, RejectRepr, SEAL_LEN,
+    SendRepr, WireError,
 };
 
 const TYPE: usize = 0;
@@ -212,6 +212,11 @@ bitflags! {
         /// keepalive, or a sender waiting for credits over datagrams, where
         /// the ACK that carried them may have been lost.
         const ACK_REQUEST = 1 << 1;
+        /// A [`Seal`](super::Seal) ends the frame, after the CRC32C
+        /// trailer if any (since minor version 4). Set on every datagram
+        /// between two processes that both hold the job key, once their
+        /// handshake opened the link; never over a stream.
+        const SEALED = 1 << 2;
     }
 }
 
@@ -377,14 +382,17 @@ impl HeaderRepr {
         HEADER_LEN
     }
 
-    /// Bytes of CRC32C trailer after the body: [`CHECKSUM_LEN`] with
-    /// [`Flags::CHECKSUM`], else 0.
+    /// Bytes after the body: [`CHECKSUM_LEN`] with [`Flags::CHECKSUM`],
+    /// and [`SEAL_LEN`] more with [`Flags::SEALED`].
     pub fn trailer_len(&self) -> usize {
+        let mut len = 0;
         if self.flags.contains(Flags::CHECKSUM) {
-            CHECKSUM_LEN
-        } else {
-            0
+            len += CHECKSUM_LEN;
         }
+        if self.flags.contains(Flags::SEALED) {
+            len += SEAL_LEN;
+        }
+        len
     }
 
     /// Length of the whole frame: header, body and trailer. Fails with

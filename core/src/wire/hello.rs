@@ -30,8 +30,10 @@ pub const VERSION_MAJOR: u8 = 1;
 /// KEY_INFO), so peers with the same major talk whatever their minors;
 /// minor 3 added COOKIE, which a datagram server sends every stranger
 /// before anything else, so that a client of minor 2 or less cannot open
-/// a link with it over datagrams.
-pub const VERSION_MINOR: u8 = 3;
+/// a link with it over datagrams; minor 4 added the seal
+/// ([`Flags::SEALED`](super::Flags::SEALED)), which two keyed processes put
+/// on every datagram once both announce minor 4 or more.
+pub const VERSION_MINOR: u8 = 4;
 /// Bytes of the per-connection random nonce that the job-key proof binds.
 pub const NONCE_LEN: usize = 16;
 

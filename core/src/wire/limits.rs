@@ -1,6 +1,6 @@
 //! The local bounds a decoder checks untrusted lengths against.
 
-use super::{CHECKSUM_LEN, HEADER_LEN};
+use super::{HEADER_LEN, MAX_TRAILER_LEN};
 
 /// Smallest body limit [`Limits`] accepts: the largest fixed-size body
 /// (HELLO and GET, 64 bytes), so that every control packet always fits and
@@ -8,9 +8,9 @@ use super::{CHECKSUM_LEN, HEADER_LEN};
 pub const MIN_MAX_BODY: u64 = 64;
 
 /// Largest body limit [`Limits`] accepts: one whose whole frame (header,
-/// body, trailer) still has a length that fits in `usize`, so a frame length
+/// body, trailers) still has a length that fits in `usize`, so a frame length
 /// never overflows on 32-bit targets.
-pub const MAX_MAX_BODY: u64 = (usize::MAX - HEADER_LEN - CHECKSUM_LEN) as u64;
+pub const MAX_MAX_BODY: u64 = (usize::MAX - HEADER_LEN - MAX_TRAILER_LEN) as u64;
 
 /// Local limits a decoder enforces on what a peer sends, before it uses any
 /// length from the wire.

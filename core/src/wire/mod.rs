@@ -2,7 +2,8 @@
 //! `Repr` structs, after smoltcp's `wire` module.
 //!
 //! Every packet is a 32-byte [`Header`] followed by a body and, with
-//! [`Flags::CHECKSUM`], a 4-byte CRC32C trailer. All integers are
+//! [`Flags::CHECKSUM`], a 4-byte CRC32C trailer; a datagram between two
+//! keyed processes ends with a 16-byte [`Seal`] ([`Flags::SEALED`]). All integers are
 //! big-endian and all lengths and offsets 64 bits wide. The body is one of
 //! twelve types ([`PacketType`]): the handshake ([`HelloRepr`],
 //! [`HelloAckRepr`] with its [`hello_proof`]), active messages
@@ -70,6 +71,7 @@ mod packet;
 mod proof;
 mod put;
 mod reject;
+mod seal;
 mod send;
 
 #[cfg(test)]
@@ -96,6 +98,7 @@ pub use packet::{
 pub use proof::{PROOF_CONTEXT, PROOF_LEN, hello_proof, verify_proof};
 pub use put::PutRepr;
 pub use reject::{RejectCode, RejectRepr};
+pub use seal::{SEAL_KEY_CONTEXT, SEAL_LEN, Seal, Start};
 pub use send::SendRepr;
 
 /// Bytes of the common header.
@@ -103,6 +106,9 @@ pub const HEADER_LEN: usize = 32;
 
 /// Bytes of the CRC32C trailer, present with [`Flags::CHECKSUM`].
 pub const CHECKSUM_LEN: usize = 4;
+
+/// Most bytes that follow a body: the CRC32C trailer and the seal.
+pub const MAX_TRAILER_LEN: usize = CHECKSUM_LEN + SEAL_LEN;
 
 /// Longest prefix [`emit_prefix`] writes: the header and the largest fixed
 /// body (HELLO and GET).

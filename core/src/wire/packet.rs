@@ -172,7 +172,8 @@ impl<'a> PacketRepr<'a> {
 /// header says so, the CRC32C trailer, which is checked before the body is
 /// looked at. Returns the header, the body and the length of the frame, so
 /// that a stream reader can go on with the next packet; bytes after the
-/// frame are not looked at.
+/// frame are not looked at. A seal ([`Flags::SEALED`]) is counted in the
+/// frame but not checked: that takes the peer's key ([`Seal::check`](super::Seal::check)).
 ///
 /// Fails with [`WireError::Truncated`] when `buf` ends before the frame
 /// does (on a stream: read at least `needed` bytes and call again), and
@@ -188,11 +189,11 @@ pub fn parse<'a>(
         have: buf.len(),
     };
     let frame = buf.get(..frame_len).ok_or(truncated)?;
-    let (covered, trailer) = frame
+    let (covered, trailers) = frame
         .split_at_checked(frame_len.saturating_sub(header.trailer_len()))
         .ok_or(truncated)?;
     if header.flags.contains(Flags::CHECKSUM) {
-        let trailer = <[u8; CHECKSUM_LEN]>::try_from(trailer).map_err(|_| truncated)?;
+        let trailer = trailers.first_chunk().copied().ok_or(truncated)?;
         check_trailer(covered, trailer)?;
     }
     let body = covered.get(HEADER_LEN..).ok_or(truncated)?;
@@ -246,7 +247,10 @@ pub fn emit_prefix(
 /// Writes the whole frame (header, body, and the trailer if the header has
 /// [`Flags::CHECKSUM`](super::Flags::CHECKSUM)) at the start of `buf` and
 /// returns its length: for datagrams, and for payloads small enough that a
-/// copy costs less than a second I/O vector.
+/// copy costs less than a second I/O vector. With
+/// [`Flags::SEALED`](super::Flags::SEALED) the frame's last
+/// [`SEAL_LEN`](super::SEAL_LEN) bytes are left zero, for
+/// [`Seal::seal_frame`](super::Seal::seal_frame).
 ///
 /// `header` must have the packet's type and body length, as
 /// [`HeaderRepr::new`] gives; else [`WireError::HeaderMismatch`].
@@ -264,15 +268,17 @@ pub fn emit(
     })?;
     let prefix_len = emit_prefix(header, packet, frame)?;
     let covered_len = prefix_len + packet.payload().len();
-    let (covered, trailer) = frame
+    let (covered, trailers) = frame
         .split_at_mut_checked(covered_len)
         .ok_or(WireError::HeaderMismatch)?;
     if let Some(payload) = covered.get_mut(prefix_len..) {
         payload.copy_from_slice(packet.payload());
     }
+    trailers.fill(0);
     if header.flags.contains(Flags::CHECKSUM) {
-        let trailer =
-            <&mut [u8; CHECKSUM_LEN]>::try_from(trailer).map_err(|_| WireError::HeaderMismatch)?;
+        let trailer = trailers
+            .first_chunk_mut::<CHECKSUM_LEN>()
+            .ok_or(WireError::HeaderMismatch)?;
         let mut crc = Crc32c::new();
         crc.update(covered);
         *trailer = crc.trailer();

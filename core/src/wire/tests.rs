@@ -230,8 +230,8 @@ fn key_info_unused_fields_and_bits_must_be_zero() {
 #[test]
 fn unknown_flags() {
     assert_eq!(
-        parse_err(&patched(golden("ack"), 1, &[0x04])),
-        WireError::UnknownFlags(0x04)
+        parse_err(&patched(golden("ack"), 1, &[0x08])),
+        WireError::UnknownFlags(0x08)
     );
     assert_eq!(
         parse_err(&patched(golden("ack"), 1, &[0x81])),
@@ -567,7 +567,10 @@ fn stream_of_frames() {
         seen.push(header.packet_type);
         rest = &rest[used..];
     }
-    assert_eq!(seen, PacketType::ALL);
+    // Every type once, and a sealed CLOSE.
+    let mut every = PacketType::ALL.to_vec();
+    every.push(PacketType::Close);
+    assert_eq!(seen, every);
 }
 
 #[test]
@@ -643,6 +646,10 @@ fn vectored_emit_equals_contiguous_emit() {
             crc.update(&prefix[..len]);
             crc.update(packet.payload());
             frame.extend_from_slice(&crc.trailer());
+        }
+        if header.flags.contains(Flags::SEALED) {
+            let seal = super::golden::golden_seal(&HELLO_A, &HELLO_B).tag(&prefix[..len]);
+            frame.extend_from_slice(&seal);
         }
         assert_eq!(frame, encode(&header, &packet), "{name}");
     }

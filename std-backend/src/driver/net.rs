@@ -409,6 +409,7 @@ impl Net for Os {
     fn bind(&self, at: SocketAddr) -> io::Result<(OffloadedUdp, SocketAddr)> {
         let socket = Socket::new(Domain::for_address(at), Type::DGRAM, Some(Protocol::UDP))?;
         socket.set_nonblocking(true)?;
+        socket.set_recv_buffer_size(DATAGRAM_RCVBUF)?;
         if at.is_ipv6() {
             socket.set_only_v6(true)?;
         }
@@ -443,6 +444,13 @@ const SEND_FLAGS: libc::c_int = 0;
 
 /// Pending connections a listener queues.
 const BACKLOG: i32 = 128;
+
+/// The receive buffer of a datagram socket: a peer's whole window (64
+/// packets) of the largest datagrams (64 KiB), so that a burst the window
+/// allows is not dropped by the kernel while the receiver is busy (each
+/// drop costs a retransmission timeout). The kernel caps it at
+/// `net.core.rmem_max`; its default (208 KiB) held a fifth of that.
+const DATAGRAM_RCVBUF: usize = 4 << 20;
 
 /// TCP_NODELAY always; buffer sizes only when set (0 leaves the kernel's
 /// autotuning, which a fixed size can halve on fast links); the user

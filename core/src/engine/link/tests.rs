@@ -215,8 +215,8 @@ fn a_failed_link_says_why_and_closes_once_written() {
     let mut a = outbound(ms(0));
     a.queue_handshake(None);
     let _ = written(&mut a, &sh);
-    assert!(a.fail(CloseReason::ProtocolError).is_some());
-    assert!(a.fail(CloseReason::Timeout).is_none(), "once");
+    assert!(a.fail(CloseReason::ProtocolError, None).is_some());
+    assert!(a.fail(CloseReason::Timeout, None).is_none(), "once");
     assert_eq!(a.state(), LinkState::Closing);
     assert!(a.is_closing());
     assert!(!a.poll_close(), "its CLOSE is still to go");
@@ -251,7 +251,7 @@ fn a_link_failed_mid_frame_closes_without_a_close() {
         .handle_written::<Stream, Peer<8>>(3, None, sh.pools.view(), &sh.regs);
     assert!(part.len() > 3 && a.outbox().is_mid_frame());
     // A CLOSE now would be read as the rest of the HELLO.
-    assert!(a.fail(CloseReason::Shutdown).is_some());
+    assert!(a.fail(CloseReason::Shutdown, None).is_some());
     assert!(written(&mut a, &sh).is_empty());
     assert!(a.poll_close(), "closed at once");
 }

@@ -25,7 +25,7 @@ impl Packets {
             .into_iter()
             .map(|seq| {
                 let mut out = Outgoing::control(ControlPacket::Done(DoneRepr { xfer_id: seq }));
-                out.stamp(seq, 0, 0, false, fix.pools.view(), &fix.regs);
+                out.stamp(seq, 0, 0, &Trailers::default(), fix.pools.view(), &fix.regs);
                 (seq, out)
             })
             .collect();
@@ -44,10 +44,6 @@ impl Retained for Packets {
             .iter()
             .find(|(s, _)| *s == seq)
             .map(|(_, o)| o)
-    }
-
-    fn checksum(&self) -> bool {
-        false
     }
 }
 
@@ -114,12 +110,12 @@ fn ack(cumulative: u64) -> ControlFrame {
             sack: 0,
         },
         0,
-        false,
+        &Trailers::default(),
         Flags::empty(),
     )
 }
 
-use crate::engine::packet::ack_frame;
+use crate::engine::packet::{Trailers, ack_frame};
 
 #[test]
 fn control_frames_then_the_latest_ack_then_packets_in_one_write() {
@@ -131,9 +127,12 @@ fn control_frames_then_the_latest_ack_then_packets_in_one_write() {
     outbox.enqueue(2, &peer);
     outbox.set_ack(ack(3));
     outbox.set_ack(ack(4));
-    assert!(outbox.push_control(ControlFrame::close(CloseRepr {
-        reason: CloseReason::Normal
-    })));
+    assert!(outbox.push_control(ControlFrame::close(
+        CloseRepr {
+            reason: CloseReason::Normal
+        },
+        None
+    )));
     assert!(outbox.holds(1) && outbox.holds(2) && !outbox.holds(3));
     let bytes = bytes_of::<8, Stream>(&mut outbox, &peer, &fix);
     assert_eq!(
@@ -167,7 +166,7 @@ fn a_frame_partly_written_is_pinned_and_finished_first() {
     let first = peer
         .retained(1)
         .expect("retained")
-        .wire_len(false, fix.pools.view(), &fix.regs);
+        .wire_len(fix.pools.view(), &fix.regs);
     // The whole first packet and 3 bytes of the second.
     let written =
         outbox.handle_written::<Stream, _>(first + 3, Some(&peer), fix.pools.view(), &fix.regs);

@@ -109,6 +109,17 @@ fn pair(
     (pair, b_at_a, a_at_b)
 }
 
+/// A sends `data` to B (`b_at_a`), tag 0x80, and the pair runs until
+/// nothing moves.
+fn send_from_a(pair: &mut Pair, b_at_a: EndpointId, data: &[u8]) {
+    let d = pair
+        .a()
+        .prepare_src(b_at_a, data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
+        .expect("descriptor");
+    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+    pair.run_until_idle(1_000).expect("quiet");
+}
+
 /// Takes every event of `e`: messages as (tag, bytes), the rest as text.
 fn drain(e: &mut E, got: &mut Vec<(u8, Vec<u8>)>, other: &mut Vec<String>) {
     while let Some(ev) = e.poll_event() {
@@ -405,14 +416,7 @@ fn without_keepalives_an_idle_peer_stays() {
 #[test]
 fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
     let (mut pair, b_at_a, _) = pair(3, Faults::NONE, 8, Duration::ZERO);
-    let send = |pair: &mut Pair, data: &[u8]| {
-        let d = pair
-            .a()
-            .prepare_src(b_at_a, data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
-            .expect("descriptor");
-        let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
-        pair.run_until_idle(1_000).expect("quiet");
-    };
+    let send = |pair: &mut Pair, data: &[u8]| send_from_a(pair, b_at_a, data);
     send(&mut pair, b"first");
     let mut frame = [0u8; 64];
     let packet = PacketRepr::Ack(wire::AckRepr { sack: 0 });
@@ -592,14 +596,7 @@ fn a_restart_from_the_same_address_is_told_apart_from_a_reconnection() {
 #[test]
 fn nothing_forged_from_a_keyed_peers_address_changes_its_link() {
     let (mut pair, b_at_a, a_at_b) = pair(12, Faults::NONE, 8, Duration::ZERO);
-    let send = |pair: &mut Pair, data: &[u8]| {
-        let d = pair
-            .a()
-            .prepare_src(b_at_a, data, 0, Order(0), DescFlags::BTL_OWNERSHIP)
-            .expect("descriptor");
-        let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
-        pair.run_until_idle(1_000).expect("quiet");
-    };
+    let send = |pair: &mut Pair, data: &[u8]| send_from_a(pair, b_at_a, data);
     send(&mut pair, b"first");
     let (mut got, mut events) = (Vec::new(), Vec::new());
     drain(pair.b(), &mut got, &mut events);

@@ -2178,8 +2178,7 @@ fn legit_client_ports(server: SocketAddr) -> Vec<u16> {
 /// The forger starts on a client once its handshake is over
 /// ([`HANDSHAKE_GRACE`]): what comes before the handshake derived the
 /// keys cannot be sealed, and a CLOSE forged into that one round trip
-/// fails the attempt, as an unauthenticated close does in QUIC's and
-/// DTLS's handshakes.
+/// fails the attempt, as an alert forged into a DTLS 1.2 handshake does.
 #[test]
 fn forged_control_on_keyed_udp_links() {
     let mut bench = Bench::prepare_keyed(Btl::Udp);

@@ -707,6 +707,7 @@ fn failure_with(e: &BenchError, to: &str) -> String {
         ),
         LostReason::ProtocolViolation => format!("{to} broke the protocol"),
         LostReason::Closed => format!("{to} closed the connection"),
+        LostReason::Left => format!("{to} left: it shut down"),
         LostReason::Restarted => format!("{to} restarted"),
         LostReason::Removed => format!("{to} was removed"),
     }

@@ -30,7 +30,7 @@
 
 #![no_std]
 
-use btl_core::btl::{Btl, BtlError, Event, MemHandle, OpId, RemoteKey, Tag};
+use btl_core::btl::{Btl, BtlError, Event, LostReason, MemHandle, OpId, RemoteKey, Tag};
 use btl_core::endpoint::EndpointId;
 
 /// The job key both sides of an interop run hold (the engines check it in
@@ -354,6 +354,7 @@ impl Exchange {
                 Ok(Action::Nothing)
             }
             Event::Error(e) => Err(e.error.into()),
+            Event::PeerLeft { .. } => Err(BtlError::PeerLost(LostReason::Left).into()),
             _ => Ok(Action::Nothing),
         }
     }

@@ -11,7 +11,7 @@
 //! peer to close (it flushes, then finalizes its module) and give the
 //! region back for the next engine.
 
-use btl_core::btl::{Access, Btl, BtlError, ErrorEvent, Event, LostReason};
+use btl_core::btl::{Access, Btl, BtlError, Event};
 use btl_core::endpoint::{ProcName, Reachability};
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Datagram, Engine, Framing, Stream};
@@ -262,10 +262,7 @@ pub fn run<F: Framing, D: Driver<F>>(
         step(driver, engine, net, now);
         while let Some(event) = engine.poll_event() {
             match event {
-                Event::Error(ErrorEvent {
-                    error: BtlError::PeerLost(LostReason::Closed),
-                    ..
-                }) => closed = true,
+                Event::PeerLeft { .. } => closed = true,
                 Event::Error(e) => return Err(Failure::After(e.error)),
                 Event::SendComplete { result: Err(e), .. } => return Err(Failure::After(e)),
                 _ => {}

@@ -880,6 +880,10 @@ fn take(event: Event<'_>, seen: &mut Seen, rank_of: &impl Fn(EndpointId) -> u32,
             assert_eq!(imm, u64::from(from), "a notice carries its sender's value");
             seen.peers.entry(from).or_default().arrived += 1;
         }
+        // A goodbye is no error, but the peer is gone all the same.
+        Event::PeerLeft { endpoint } => {
+            seen.peers.entry(rank_of(endpoint)).or_default().lost = Some(LostReason::Left);
+        }
         Event::Error(e) => {
             let peer = e.endpoint.map(rank_of);
             seen.errors.push((peer, e.error));

@@ -33,11 +33,15 @@ pub mod driver;
 pub mod logging;
 pub mod transports;
 
+// What the `Btl` methods take and give, so that a service needs no
+// other crate to call them.
 pub use btl_core::btl::{
-    Access, Btl, BtlError, Event, Incoming, LostReason, MemHandle, MemSlice, RemoteKey,
-    RemoteSlice, Tag, TagRange, TagTable,
+    Access, Attributes, Btl, BtlError, ErrorEvent, Event, Incoming, LostReason, MemError,
+    MemHandle, MemSlice, OpId, RegisterError, RejectCode, RemoteKey, RemoteSlice, SendError,
+    SendStatus, Tag, TagRange, TagTable,
 };
-pub use btl_core::endpoint::{EndpointId, ProcName};
+pub use btl_core::desc::{DescFlags, Descriptor, Order};
+pub use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 pub use builder::{ModuleBuilder, OpenError, Opening, SelfModule};
 pub use config::sources::SourceError;
 pub use driver::module::{Module, ReachError, WaitError};
@@ -46,7 +50,9 @@ pub use transports::tcp::TcpModule;
 pub use transports::udp::UdpModule;
 
 use btl_core::loopback::SelfComponent;
-use btl_core::mca::{Component, Params, RegisterError, Registry, register_framework_params};
+use btl_core::mca::{
+    Component, Params, RegisterError as ParamsRegisterError, Registry, register_framework_params,
+};
 
 use crate::transports::{tcp, udp};
 
@@ -89,7 +95,7 @@ impl ComponentInfo {
 
 /// Registers the framework's and every component's parameters in `params`
 /// and returns the components as `btl info` lists them.
-pub fn register_all(params: &mut dyn Params) -> Result<Vec<ComponentInfo>, RegisterError> {
+pub fn register_all(params: &mut dyn Params) -> Result<Vec<ComponentInfo>, ParamsRegisterError> {
     register_framework_params(params)?;
     let mut loopback = SelfComponent::default();
     loopback.register(params)?;

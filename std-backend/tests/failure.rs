@@ -35,8 +35,13 @@ fn until_error<T: Transport, U: Transport>(
             while b.poll_event().is_some() {}
         }
         while let Some(ev) = a.poll_event() {
-            if let Event::Error(e) = ev {
-                return (e.error, start.elapsed());
+            match ev {
+                Event::Error(e) => return (e.error, start.elapsed()),
+                // A goodbye, told as the loss it is.
+                Event::PeerLeft { .. } => {
+                    return (BtlError::PeerLost(LostReason::Left), start.elapsed());
+                }
+                _ => {}
             }
         }
         std::thread::sleep(Duration::from_micros(200));
@@ -98,7 +103,11 @@ fn a_dropped_module_is_lost_by_its_peers_at_once() {
     drop(b);
     let (error, took) =
         until_error::<_, btl_std::transports::tcp::Tcp<btl_std::driver::net::Os>>(&mut a, None);
-    assert_eq!(error, BtlError::PeerLost(LostReason::Closed));
+    assert_eq!(
+        error,
+        BtlError::PeerLost(LostReason::Left),
+        "a goodbye (Event::PeerLeft), not an error"
+    );
     assert!(
         took < Duration::from_secs(2),
         "{took:?}, not the peer timeout"
@@ -305,4 +314,48 @@ fn a_panicking_handler_loses_its_event_not_the_module() {
     assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
     let a = a.stop().expect("the thread stops cleanly");
     drop(a);
+}
+
+/// A peer that finalizes says goodbye: its peers are told with
+/// `Event::PeerLeft`, an event of its own, and no `Event::Error` (a
+/// server's log of clients that left normally holds no errors). A send to
+/// it afterwards fails `PeerLost(Left)`.
+fn a_goodbye_is_no_error<T: Transport>(mut a: Module<T>, mut b: Module<T>, b_at_a: EndpointId) {
+    first_message(&mut a, &mut b, b_at_a);
+    b.finalize();
+    drop(b);
+    let start = Instant::now();
+    let left = loop {
+        assert!(start.elapsed() < DEADLINE, "no goodbye within the deadline");
+        a.progress();
+        match a.poll_event() {
+            Some(Event::PeerLeft { endpoint }) => break endpoint,
+            Some(Event::Error(e)) => panic!("a goodbye told as an error: {e:?}"),
+            _ => std::thread::sleep(Duration::from_micros(200)),
+        }
+    };
+    assert_eq!(left, b_at_a);
+    assert_eq!(
+        a.sendi(
+            b_at_a,
+            &[],
+            b"late",
+            Tag(0x81),
+            Order(0),
+            DescFlags::empty()
+        ),
+        Err(BtlError::PeerLost(LostReason::Left))
+    );
+}
+
+#[test]
+fn a_goodbye_is_no_error_over_tcp() {
+    let (a, b, b_at_a, _) = pair(0x7f21, |me, key, boot| tcp(1).build(me, key, boot));
+    a_goodbye_is_no_error(a, b, b_at_a);
+}
+
+#[test]
+fn a_goodbye_is_no_error_over_udp() {
+    let (a, b, b_at_a, _) = pair(0x7f22, |me, key, boot| udp().build(me, key, boot));
+    a_goodbye_is_no_error(a, b, b_at_a);
 }

@@ -44,7 +44,7 @@ fn handler<T: Transport>(
         Event::PutComplete { result, .. } => {
             let _ = tx.send(Seen::Put(result));
         }
-        Event::Error(_) => {
+        Event::Error(_) | Event::PeerLeft { .. } => {
             let _ = tx.send(Seen::Lost);
         }
         Event::SendComplete { .. } | Event::GetComplete { .. } | Event::PutArrived { .. } => {}

@@ -68,6 +68,7 @@ macro_rules! __conformance_group {
                 alloc_then_fill_sends_the_payload,
                 registered_memory_is_sent,
                 larger_than_max_send_size_is_refused,
+                send_copy_keeps_order_per_peer,
             ]
         );
         $crate::__conformance_tests!(tags, $make, [every_tag_arrives_with_its_tag]);

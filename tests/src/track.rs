@@ -82,6 +82,13 @@ pub enum Seen {
         /// The value it gave.
         imm: u64,
     },
+    /// A peer said goodbye.
+    PeerLeft {
+        /// Where it was seen.
+        at: Side,
+        /// The peer.
+        endpoint: EndpointId,
+    },
     /// An error outside any one operation.
     Error {
         /// Side polled.
@@ -271,6 +278,7 @@ impl Tracker {
                 slice,
                 imm,
             }),
+            Event::PeerLeft { endpoint } => Ok(Seen::PeerLeft { at: side, endpoint }),
             Event::Error(error) => Ok(Seen::Error { at: side, error }),
         };
         let seen = match raw {
@@ -327,7 +335,10 @@ impl Tracker {
                     }
                 }
             }
-            Seen::Received { .. } | Seen::PutArrived { .. } | Seen::Error { .. } => {}
+            Seen::Received { .. }
+            | Seen::PutArrived { .. }
+            | Seen::PeerLeft { .. }
+            | Seen::Error { .. } => {}
         }
     }
 

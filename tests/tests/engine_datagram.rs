@@ -129,6 +129,7 @@ fn drain(e: &mut E, got: &mut Vec<(u8, Vec<u8>)>, other: &mut Vec<String>) {
             Event::PutComplete { result, .. } => other.push(format!("put {result:?}")),
             Event::GetComplete { result, .. } => other.push(format!("get {result:?}")),
             Event::PutArrived { imm, .. } => other.push(format!("arrived {imm}")),
+            Event::PeerLeft { endpoint } => other.push(format!("left {}", endpoint.0)),
             Event::Error(err) => other.push(format!("error {:?}", err.error)),
         }
     }

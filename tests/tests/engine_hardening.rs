@@ -501,9 +501,11 @@ fn a_forgotten_clients_same_start_is_refused_as_a_lost_peer_is() {
     // The same start connects again, as if nothing happened: refused.
     let mut again = connect(&mut c, &mut server, Source(1), 40_001 * MS);
     carry(&mut c, &mut server, &mut again, 40_001 * MS, |_| {});
+    // Told it was given up, which is no goodbye: an error, not a
+    // `PeerLeft`.
     assert_eq!(
         closed(&mut server, &[again.acceptor]),
-        [(again.acceptor, CloseReason::Shutdown)]
+        [(again.acceptor, CloseReason::GaveUp)]
     );
     assert!(!c.is_connected(ep));
     assert_eq!(drain(&mut c), ["error PeerLost(Closed)"]);

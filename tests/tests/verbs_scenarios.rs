@@ -105,6 +105,7 @@ fn round(
                     assert!(intact, "message {n} of start {start} intact");
                     logs[i].got.push((start, n));
                 }
+                Event::PeerLeft { .. } => logs[i].lost.push((LostReason::Left, logs[i].sent)),
                 Event::Error(e) => match e.error {
                     BtlError::PeerLost(reason) => logs[i].lost.push((reason, logs[i].sent)),
                     other => panic!("side {side:?}: {other}"),

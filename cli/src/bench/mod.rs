@@ -16,7 +16,7 @@ pub mod message;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use btl_core::btl::{Access, Btl, BtlError, Event, MemHandle, MemSlice, Tag};
+use btl_core::btl::{Access, Btl, BtlError, Event, LostReason, MemHandle, MemSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
 use btl_std::driver::module::{Module, Transport};
@@ -420,6 +420,17 @@ impl Side {
                         });
                     }
                     tracing::debug!("a peer is gone: {:?} ({})", e.endpoint, e.error);
+                    None
+                }
+                Event::PeerLeft { endpoint } => {
+                    self.peers.remove(&endpoint);
+                    if lead {
+                        return Err(BenchError::Btl {
+                            what: "the peer",
+                            error: BtlError::PeerLost(LostReason::Left),
+                        });
+                    }
+                    tracing::debug!("a peer left: {endpoint:?}");
                     None
                 }
                 Event::SendComplete { desc, result, .. } => {

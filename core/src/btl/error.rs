@@ -30,8 +30,16 @@ pub enum LostReason {
     VersionMismatch,
     /// It could not prove the job key.
     AuthFailed,
-    /// It closed the connection.
+    /// It closed the connection without a goodbye: it gave this process
+    /// up (its CLOSE said `GaveUp`: this process stopped answering it, or
+    /// came back as a start it had lost), the connection ended before it
+    /// opened, or this side gave it up to make room.
     Closed,
+    /// It left: its CLOSE said it is shutting down (it finalized, or is
+    /// done with this process). Told as [`Event::PeerLeft`](super::Event::PeerLeft),
+    /// not as an error; what was outstanding to it fails with
+    /// `PeerLost(Left)`.
+    Left,
     /// It was removed with `del_procs` or the BTL was finalized.
     Removed,
     /// It restarted: a HELLO came from a new start of the process (another
@@ -66,7 +74,8 @@ impl LostReason {
             CloseReason::AuthFailed => Some(LostReason::AuthFailed),
             CloseReason::Timeout => Some(LostReason::Timeout),
             CloseReason::ResourceExhausted => Some(LostReason::NoRoom),
-            CloseReason::Shutdown | CloseReason::Other(_) => Some(LostReason::Closed),
+            CloseReason::Shutdown => Some(LostReason::Left),
+            CloseReason::GaveUp | CloseReason::Other(_) => Some(LostReason::Closed),
         }
     }
 
@@ -147,6 +156,7 @@ impl LostReason {
             LostReason::VersionMismatch => "different protocol version",
             LostReason::AuthFailed => "job key not proven",
             LostReason::Closed => "closed by the peer",
+            LostReason::Left => "it left (it finalized, or is done with this process)",
             LostReason::Removed => "removed",
             LostReason::Restarted => "restarted",
             LostReason::Refused => "its host refuses connections",

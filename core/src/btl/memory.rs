@@ -17,12 +17,18 @@ use core::marker::PhantomData;
 use crate::wire::{DeviceKey, KeyRegion};
 
 bitflags! {
-    /// What peers may do with a registered region.
+    /// What peers may do with a registered region. What this process does
+    /// with its own regions needs no flag: the source of its `put` or
+    /// in-place send, the destination of its `get`, are checked against
+    /// the region's bounds only. A region only this process uses is
+    /// registered with `Access::empty()`.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub struct Access: u8 {
-        /// Peers may read it (`get` from it, or a `put` this process sends from it).
+        /// Peers may read it: a peer's `get` from it (for itself or for a
+        /// third process).
         const REMOTE_READ = 1 << 0;
-        /// Peers may write it (`put` into it, or a `get` that lands in it).
+        /// Peers may write it: a peer's `put` or `put_notify` into it, or
+        /// the data of a get a peer asked on this region's behalf.
         const REMOTE_WRITE = 1 << 1;
     }
 }

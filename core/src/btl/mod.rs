@@ -147,6 +147,13 @@ pub enum Event<'a> {
         /// The value the peer gave.
         imm: u64,
     },
+    /// A peer left: it said goodbye (it finalized, or is done with this
+    /// process), which is no error. Operations still outstanding to it
+    /// failed with `PeerLost(Left)`; a send to it now fails the same way.
+    PeerLeft {
+        /// The peer.
+        endpoint: EndpointId,
+    },
     /// An error not tied to one operation (a peer lost, the BTL failed).
     Error(ErrorEvent),
 }
@@ -193,6 +200,11 @@ pub enum Completion {
         /// The value the peer gave.
         imm: u64,
     },
+    /// See [`Event::PeerLeft`].
+    PeerLeft {
+        /// The peer.
+        endpoint: EndpointId,
+    },
     /// See [`Event::Error`].
     Error(ErrorEvent),
 }
@@ -214,6 +226,7 @@ impl From<Completion> for Event<'_> {
             Completion::Put { op, ctx, result } => Event::PutComplete { op, ctx, result },
             Completion::Get { op, ctx, result } => Event::GetComplete { op, ctx, result },
             Completion::PutArrived { from, slice, imm } => Event::PutArrived { from, slice, imm },
+            Completion::PeerLeft { endpoint } => Event::PeerLeft { endpoint },
             Completion::Error(e) => Event::Error(e),
         }
     }
@@ -322,6 +335,12 @@ pub trait Btl {
     /// and goes at once, else through `prepare_src` + `send`, whose
     /// descriptor the module owns and frees. No event follows a success.
     ///
+    /// Messages to one peer arrive in the order `send_copy` took them,
+    /// whichever way each went: every BTL of this project keeps one
+    /// sequence per peer (the conformance suite's
+    /// `send_copy_keeps_order_per_peer` holds each to it). Messages to
+    /// different peers are not ordered with each other.
+    ///
     /// `OutOfResource` is backpressure: the module has no room for it now
     /// (no fragment, or the peer's queue is full, because the peer takes
     /// messages more slowly than they are sent). Serve the module (poll its
@@ -335,7 +354,10 @@ pub trait Btl {
         };
         if data.len() <= eager {
             match self.sendi(endpoint, &[], data, tag, Order::ANY, DescFlags::empty()) {
-                Err(BtlError::OutOfResource) => {}
+                // No room now, or more than this BTL's `sendi` takes (the
+                // loopback's is smaller than its eager limit): a
+                // descriptor carries it.
+                Err(BtlError::OutOfResource | BtlError::TooLarge { .. }) => {}
                 taken => return taken,
             }
         }

@@ -228,6 +228,10 @@ pub struct Link<const W: usize> {
     close_asked: bool,
     /// Why this side gave its peer up, if that is what ends it.
     peer_lost: Option<LostReason>,
+    /// The keys its datagrams are sealed with, once open between keyed
+    /// processes: kept here, so that its CLOSE bears the seal even after
+    /// its peer was given up.
+    seal: Option<Seal>,
     /// A restart of the peer it carries (or claims) not yet believed.
     doubt: Option<Doubt>,
 }
@@ -263,6 +267,7 @@ impl<const W: usize> Link<W> {
             serial,
             close_asked: false,
             peer_lost: None,
+            seal: None,
             doubt: None,
         }
     }
@@ -447,29 +452,31 @@ impl<const W: usize> Link<W> {
         Ok(())
     }
 
-    /// Opens the link for `peer`, as its link `index`.
-    pub fn open(&mut self, peer: EndpointId, index: u8) {
+    /// Opens the link for `peer`, as its link `index`, its datagrams
+    /// sealed with `seal` if the handshake derived one.
+    pub fn open(&mut self, peer: EndpointId, index: u8, seal: Option<Seal>) {
         self.peer = Some(peer);
         self.index = index;
         self.state = LinkState::Open;
+        self.seal = seal;
     }
 
     /// Ends the link for `reason`, a CLOSE going out first: unless a frame
     /// is partly written (a CLOSE after part of a frame would be read as
     /// the rest of it, into a peer's memory for a PUT), then it just
-    /// closes. Nothing if it is closing already. The CLOSE bears `seal`
-    /// (the peer's, on an open link between keyed processes over
-    /// datagrams).
-    pub fn fail(&mut self, reason: CloseReason, seal: Option<&Seal>) -> Option<Dropped> {
+    /// closes. Nothing if it is closing already. The CLOSE bears the
+    /// link's seal, if it has one.
+    pub fn fail(&mut self, reason: CloseReason) -> Option<Dropped> {
         if self.state == LinkState::Closing {
             return None;
         }
         let mid_frame = self.outbox.is_mid_frame();
         let dropped = self.end(reason, false);
         if !mid_frame {
-            let _ = self
-                .outbox
-                .push_control(ControlFrame::close(CloseRepr { reason }, seal));
+            let _ = self.outbox.push_control(ControlFrame::close(
+                CloseRepr { reason },
+                self.seal.as_ref(),
+            ));
         }
         Some(dropped)
     }

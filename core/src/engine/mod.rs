@@ -822,7 +822,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 if new && self.forgotten.contains(proc, hello.epoch) {
                     // The same start of a process this side gave up and
                     // forgot: it stays lost, and is told so.
-                    self.fail_link(link, CloseReason::Shutdown);
+                    self.fail_link(link, CloseReason::GaveUp);
                     return;
                 }
                 // Without a key, one source holds at most its share of the
@@ -864,7 +864,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             }
             self.renew_peer(p);
         } else if lost {
-            self.fail_link(link, CloseReason::Shutdown);
+            self.fail_link(link, CloseReason::GaveUp);
             return;
         }
         let index = if outbound {
@@ -894,6 +894,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             }
             self.fail_link(old, CloseReason::Normal);
         }
+        let seal = trailers.seal.clone();
         if let Some(peer) = self.peers.get_mut(p) {
             let opened = Opened {
                 index,
@@ -906,7 +907,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             self.connect_hint |= peer.wants_connection();
         }
         if let Some(l) = self.links.get_mut(link.0) {
-            l.open(p, index);
+            l.open(p, index, seal);
         }
     }
 
@@ -979,13 +980,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let Some(l) = self.links.get_mut(link.0) else {
             return;
         };
-        // An open link's CLOSE bears its peer's seal, if they seal.
-        let seal = l
-            .peer()
-            .filter(|_| l.is_open())
-            .and_then(|p| self.peers.get(p))
-            .and_then(|p| p.trailers().seal.as_ref());
-        let Some(dropped) = l.fail(reason, seal) else {
+        let Some(dropped) = l.fail(reason) else {
             return;
         };
         let peer = l.peer();
@@ -1164,11 +1159,13 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let lost = peer.lost();
         // A peer lost for its own doing is told why: a protocol violation
         // (a KEY flood, answers it never takes), or a stall, told as the
-        // silence a stalled peer amounts to.
+        // silence a stalled peer amounts to. One removed (or finalized
+        // away) is told goodbye; any other was given up.
         let close = match lost {
             Some(LostReason::ProtocolViolation) => CloseReason::ProtocolError,
             Some(LostReason::Stalled) => CloseReason::Timeout,
-            _ => CloseReason::Shutdown,
+            Some(LostReason::Removed | LostReason::Left) => CloseReason::Shutdown,
+            _ => CloseReason::GaveUp,
         };
         let links: Vec<LinkId, MAX_PEER_LINKS> = peer.take_links().collect();
         self.lost_unheld |= self.peers.refs(p) == 0;

@@ -110,15 +110,19 @@ impl<S: Storage> Shared<S> {
         }
     }
 
-    /// Queues the error event of a peer given up.
+    /// Queues the event of a peer given up: an error, but for a peer that
+    /// left, whose goodbye is an event of its own.
     pub(crate) fn report_lost(&mut self, endpoint: EndpointId, error: BtlError) {
-        let _ = self
-            .events
-            .push(Pending::Done(Completion::Error(ErrorEvent {
+        let event = if error == BtlError::PeerLost(crate::btl::LostReason::Left) {
+            Completion::PeerLeft { endpoint }
+        } else {
+            Completion::Error(ErrorEvent {
                 fatal: false,
                 endpoint: Some(endpoint),
                 error,
-            })));
+            })
+        };
+        let _ = self.events.push(Pending::Done(event));
     }
 
     /// The largest data one PUT packet to a peer accepting bodies of

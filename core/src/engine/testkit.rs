@@ -150,6 +150,8 @@ pub(crate) enum Seen {
     Sent(u8, Result<(), BtlError>),
     /// An error event.
     Error(BtlError),
+    /// A peer left.
+    Left,
     /// A put or get ended so.
     Op(Result<(), BtlError>),
     /// A peer's put landed, with this value.
@@ -175,6 +177,7 @@ pub(crate) fn drain_events(shared: &mut Shared<Boxed>) -> Vec<Seen> {
                 Seen::Sent(tag.0, result)
             }
             Pending::Done(Completion::Error(e)) => Seen::Error(e.error),
+            Pending::Done(Completion::PeerLeft { .. }) => Seen::Left,
             Pending::Done(Completion::Put { result, .. } | Completion::Get { result, .. }) => {
                 Seen::Op(result)
             }

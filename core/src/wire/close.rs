@@ -30,8 +30,14 @@ pub enum CloseReason {
     Timeout,
     /// The sender ran out of a resource it needs for this connection.
     ResourceExhausted,
-    /// The sender's process is shutting down.
+    /// A goodbye: the sender's process is shutting down, or is done with
+    /// the receiver's (it removed it).
     Shutdown,
+    /// The sender gave the receiver's process up (it stopped answering,
+    /// its host refused, or it is a start the sender lost before): the
+    /// receiver is lost to it, which is no goodbye. Older peers read it as
+    /// an unknown reason, which they treat alike.
+    GaveUp,
     /// A reason this version does not know.
     Other(u8),
 }
@@ -47,6 +53,7 @@ impl CloseReason {
             Self::Timeout => "timeout",
             Self::ResourceExhausted => "resources exhausted",
             Self::Shutdown => "shutting down",
+            Self::GaveUp => "gave the peer up",
             Self::Other(_) => "unknown reason",
         }
     }
@@ -62,6 +69,7 @@ impl From<u8> for CloseReason {
             4 => Self::Timeout,
             5 => Self::ResourceExhausted,
             6 => Self::Shutdown,
+            7 => Self::GaveUp,
             other => Self::Other(other),
         }
     }
@@ -77,6 +85,7 @@ impl From<CloseReason> for u8 {
             CloseReason::Timeout => 4,
             CloseReason::ResourceExhausted => 5,
             CloseReason::Shutdown => 6,
+            CloseReason::GaveUp => 7,
             CloseReason::Other(raw) => raw,
         }
     }

@@ -44,7 +44,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
                 break;
             };
             let orphan = match self.offer(event) {
-                None | Some(Event::Error(_)) => None,
+                None | Some(Event::Error(_) | Event::PeerLeft { .. }) => None,
                 Some(Event::SendComplete { desc, .. }) => {
                     self.stats.foreign_events += 1;
                     desc
@@ -139,6 +139,15 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
             Event::Error(e) => {
                 self.on_error(e);
                 Some(Event::Error(e))
+            }
+            // A peer that left fails its transfers as a lost one does.
+            Event::PeerLeft { endpoint } => {
+                self.on_error(ErrorEvent {
+                    fatal: false,
+                    endpoint: Some(endpoint),
+                    error: BtlError::PeerLost(crate::btl::LostReason::Left),
+                });
+                Some(Event::PeerLeft { endpoint })
             }
             other => Some(other),
         }

@@ -127,6 +127,7 @@ impl Taken {
             Event::PutArrived { from, slice, imm } => {
                 Taken::Completion(Completion::PutArrived { from, slice, imm })
             }
+            Event::PeerLeft { endpoint } => Taken::Completion(Completion::PeerLeft { endpoint }),
             Event::Error(e) => Taken::Completion(Completion::Error(e)),
         }
     }

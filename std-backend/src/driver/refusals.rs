@@ -250,7 +250,12 @@ impl Refusals {
         };
         let reason = end.reason;
         let by = if end.by_peer { "the peer" } else { "this side" };
-        if matches!(reason, CloseReason::Normal | CloseReason::Shutdown) {
+        // Goodbyes and redundant links are no refusal; nor is a peer given
+        // up, whose loss is told on its own.
+        if matches!(
+            reason,
+            CloseReason::Normal | CloseReason::Shutdown | CloseReason::GaveUp
+        ) {
             tracing::debug!("{component} {me}: link with {at} closed by {by}: {reason}");
             return;
         }

@@ -65,6 +65,10 @@ pub trait SocketModule: Btl<Memory = Memory> + Sized + 'static {
     fn listener(&self) -> Option<SocketAddr> {
         None
     }
+
+    /// Dropped, the module closes no link and says no goodbye: a killed
+    /// process's.
+    fn abort_on_drop(&mut self);
 }
 
 /// The rogue of `inject_handshake`: its socket to the target.
@@ -122,6 +126,10 @@ impl SocketModule for TcpModule {
     fn listener(&self) -> Option<SocketAddr> {
         self.transport().contacts().next().map(|c| c.addr)
     }
+
+    fn abort_on_drop(&mut self) {
+        btl_std::Module::abort_on_drop(self);
+    }
 }
 
 impl SocketModule for UdpModule {
@@ -140,6 +148,10 @@ impl SocketModule for UdpModule {
         setup
             .build(me, Some(KEY), boot)
             .expect("a UDP module on loopback")
+    }
+
+    fn abort_on_drop(&mut self) {
+        btl_std::Module::abort_on_drop(self);
     }
 }
 
@@ -234,6 +246,9 @@ impl<M: SocketModule> World for SocketWorld<M> {
     }
 
     fn kill(&mut self, side: Side) {
+        if let Some(m) = self.modules[side as usize].as_mut() {
+            m.abort_on_drop();
+        }
         self.modules[side as usize] = None;
     }
 

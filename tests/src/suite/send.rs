@@ -8,8 +8,8 @@ use btl_core::btl::{Access, BtlError, Tag};
 use btl_core::desc::{DescFlags, Order};
 
 use crate::data::pattern;
-use crate::suite::{local, region, register};
-use crate::track::{Message, Seen, Tracker, assert_pools_idle, deliver, send};
+use crate::suite::{local, region, register, seq_header, seq_of};
+use crate::track::{Message, Seen, Tracker, assert_pools_idle, deliver, round, send};
 use crate::world::{Side, World};
 
 /// Every size to 4 KiB, powers of two and their neighbours beyond, and
@@ -282,5 +282,51 @@ pub fn larger_than_max_send_size_is_refused(world: &mut dyn World) {
         }
     }
     let tracker = Tracker::new(world);
+    assert_pools_idle(world, &tracker);
+}
+
+/// Messages `send_copy` takes for one peer arrive in the order it took
+/// them, whichever way each went (`sendi` below `eager_limit`, a
+/// descriptor above it, up to `max_send_size`), as the `Btl` docs promise:
+/// 600 of them, each numbered, sent while the receiver drains.
+pub fn send_copy_keeps_order_per_peer(world: &mut dyn World) {
+    const COUNT: u64 = 600;
+    let attrs = *world.btl(Side::A).attributes();
+    let lengths = [
+        8,
+        200,
+        attrs.eager_limit,
+        attrs.eager_limit + 1,
+        attrs.max_send_size,
+    ];
+    let mut tracker = Tracker::new(world);
+    let to = world.peer(Side::A);
+    let max_rounds = world.capabilities().max_rounds;
+    for i in 0..COUNT {
+        let len = lengths[i as usize % lengths.len()].max(8);
+        let mut data = pattern(i, len);
+        data[..8].copy_from_slice(&seq_header(i));
+        let mut refused = 0;
+        loop {
+            match world.btl(Side::A).send_copy(to, Tag(0x41), &data) {
+                Ok(()) => break,
+                Err(BtlError::OutOfResource) if refused < max_rounds => {
+                    refused += 1;
+                    round(world, &mut tracker);
+                }
+                Err(e) => panic!("send_copy of message {i} ({len} bytes): {e}"),
+            }
+        }
+    }
+    deliver(world, &mut tracker, COUNT as usize);
+    let order: Vec<u64> = tracker
+        .seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Received { data, .. } => Some(seq_of(data)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, (0..COUNT).collect::<Vec<_>>(), "arrival order");
     assert_pools_idle(world, &tracker);
 }

@@ -60,6 +60,7 @@ pub fn drain(e: &mut E) -> Vec<String> {
             Event::PutComplete { result, ctx, .. } => format!("put {ctx} {result:?}"),
             Event::GetComplete { result, ctx, .. } => format!("get {ctx} {result:?}"),
             Event::PutArrived { slice, imm, .. } => format!("arrived {imm} {}", slice.len),
+            Event::PeerLeft { endpoint } => format!("left {}", endpoint.0),
             Event::Error(err) => format!("error {:?}", err.error),
         });
     }

@@ -121,7 +121,7 @@ fn two_links_handshake_and_open() {
     deliver::<Stream>(&acks_b, &mut a);
     assert!(a.handshake().is_complete() && b.handshake().is_complete());
     assert_eq!(a.handshake().peer().map(|h| h.epoch), Some(9));
-    a.open(endpoint(0), 0);
+    a.open(endpoint(0), 0, None);
     assert!(a.is_open() && !a.is_handshaking());
     assert_eq!((a.peer(), a.index()), (Some(endpoint(0)), 0));
 }
@@ -169,7 +169,7 @@ fn a_handshake_times_out_and_over_datagrams_its_packets_go_again() {
     let cap = cfg.rtt.normalized().max_rto.as_millis() / first.as_millis();
     let doubling = [2u64, 4, 8, 16, 32, 64, 128, 256].map(|w| w.min(cap));
     assert_eq!(waits, doubling);
-    a.open(endpoint(0), 0);
+    a.open(endpoint(0), 0, None);
     assert_eq!(
         a.timers(&Datagram { mtu: 1500 }, cfg).earliest(),
         None,
@@ -215,8 +215,8 @@ fn a_failed_link_says_why_and_closes_once_written() {
     let mut a = outbound(ms(0));
     a.queue_handshake(None);
     let _ = written(&mut a, &sh);
-    assert!(a.fail(CloseReason::ProtocolError, None).is_some());
-    assert!(a.fail(CloseReason::Timeout, None).is_none(), "once");
+    assert!(a.fail(CloseReason::ProtocolError).is_some());
+    assert!(a.fail(CloseReason::Timeout).is_none(), "once");
     assert_eq!(a.state(), LinkState::Closing);
     assert!(a.is_closing());
     assert!(!a.poll_close(), "its CLOSE is still to go");
@@ -251,7 +251,7 @@ fn a_link_failed_mid_frame_closes_without_a_close() {
         .handle_written::<Stream, Peer<8>>(3, None, sh.pools.view(), &sh.regs);
     assert!(part.len() > 3 && a.outbox().is_mid_frame());
     // A CLOSE now would be read as the rest of the HELLO.
-    assert!(a.fail(CloseReason::Shutdown, None).is_some());
+    assert!(a.fail(CloseReason::Shutdown).is_some());
     assert!(written(&mut a, &sh).is_empty());
     assert!(a.poll_close(), "closed at once");
 }

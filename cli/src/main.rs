@@ -339,6 +339,11 @@ fn main() -> ExitCode {
     };
     // The only subscriber of this process: it cannot be there already.
     let _ = btl_std::logging::init(default_log);
+    // The second process of a local run has the first's environment, which
+    // the first has spoken of.
+    if !matches!(cli.command, Command::Peer(_) | Command::Spin) {
+        say_environment_mistakes();
+    }
     let result = match cli.command {
         Command::Info(args) => info(args),
         Command::Pingpong(args) => run_local(Test::PingPong, args),
@@ -361,6 +366,29 @@ fn main() -> ExitCode {
             eprintln!("btl: {message}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Says once, on stderr whatever the log level, each `BTL_*` variable
+/// that is no parameter of this build (verbs included) and each unknown
+/// component in `BTL`: set by mistake, they would be ignored silently.
+fn say_environment_mistakes() {
+    if !btl_std::config::sources::claim_environment_mistakes() {
+        return;
+    }
+    let mut registry = Box::new(ParamRegistry::new());
+    let params: &mut dyn Params = registry.as_mut();
+    let Ok(mut components) = register_all(params) else {
+        return;
+    };
+    let Ok(verbs) = btl_verbs::component::register(params) else {
+        return;
+    };
+    components.push(verbs_listing(params, &verbs));
+    let names: Vec<&str> = components.iter().map(|c| c.name.as_str()).collect();
+    let mistakes = btl_std::config::sources::environment_mistakes(params, &names, std::env::vars());
+    for mistake in mistakes {
+        eprintln!("btl: warning: {mistake}");
     }
 }
 

@@ -195,3 +195,24 @@ fn pingpong_over_verbs_runs_or_says_why_not() {
         None => assert!(out.status.success(), "{}", stderr(&out)),
     }
 }
+
+/// A `BTL_*` variable that names no parameter (a typo) and a component in
+/// `BTL` that this build lacks are said once on stderr, with the likely
+/// intent; a parameter of the verbs component is known.
+#[test]
+fn misspelt_variables_and_unknown_components_are_said_once() {
+    let out = btl(
+        &["info"],
+        &[
+            ("BTL_TCP_EAGER_LIMT", "1M"),
+            ("BTL", "tcp,bogus"),
+            ("BTL_VERBS_DEVICE", "mlx5_0"),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let typo = "BTL_TCP_EAGER_LIMT is set but is no parameter of this build (did you mean BTL_TCP_EAGER_LIMIT?)";
+    assert_eq!(err.matches(typo).count(), 1, "{err}");
+    assert_eq!(err.matches("no component bogus").count(), 1, "{err}");
+    assert!(!err.contains("BTL_VERBS_DEVICE"), "{err}");
+}

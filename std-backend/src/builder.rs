@@ -25,7 +25,9 @@ use btl_core::pool::PoolCell;
 
 use crate::ParamRegistry;
 use crate::bootstrap::{Bootstrap, BootstrapError, SharedDir, StaticPeers};
-use crate::config::sources::{SourceError, apply_environment, apply_file, default_param_file};
+use crate::config::sources::{
+    SourceError, apply_environment, apply_file, default_param_file, warn_environment_mistakes,
+};
 use crate::transports::tcp::{TcpComponent, TcpModule, TcpSetup};
 use crate::transports::udp::{UdpComponent, UdpModule, UdpSetup};
 
@@ -254,6 +256,7 @@ impl ModuleBuilder {
         }
         if self.environment {
             apply_environment(params, env)?;
+            warn_environment_mistakes();
         }
         for (param, value) in &self.params {
             params

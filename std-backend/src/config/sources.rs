@@ -102,6 +102,125 @@ pub fn apply_environment(
     Ok(())
 }
 
+/// Environment variables of btl that are not parameters: the job's key,
+/// name and rank, the parameter file, the peer list, the log filter.
+pub const OTHER_VARIABLES: [&str; 7] = [
+    "BTL_JOB_KEY",
+    "BTL_JOB",
+    "BTL_RANK",
+    PARAM_FILE_VAR,
+    "BTL_PEERS",
+    "BTL_PEERS_FILE",
+    "BTL_LOG",
+];
+
+/// What is wrong with the btl variables among `vars` (name and value), as
+/// sentences to warn with: a `BTL_*` name that is no parameter of this
+/// build (`params` holds every component's, as [`register_all`] makes
+/// them) nor one of [`OTHER_VARIABLES`], with the parameter it most likely
+/// meant; and names in the selection list `BTL` that no component of
+/// `components` has. Each such setting is otherwise ignored, which is why
+/// it is said.
+///
+/// [`register_all`]: crate::register_all
+pub fn environment_mistakes(
+    params: &dyn Params,
+    components: &[&str],
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Vec<String> {
+    let known: Vec<String> = params
+        .iter()
+        .map(|p| p.spec.name.env().to_string())
+        .collect();
+    let mut said = Vec::new();
+    for (name, value) in vars {
+        if name == "BTL" {
+            let unknown: Vec<&str> = value
+                .trim_start_matches('^')
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty() && !components.contains(c))
+                .collect();
+            if !unknown.is_empty() {
+                said.push(format!(
+                    "BTL={value}: no component {} in this build (it has {}); the name is ignored",
+                    unknown.join(", "),
+                    components.join(", ")
+                ));
+            }
+            continue;
+        }
+        if !name.starts_with("BTL_")
+            || known.contains(&name)
+            || OTHER_VARIABLES.contains(&name.as_str())
+        {
+            continue;
+        }
+        let guess = known
+            .iter()
+            .map(String::as_str)
+            .chain(OTHER_VARIABLES)
+            .map(|k| (edit_distance(&name, k), k))
+            .min()
+            .filter(|(d, _)| *d <= 3)
+            .map(|(_, k)| format!(" (did you mean {k}?)"))
+            .unwrap_or_default();
+        said.push(format!(
+            "{name} is set but is no parameter of this build{guess}: it is ignored"
+        ));
+    }
+    said.sort();
+    said
+}
+
+/// Warns, once per process, of what [`environment_mistakes`] finds in this
+/// process's environment among every component of btl-std: a module
+/// opened with the environment's parameters calls it, so that a misspelt
+/// variable is said where it would otherwise be ignored. A program with
+/// components of its own says them itself ([`claim_environment_mistakes`]).
+pub fn warn_environment_mistakes() {
+    if !claim_environment_mistakes() {
+        return;
+    }
+    let mut params = Box::new(crate::ParamRegistry::new());
+    let Ok(components) = crate::register_all(params.as_mut()) else {
+        return;
+    };
+    let names: Vec<&str> = components.iter().map(|c| c.name.as_str()).collect();
+    for mistake in environment_mistakes(params.as_ref(), &names, std::env::vars()) {
+        tracing::warn!("{mistake}");
+    }
+}
+
+/// Whether this call is the first to take on saying the environment's
+/// mistakes in this process: true once, after which
+/// [`warn_environment_mistakes`] says nothing. A program that registers
+/// components of its own (the `btl` command's verbs) calls it, and says
+/// [`environment_mistakes`] over all its parameters itself.
+pub fn claim_environment_mistakes() -> bool {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// How many one-character insertions, deletions and substitutions turn `a`
+/// into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// Applies the assignments of the parameter file at `path`; returns the
 /// names it has that no parameter is registered under.
 pub fn apply_file(params: &mut dyn Params, path: &Path) -> Result<Vec<UnknownName>, SourceError> {
@@ -287,5 +406,38 @@ mod tests {
         let xdg = conf.parent().expect("dir").to_string_lossy().into_owned();
         let found = default_param_file(|k| (k == "XDG_CONFIG_HOME").then(|| xdg.clone()));
         assert_eq!(found, Some(btl_dir.join("params.conf")));
+    }
+
+    #[test]
+    fn misspelt_variables_and_unknown_components_are_said() {
+        let mut r = Box::new(crate::ParamRegistry::new());
+        crate::register_all(r.as_mut()).expect("every component registers");
+        let vars = [
+            ("BTL_TCP_EAGER_LIMT", "1M"),
+            ("BTL_TCP_EAGER_LIMIT", "1M"),
+            ("BTL_JOB_KEY", "k"),
+            ("BTL", "tcp,bogus"),
+            ("PATH", "/bin"),
+            ("BTL_NOTHING_LIKE_IT_AT_ALL", "1"),
+        ]
+        .map(|(n, v)| (n.to_owned(), v.to_owned()));
+        let said = environment_mistakes(r.as_ref(), &["self", "tcp", "udp"], vars);
+        assert_eq!(said.len(), 3, "{said:?}");
+        assert!(
+            said[0].starts_with("BTL=tcp,bogus: no component bogus"),
+            "{said:?}"
+        );
+        assert!(
+            said[1].contains("BTL_NOTHING_LIKE_IT_AT_ALL is set") && !said[1].contains("mean"),
+            "{said:?}"
+        );
+        assert!(
+            said[2].contains("BTL_TCP_EAGER_LIMT")
+                && said[2].contains("did you mean BTL_TCP_EAGER_LIMIT?"),
+            "{said:?}"
+        );
+        let fine =
+            [("BTL", "^udp"), ("BTL_UDP_MTU", "1472")].map(|(n, v)| (n.to_owned(), v.to_owned()));
+        assert!(environment_mistakes(r.as_ref(), &["self", "tcp", "udp"], fine).is_empty());
     }
 }

@@ -90,8 +90,10 @@ fn server(dir: &Path) -> Result {
         }
     })?;
     done.recv_timeout(TIMEOUT)?;
-    // The last reply is acknowledged before the process ends.
-    thread.stop()?.flush(TIMEOUT)?;
+    // The last reply is acknowledged before the process ends; the thread
+    // serves meanwhile, so a client still sending is taken from.
+    thread.flush(TIMEOUT)?;
+    thread.stop()?;
     Ok(())
 }
 // ANCHOR_END: server

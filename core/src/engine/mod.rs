@@ -638,6 +638,34 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         packets + self.shared.ops.len()
     }
 
+    /// A mark of what is outstanding now, for a flush to wait for: per
+    /// peer, the sequence number below which lies everything sent or
+    /// queued to it ([`send_marks`](Self::send_marks)), and the operations
+    /// under way. What is sent later lies beyond it, so a flush ends even
+    /// while the peers keep the module busy.
+    pub fn ops_mark(&self) -> u64 {
+        self.shared.ops.mark()
+    }
+
+    /// Each peer and the sequence number below which lies everything sent,
+    /// owed or queued to it so far (see [`ops_mark`](Self::ops_mark)).
+    pub fn send_marks(&self) -> impl Iterator<Item = (EndpointId, u64)> + '_ {
+        self.peers.iter().map(|(id, _, p)| (id, p.send_mark()))
+    }
+
+    /// Whether what was outstanding at the marks is done: every peer of
+    /// `send_marks` acknowledged everything below its mark (or is lost, its
+    /// failures queued as events), and no operation started at or before
+    /// `ops_mark` is under way.
+    pub fn reached(&self, send_marks: &[(EndpointId, u64)], ops_mark: u64) -> bool {
+        let acknowledged = send_marks.iter().all(|&(id, mark)| {
+            self.peers
+                .get(id)
+                .is_none_or(|p| p.acknowledged_below(mark))
+        });
+        acknowledged && !self.shared.ops.any_at_or_below(ops_mark)
+    }
+
     /// How much of its storage the engine uses now: what an operator
     /// compares with the capacities, and a test with a baseline.
     pub fn usage(&self) -> Usage {

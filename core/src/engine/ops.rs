@@ -326,6 +326,18 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
         self.ops().count()
     }
 
+    /// A mark of the operations under way: every one started so far has
+    /// an id at or below it.
+    pub fn mark(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Whether an operation started at or before `mark` is still under
+    /// way.
+    pub fn any_at_or_below(&self, mark: u64) -> bool {
+        self.ops().any(|(_, op)| op.id <= mark)
+    }
+
     /// The next transfer id (never with the [`GET_REPLY`] bit).
     pub fn new_id(&mut self) -> u64 {
         self.next_id += 1;

@@ -347,6 +347,23 @@ impl<const W: usize> Peer<W> {
         self.send.len() + self.queue.len() + self.answers.len()
     }
 
+    /// The sequence number below which lies everything sent, owed or
+    /// queued to it so far: answers and queued packets are numbered, in
+    /// that order, before anything sent later.
+    pub fn send_mark(&self) -> u64 {
+        self.send.next_seq() + (self.answers.len() + self.queue.len()) as u64
+    }
+
+    /// Whether everything numbered below `mark` is acknowledged, or it is
+    /// lost (and what it had has failed, with its events queued).
+    pub fn acknowledged_below(&self, mark: u64) -> bool {
+        let first_unacked = self
+            .send
+            .oldest_unacked()
+            .unwrap_or_else(|| self.send.next_seq());
+        self.lost().is_some() || first_unacked >= mark
+    }
+
     /// Whether a packet retained or queued reads registration `handle`.
     pub fn reads(&self, handle: crate::btl::MemHandle) -> bool {
         self.send.iter().any(|(_, out)| out.reads(handle))

@@ -276,6 +276,14 @@ pub enum WaitError {
     Io(#[from] io::Error),
 }
 
+/// What was outstanding in a module at one moment
+/// ([`Module::flush_mark`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushMark {
+    peers: Vec<(EndpointId, u64)>,
+    ops: u64,
+}
+
 /// What [`Module::flush`] could not deliver before its timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{outstanding} sends, puts or gets not yet acknowledged after {waited:?}")]
@@ -449,16 +457,23 @@ impl<T: Transport> Module<T> {
     /// waiting up to `timeout`: the first half of a graceful close, before
     /// [`Btl::finalize`], after which nothing queued is lost unreported.
     /// Sends that owe no event (`sendi`, owned descriptors) are covered
-    /// too: when this returns `Ok`, their peers have them.
+    /// too: when this returns `Ok`, their peers have them. What is sent
+    /// after the call is not waited for ([`flush_mark`](Self::flush_mark)).
     ///
-    /// Events that arrive meanwhile stay queued for [`Btl::poll_event`].
+    /// Events that arrive meanwhile stay queued for [`Btl::poll_event`]:
+    /// a peer that keeps sending fills the event queue, and its
+    /// acknowledgements then wait behind its messages. A module served by
+    /// a [`ProgressThread`](super::progress_thread::ProgressThread) is
+    /// flushed with [`Served::flush`](super::progress_thread::Served::flush),
+    /// which lets the thread serve (and its handler take events) meanwhile.
     pub fn flush(&mut self, timeout: Duration) -> Result<(), Unflushed> {
         let start = Instant::now();
+        let mark = self.flush_mark();
         loop {
-            let outstanding = self.engine.outstanding();
-            if outstanding == 0 {
+            if self.flushed(&mark) {
                 return Ok(());
             }
+            let outstanding = self.engine.outstanding();
             let waited = start.elapsed();
             if waited >= timeout {
                 return Err(Unflushed {
@@ -475,6 +490,30 @@ impl<T: Transport> Module<T> {
                 std::thread::sleep(step.min(Duration::from_micros(200)));
             }
         }
+    }
+
+    /// A mark of what is outstanding now: every send, queued packet and
+    /// operation so far. [`flushed`](Self::flushed) says when it is all
+    /// done; what is sent later does not count, so a flush ends even while
+    /// peers keep the module busy.
+    pub fn flush_mark(&self) -> FlushMark {
+        FlushMark {
+            peers: self.engine.send_marks().collect(),
+            ops: self.engine.ops_mark(),
+        }
+    }
+
+    /// Whether everything outstanding at `mark` is acknowledged by its
+    /// peer, or has failed with its event queued.
+    pub fn flushed(&self, mark: &FlushMark) -> bool {
+        self.engine.reached(&mark.peers, mark.ops)
+    }
+
+    /// Packets and operations outstanding now ([`Engine::outstanding`]).
+    ///
+    /// [`Engine::outstanding`]: btl_core::engine::Engine::outstanding
+    pub fn outstanding(&self) -> usize {
+        self.engine.outstanding()
     }
 
     /// Nanoseconds since the module was made: the engine's clock.

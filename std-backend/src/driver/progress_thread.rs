@@ -24,7 +24,7 @@ use btl_core::btl::{Btl, Completion, Event, Incoming, Tag};
 use btl_core::endpoint::EndpointId;
 use mio::Waker;
 
-use crate::driver::module::{Module, Transport, WaitCosts};
+use crate::driver::module::{Module, Transport, Unflushed, WaitCosts};
 use crate::driver::net::{Os, OsPoller, Poller};
 use crate::driver::wake::Wakeup;
 
@@ -44,6 +44,33 @@ pub struct ProgressThread<T: Transport<Net = Os> + Send + 'static> {
 }
 
 impl<T: Transport> Served<T> {
+    /// Waits until everything sent so far is acknowledged by its peer (or
+    /// has failed, its event handed to the handler), up to `timeout`,
+    /// while the thread goes on serving: the handler takes events
+    /// meanwhile, so a peer that keeps sending does not hold its own
+    /// acknowledgements back behind messages nobody takes. What is sent
+    /// after the call is not waited for. Not from the handler (the thread
+    /// would wait for itself).
+    pub fn flush(&self, timeout: Duration) -> Result<(), Unflushed> {
+        let start = Instant::now();
+        let mark = self.with(|module| module.flush_mark());
+        loop {
+            let (done, outstanding) =
+                self.with(|module| (module.flushed(&mark), module.outstanding()));
+            if done {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(Unflushed {
+                    outstanding,
+                    waited,
+                });
+            }
+            std::thread::sleep((timeout - waited).min(Duration::from_micros(100)));
+        }
+    }
+
     /// Runs `f` on the module under the lock, then sends what `f` queued
     /// and wakes the thread if `f` made events or armed an earlier timer.
     ///
@@ -179,6 +206,12 @@ impl<T: Transport<Net = Os> + Send + 'static> ProgressThread<T> {
     /// The module as the thread serves it, to post to it.
     pub fn served(&self) -> &Served<T> {
         &self.served
+    }
+
+    /// Flushes the module while the thread serves it (see
+    /// [`Served::flush`]).
+    pub fn flush(&self, timeout: Duration) -> Result<(), Unflushed> {
+        self.served.flush(timeout)
     }
 
     /// Runs `f` on the module (see [`Served::with`]).

@@ -359,3 +359,93 @@ fn a_goodbye_is_no_error_over_udp() {
     let (a, b, b_at_a, _) = pair(0x7f22, |me, key, boot| udp().build(me, key, boot));
     a_goodbye_is_no_error(a, b, b_at_a);
 }
+
+/// A message `send_copy` took arrives though its module is dropped (or
+/// finalized) at once after, without a flush: finalizing waits its linger
+/// for the acknowledgement. On a fresh connection (the handshake not even
+/// begun) and on a warm one.
+fn a_message_outlives_its_module<T: Transport<Net = btl_std::driver::net::Os> + Send + 'static>(
+    mut a: Module<T>,
+    mut b: Module<T>,
+    b_at_a: EndpointId,
+    warm: bool,
+    finalize: bool,
+) {
+    if warm {
+        first_message(&mut a, &mut b, b_at_a);
+    }
+    let start = Instant::now();
+    while a.send_copy(b_at_a, Tag(0x82), b"last words").is_err() {
+        assert!(start.elapsed() < DEADLINE, "send_copy never took it");
+        a.progress();
+    }
+    // B is served meanwhile, as a live peer is.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = std::sync::Arc::clone(&stop);
+    let receiver = std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut got = None;
+        while got.is_none()
+            && start.elapsed() < DEADLINE
+            && !stopping.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            b.progress();
+            while let Some(ev) = b.poll_event() {
+                if let Event::Received(m) = ev {
+                    got = Some(m.data.to_vec());
+                }
+            }
+        }
+        got
+    });
+    if finalize {
+        let undelivered = a.finalize();
+        assert!(undelivered.is_empty(), "{undelivered}");
+    }
+    drop(a);
+    let got = receiver.join().expect("the receiver");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(got.as_deref(), Some(&b"last words"[..]));
+}
+
+#[test]
+fn a_message_outlives_its_dropped_module() {
+    for (i, (warm, finalize)) in [(false, false), (true, false), (false, true), (true, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let n = 0x7f40 + 2 * i as u64;
+        let (a, b, b_at_a, _) = pair(n, |me, key, boot| tcp(1).build(me, key, boot));
+        a_message_outlives_its_module(a, b, b_at_a, warm, finalize);
+        let (a, b, b_at_a, _) = pair(n + 1, |me, key, boot| udp().build(me, key, boot));
+        a_message_outlives_its_module(a, b, b_at_a, warm, finalize);
+    }
+}
+
+/// A peer that takes nothing: `finalize` waits its linger, then says how
+/// much it could not deliver.
+#[test]
+fn finalize_says_what_it_could_not_deliver() {
+    let (mut a, mut b, b_at_a, _) = pair(0x7f50, |me, key, boot| tcp(1).build(me, key, boot));
+    first_message(&mut a, &mut b, b_at_a);
+    // B stops serving (it lives, so its sockets stay open).
+    for i in 0..8u8 {
+        let start = Instant::now();
+        while a.send_copy(b_at_a, Tag(0x83), &[i; 64 << 10]).is_err() {
+            assert!(start.elapsed() < DEADLINE, "send_copy never took it");
+            a.progress();
+        }
+    }
+    let start = Instant::now();
+    let undelivered = a.finalize();
+    let took = start.elapsed();
+    assert!(
+        !undelivered.is_empty(),
+        "B took nothing, yet: {undelivered:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "the linger (1 s): {took:?}"
+    );
+    drop(b);
+}

@@ -439,14 +439,44 @@ pub trait Btl {
     /// the next call.
     fn poll_event(&mut self) -> Option<Event<'_>>;
 
-    /// Shuts the module down at once: every outstanding operation fails
-    /// with `Finalized` (its event is still delivered), sends that owe no
-    /// event are dropped, peers are told (they lose this process with
-    /// `PeerLost(Closed)`), later calls fail.
+    /// Shuts the module down: every outstanding operation fails with
+    /// `Finalized` (its event is still delivered), sends that owe no event
+    /// are dropped, peers are told goodbye (`Event::PeerLeft`), later calls
+    /// fail. Returns how much was still outstanding, so that nothing is
+    /// lost without a word.
     ///
-    /// To lose nothing, close gracefully: first wait until every send is
-    /// acknowledged (btl-std's `Module::flush(timeout)`; over the engine
-    /// directly, call `progress` until `Engine::outstanding()` is zero),
-    /// then finalize.
-    fn finalize(&mut self);
+    /// The engine shuts down at once. btl-std's socket modules first wait,
+    /// up to their `linger` (`btl_<c>_linger`, 1 s), for what was sent to
+    /// be acknowledged; to wait longer, or to know it all arrived, flush
+    /// first (`Module::flush(timeout)`; over the engine directly, call
+    /// `progress` until `Engine::outstanding()` is zero).
+    fn finalize(&mut self) -> Undelivered;
+}
+
+/// What [`Btl::finalize`] could not deliver: the sends, puts and gets
+/// still outstanding when it shut the module down, each failed with
+/// `Finalized` (the events of those that owe one are queued; the others,
+/// `sendi` and owned descriptors, are dropped with this count as their
+/// only trace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Undelivered {
+    /// Packets and operations outstanding at the shutdown.
+    pub outstanding: usize,
+}
+
+impl Undelivered {
+    /// Whether everything was delivered.
+    pub fn is_empty(&self) -> bool {
+        self.outstanding == 0
+    }
+}
+
+impl core::fmt::Display for Undelivered {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} sends, puts or gets not acknowledged when the module was finalized",
+            self.outstanding
+        )
+    }
 }

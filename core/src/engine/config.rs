@@ -80,6 +80,12 @@ pub struct EngineConfig {
     /// default (zeros) anyone can make this side's cookies, and they prove
     /// nothing.
     pub cookie_secret: [u8; 16],
+    /// How long a driver's `finalize` waits for what was sent to be
+    /// acknowledged before it shuts the engine down (the engine itself
+    /// never waits: `Engine::finalize` is at once). What is still
+    /// outstanding then is counted in `finalize`'s
+    /// [`Undelivered`](crate::btl::Undelivered).
+    pub linger: Duration,
     /// This start of the process, sent in every HELLO: a driver sets a
     /// fresh value each time the process starts (a random number, a boot
     /// counter), so that its peers tell a restart from a reconnection and
@@ -91,7 +97,7 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// Defaults for process `me`: 1 MiB bodies, 16 credits,
     /// 64 KiB PUT packets, 5 s handshake, 30 s peer timeout, 10 s
-    /// keepalive, 250 ms of refused reconnections, 32 handshakes of
+    /// keepalive, 1 s of linger, 250 ms of refused reconnections, 32 handshakes of
     /// strangers at once (8 from one source), a tenth of the peer and link
     /// slots for one source without a key, data-centre retransmission
     /// bounds, 50 µs acknowledgement delay, one link per peer, no job key,
@@ -115,6 +121,7 @@ impl EngineConfig {
             handshake_budget_per_source: 8,
             source_share: 10,
             cookie_secret: [0; 16],
+            linger: Duration::from_secs(1),
             epoch: 0,
         }
     }

@@ -372,10 +372,13 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         }
     }
 
-    fn finalize(&mut self) {
+    fn finalize(&mut self) -> crate::btl::Undelivered {
         if self.finalized {
-            return;
+            return crate::btl::Undelivered::default();
         }
+        let undelivered = crate::btl::Undelivered {
+            outstanding: self.outstanding(),
+        };
         for i in 0..self.peers.len() {
             let Some(p) = self.peers.id_at(i) else {
                 continue;
@@ -386,6 +389,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             self.drop_links_of_lost(p);
         }
         self.finalized = true;
+        undelivered
     }
 }
 

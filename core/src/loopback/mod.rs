@@ -237,7 +237,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             if self.endpoint_refs == 0 {
                 // The process forgot itself: what it had not yet received
                 // fails, as to any removed peer.
-                self.fail_undelivered(BtlError::PeerLost(LostReason::Removed));
+                let _ = self.fail_undelivered(BtlError::PeerLost(LostReason::Removed));
             }
         }
         Ok(())
@@ -479,12 +479,14 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
         }
     }
 
-    fn finalize(&mut self) {
+    fn finalize(&mut self) -> crate::btl::Undelivered {
         if self.finalized {
-            return;
+            return crate::btl::Undelivered::default();
         }
         self.finalized = true;
-        self.fail_undelivered(BtlError::Finalized);
+        crate::btl::Undelivered {
+            outstanding: self.fail_undelivered(BtlError::Finalized),
+        }
     }
 }
 
@@ -493,9 +495,11 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
 {
     /// Fails every undelivered message's send with `error`; every other
     /// event stays to be polled.
-    fn fail_undelivered(&mut self, error: BtlError) {
+    /// Fails every message not yet delivered with `error`; how many.
+    fn fail_undelivered(&mut self, error: BtlError) -> usize {
         self.release_delivered();
         let n = self.queue.len();
+        let mut failed = 0;
         for _ in 0..n {
             match self.queue.pop_front() {
                 Some(Pending::Received {
@@ -503,12 +507,14 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
                     payload: Payload::Descriptor(desc),
                 }) => {
                     self.complete_send(tag, desc, Err(error));
+                    failed += 1;
                 }
                 Some(Pending::Received {
                     payload: Payload::Slot { slot, .. },
                     ..
                 }) => {
                     let _ = self.free_slots.push(slot as u16);
+                    failed += 1;
                 }
                 Some(other) => {
                     let _ = self.queue.push_back(other);
@@ -516,6 +522,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
                 None => break,
             }
         }
+        failed
     }
 }
 

@@ -18,7 +18,7 @@ use crate::transports::interfaces::Selection;
 /// Parameters [`socket_param_specs`] makes.
 pub const SOCKET_PARAMS: usize = 5;
 /// Parameters [`engine_param_specs`] makes.
-pub const ENGINE_PARAMS: usize = 8;
+pub const ENGINE_PARAMS: usize = 9;
 
 /// Where `component` listens (interfaces and ports), and how long it looks
 /// for a peer's address.
@@ -149,6 +149,9 @@ pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; ENGINE_P
         ParamSpec::new(BTL_FRAMEWORK, component, "handshake_budget_per_source", COUNT, "8")
             .help("As handshake_budget, from one IP address (an IPv6 /64)")
             .level(5),
+        ParamSpec::new(BTL_FRAMEWORK, component, "linger", MILLIS, "1000")
+            .help("Milliseconds finalize (and dropping a module) waits for what was sent to be acknowledged before it closes; what is left is reported, not lost in silence. 0 closes at once")
+            .level(4),
         ParamSpec::new(BTL_FRAMEWORK, component, "source_share", PERCENT, "10")
             .help("Without a job key, the percentage of the peer and link slots that the peers and connections from one IP address (an IPv6 /64) may hold; 100: no bound. With a key, peers proved they belong to the job and are not held to it")
             .level(5),
@@ -190,6 +193,7 @@ impl EngineParams {
         config.handshake_timeout = ms("handshake_timeout")?;
         config.checksum = params.bool(ids.id("checksum"))?;
         config.refused_timeout = ms("refused_timeout")?;
+        config.linger = ms("linger")?;
         config.handshake_budget = count("handshake_budget")?;
         config.handshake_budget_per_source = count("handshake_budget_per_source")?;
         config.source_share = u8::try_from(params.int(ids.id("source_share"))?).unwrap_or(100);

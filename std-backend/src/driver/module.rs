@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use btl_core::btl::{
     Access, Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RegisterError,
-    RemoteSlice, SendError, SendStatus, Tag,
+    RemoteSlice, SendError, SendStatus, Tag, Undelivered,
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
@@ -950,10 +950,21 @@ impl<T: Transport> Btl for Module<T> {
         self.engine.poll_event()
     }
 
-    fn finalize(&mut self) {
-        self.engine.finalize();
+    /// Waits up to the engine's `linger` for what was sent to be
+    /// acknowledged (as [`flush`](Module::flush)), then shuts the engine
+    /// down and sends its CLOSEs; returns what was still outstanding.
+    fn finalize(&mut self) -> Undelivered {
+        if self.engine.is_finalized() {
+            return Undelivered::default();
+        }
+        let linger = self.engine.config().linger;
+        if !linger.is_zero() {
+            let _ = self.flush(Duration::from_nanos(linger.as_nanos()));
+        }
+        let undelivered = self.engine.finalize();
         // The CLOSEs go out before the sockets are dropped.
         let _ = self.pass(None);
+        undelivered
     }
 }
 
@@ -964,7 +975,15 @@ impl<T: Transport> Drop for Module<T> {
     /// [`abort_on_drop`](Module::abort_on_drop) said otherwise.
     fn drop(&mut self) {
         if self.finalize_on_drop && !self.engine.is_finalized() {
-            self.finalize();
+            let undelivered = self.finalize();
+            if !undelivered.is_empty() {
+                tracing::warn!(
+                    "{} {}: dropped with {undelivered} (after waiting {:?}): they are lost; flush before dropping to wait longer",
+                    self.engine.attributes().name,
+                    self.engine.config().me,
+                    self.engine.config().linger,
+                );
+            }
         }
     }
 }

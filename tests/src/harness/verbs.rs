@@ -253,7 +253,7 @@ impl Btl for Proc {
         self.engine.poll_event()
     }
 
-    fn finalize(&mut self) {
+    fn finalize(&mut self) -> btl_core::btl::Undelivered {
         self.engine.finalize()
     }
 }

@@ -768,3 +768,69 @@ fn a_forged_hello_of_another_start_ends_nothing_while_the_peer_answers() {
     drain(pair.b(), &mut got, &mut events);
     assert_eq!(got.last().map(|(_, d)| d.as_slice()), Some(&b"second"[..]));
 }
+
+/// A put into memory the target no longer has (here: a key it never
+/// gave) is refused, and over a lossy network the refusal still wins:
+/// the acknowledgements of the refused packets never overtake a REJECT
+/// that was lost, so no such put ever completes `Ok`. Many puts, several
+/// seeds, 20 % loss and reordering.
+#[test]
+fn a_put_into_memory_that_is_gone_never_succeeds() {
+    let faults = Faults {
+        loss: 200,
+        duplication: 0,
+        reordering: 200,
+    };
+    let mut refused = 0;
+    for seed in 0..6u64 {
+        let (mut pair, b_at_a, _) = pair(100 + seed, faults, 8, Duration::ZERO);
+        let src = pair
+            .a()
+            .register_mem(vec![0x5au8; 4096], Access::empty())
+            .expect("reg");
+        let gone = pair
+            .b()
+            .register_mem(vec![0u8; 4096], Access::REMOTE_WRITE)
+            .expect("reg");
+        let key = gone.remote_key();
+        pair.b().deregister_mem(gone).expect("deregistered");
+        let mut events = Vec::new();
+        for ctx in 0..10u64 {
+            pair.a()
+                .put(
+                    b_at_a,
+                    MemSlice {
+                        handle: src,
+                        offset: 0,
+                        len: 4096,
+                    },
+                    RemoteSlice {
+                        key,
+                        offset: 0,
+                        len: 4096,
+                    },
+                    ctx,
+                )
+                .expect("put");
+            let mut done = None;
+            for _ in 0..20_000 {
+                pair.round();
+                let (mut got, mut ev) = (Vec::new(), Vec::new());
+                drain(pair.a(), &mut got, &mut ev);
+                drain(pair.b(), &mut got, &mut Vec::new());
+                if let Some(e) = ev.into_iter().find(|e| e.starts_with("put")) {
+                    done = Some(e);
+                    break;
+                }
+            }
+            let done = done.expect("the put ends");
+            assert!(
+                done.contains("Rejected"),
+                "seed {seed}, put {ctx}: {done} (events so far: {events:?})"
+            );
+            events.push(done);
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 60);
+}

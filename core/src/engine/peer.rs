@@ -228,6 +228,12 @@ pub struct Peer<const W: usize> {
     was_open: bool,
     /// The last transfer of the peer's whose PUT was refused and answered.
     last_rejected: Option<u64>,
+    /// The sequence numbers of refused PUT packets whose REJECT the peer
+    /// may not have yet: acknowledgements stop short of the lowest until
+    /// the REJECTs are acknowledged, so that over a lossy network they
+    /// never overtake a lost REJECT and complete the refused put as a
+    /// success.
+    refused: Vec<u64, W>,
     /// The start of the process this record is about, once a link opened.
     epoch: Option<u64>,
     /// When the first of an unbroken run of refused reconnections was.
@@ -273,6 +279,7 @@ impl<const W: usize> Peer<W> {
             rtt: RttEstimator::with_bounds(rtt),
             was_open: false,
             last_rejected: None,
+            refused: Vec::new(),
             epoch: None,
             refused_since: None,
             busy_retry: None,
@@ -1144,7 +1151,7 @@ impl<const W: usize> Peer<W> {
     /// acknowledgement and credits, as it is put on a link: it carries the
     /// acknowledgement owed, so no bare ACK is owed for it any more.
     pub fn stamp<S: Storage>(&mut self, seq: u64, shared: &Shared<S>) {
-        let (ack, credits) = (self.recv.ack().cumulative, self.credits.granted());
+        let (ack, credits) = (self.ack_to_send().cumulative, self.credits.granted());
         self.acks.sent();
         if let Some(out) = self.send.get_mut(seq) {
             out.stamp(
@@ -1203,11 +1210,59 @@ impl<const W: usize> Peer<W> {
     fn ack(&mut self, flags: Flags) -> ControlFrame {
         self.acks.sent();
         ack_frame(
-            self.recv.ack(),
+            self.ack_to_send(),
             self.credits.granted(),
             &self.trailers,
             flags,
         )
+    }
+
+    /// The acknowledgement to send: what arrived, stopped short of a
+    /// refused PUT packet while its REJECT may not have reached the peer
+    /// (see `refused`).
+    fn ack_to_send(&mut self) -> Ack {
+        let arrived = self.recv.ack();
+        if self.refused.is_empty() {
+            return arrived;
+        }
+        // A REJECT still to be sent, or sent and not acknowledged, holds
+        // back every refused packet; without one, only those still waiting
+        // past a gap to be delivered (their REJECT is yet to be made).
+        let in_flight = self.answers.iter().any(|a| matches!(a, Answer::Reject(_)))
+            || self.send.any(|out| {
+                matches!(
+                    out,
+                    Outgoing::Control {
+                        packet: ControlPacket::Reject(_),
+                        ..
+                    }
+                )
+            });
+        if !in_flight {
+            let expected = self.recv.expected();
+            self.refused.retain(|&seq| seq >= expected);
+        }
+        let Some(&lowest) = self.refused.iter().min() else {
+            return arrived;
+        };
+        if lowest <= arrived.cumulative {
+            return Ack {
+                cumulative: lowest,
+                sack: 0,
+            };
+        }
+        // Sack bit i names cumulative + 1 + i: the bits from the refused
+        // packet on are cleared.
+        let below = lowest - arrived.cumulative - 1;
+        let mask = if below >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << below) - 1
+        };
+        Ack {
+            cumulative: arrived.cumulative,
+            sack: arrived.sack & mask,
+        }
     }
 
     /// A link began writing retained packet `seq` and wrote part of it.
@@ -1368,12 +1423,18 @@ impl<const W: usize> Peer<W> {
             return self.on_ack(ack, header.credits, framing, shared);
         };
         let spends_credit = matches!(item, Held::Send { .. } | Held::Notify(_));
+        let refused = matches!(item, Held::Refused { .. });
         match self.recv.receive(seq, item) {
             // Every new SEND or NOTIFY spends one credit: a peer that sends
             // past what this side granted breaks the protocol (it would fill
             // the fragments and event places every other peer needs).
             Ok(_) if spends_credit && !self.credits.receive(shared.config.initial_credits) => {
                 return Err(CloseReason::ProtocolError);
+            }
+            Ok(_) if refused => {
+                // A window holds at most W packets, so W numbers fit; were
+                // the list full, its lowest still holds the others back.
+                let _ = self.refused.push(seq);
             }
             Ok(_) => {}
             Err(refused) => drop_held(refused.into_item(), shared),

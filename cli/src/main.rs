@@ -730,6 +730,9 @@ fn failure_with(e: &BenchError, to: &str) -> String {
         }
         LostReason::Unreachable => format!("no connection could be made to {to}"),
         LostReason::Timeout => format!("{to} did not answer within the peer timeout"),
+        LostReason::HandshakeTimeout => format!(
+            "{to} did not complete a handshake within the handshake timeout (does a server listen there?)"
+        ),
         LostReason::Stalled => format!(
             "{to} stopped taking what was sent to it (nothing acknowledged within the peer timeout)"
         ),

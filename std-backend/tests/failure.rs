@@ -449,3 +449,33 @@ fn finalize_says_what_it_could_not_deliver() {
     );
     drop(b);
 }
+
+/// Over UDP a first connection to a port where nothing listens gets no
+/// answer, and the peer is lost when the handshake's timer fires: the
+/// error names that timer (`HandshakeTimeout`), not the peer timeout.
+#[test]
+fn a_udp_peer_that_never_answers_is_lost_to_the_handshake_timeout() {
+    let (boot, dir, na, nb) = job(0x7f60);
+    let mut setup = udp();
+    setup.engine.handshake_timeout = btl_core::time::Duration::from_millis(300);
+    let mut a = setup.build(na, Some(b"k"), boot.clone()).expect("A");
+    let mut b = udp().build(nb, Some(b"k"), boot.clone()).expect("B");
+    let card = b.transport().card().clone();
+    b.abort_on_drop();
+    drop(b);
+    boot.publish(&card).expect("B's card, left behind");
+    let ep = a.reach(nb, DEADLINE).expect("its card says where");
+    let _ = a.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty());
+    let (error, took) =
+        until_error::<_, btl_std::transports::udp::Udp<btl_std::driver::net::Os>>(&mut a, None);
+    assert_eq!(error, BtlError::PeerLost(LostReason::HandshakeTimeout));
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "peer lost: no handshake within the handshake timeout"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -24,6 +24,10 @@ impl From<MemError> for RejectCode {
 pub enum LostReason {
     /// It did not answer within `btl_peer_timeout`.
     Timeout,
+    /// No handshake with it completed within `btl_<c>_handshake_timeout`:
+    /// nothing answered where its card said it listens (over datagrams a
+    /// dead port says nothing), or it never proved itself.
+    HandshakeTimeout,
     /// It broke the protocol (garbage, bad lengths): it lost its connection.
     ProtocolViolation,
     /// It speaks another major protocol version.
@@ -152,6 +156,7 @@ impl LostReason {
     pub const fn description(self) -> &'static str {
         match self {
             LostReason::Timeout => "no answer within the peer timeout",
+            LostReason::HandshakeTimeout => "no handshake within the handshake timeout",
             LostReason::ProtocolViolation => "protocol violation",
             LostReason::VersionMismatch => "different protocol version",
             LostReason::AuthFailed => "job key not proven",

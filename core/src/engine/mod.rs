@@ -1093,7 +1093,14 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                         peer.link_gone(index, &mut self.shared);
                     }
                 }
-                None => self.fail_link(link, CloseReason::Timeout),
+                None => {
+                    // A first connection: its peer (if this side asked for
+                    // it) is lost to the handshake's timer, named as such.
+                    if let Some(p) = peer {
+                        self.lose_peer(p, LostReason::HandshakeTimeout);
+                    }
+                    self.fail_link(link, CloseReason::Timeout);
+                }
             }
         } else if timers.is_due(link::LinkTimer::Doubt, now) {
             if l.is_open() {

@@ -476,12 +476,7 @@ fn bad_datagrams_are_dropped_and_bad_hellos_refused() {
 #[test]
 fn a_peer_that_never_takes_its_answers_is_cut_off() {
     let (mut pair, b_at_a, _) = pair(4, Faults::NONE, 8, Duration::ZERO);
-    let d = pair
-        .a()
-        .prepare_src(b_at_a, b"hello", 0, Order(0), DescFlags::BTL_OWNERSHIP)
-        .expect("descriptor");
-    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
-    pair.run_until_idle(1_000).expect("quiet");
+    send_from_a(&mut pair, b_at_a, b"hello");
     pair.pause(Side::A);
     let (mut got, mut events) = (Vec::new(), Vec::new());
     drain(pair.b(), &mut got, &mut events);
@@ -729,12 +724,7 @@ fn nothing_forged_from_a_keyed_peers_address_changes_its_link() {
 #[test]
 fn a_forged_hello_of_another_start_ends_nothing_while_the_peer_answers() {
     let (mut pair, b_at_a, a_at_b) = pair(11, Faults::NONE, 8, Duration::ZERO);
-    let d = pair
-        .a()
-        .prepare_src(b_at_a, b"first", 0, Order(0), DescFlags::BTL_OWNERSHIP)
-        .expect("descriptor");
-    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
-    pair.run_until_idle(1_000).expect("quiet");
+    send_from_a(&mut pair, b_at_a, b"first");
     let (mut got, mut events) = (Vec::new(), Vec::new());
     drain(pair.b(), &mut got, &mut events);
     assert_eq!(got.len(), 1);
@@ -759,12 +749,7 @@ fn a_forged_hello_of_another_start_ends_nothing_while_the_peer_answers() {
     drain(pair.b(), &mut got, &mut events);
     assert!(events.is_empty(), "no loss, no restart: {events:?}");
     assert!(pair.b().is_connected(a_at_b), "the link stays");
-    let d = pair
-        .a()
-        .prepare_src(b_at_a, b"second", 0, Order(0), DescFlags::BTL_OWNERSHIP)
-        .expect("descriptor");
-    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
-    pair.run_until_idle(1_000).expect("quiet");
+    send_from_a(&mut pair, b_at_a, b"second");
     drain(pair.b(), &mut got, &mut events);
     assert_eq!(got.last().map(|(_, d)| d.as_slice()), Some(&b"second"[..]));
 }

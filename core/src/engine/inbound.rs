@@ -14,6 +14,7 @@ use crate::wire::{
 use super::framing::{Datagram, Framing, Stream};
 use super::link::{ControlIn, Handshaken, LinkState, Receiving};
 use super::mover::{PayloadTarget, ReadStep};
+use super::packet::Trailers;
 use super::share::fair_share;
 use super::storage::Storage;
 use super::window::Ack;
@@ -139,31 +140,26 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
             .filter(|_| l.is_open())
             .and_then(|p| self.peers.get(p))
             .map(|p| p.trailers());
-        let seal = trailers.and_then(|t| t.seal.as_ref());
-        let flags = Header::new_checked(datagram).map_or(0, |h| h.flags_raw());
-        if let Some(seal) = seal
+        let header = Header::new_checked(datagram).ok();
+        let (raw_type, raw_flags) = header.map_or((0, 0), |h| (h.type_raw(), h.flags_raw()));
+        if let Some(seal) = trailers.and_then(|t| t.seal.as_ref())
             && seal.check(datagram).is_err()
         {
             // Not the peer's. Only a handshake packet without trailers is
             // looked at: a repeated HELLO (the peer has not opened yet), or
             // a new start's, which is doubted before it changes anything.
-            let handshake = Header::new_checked(datagram).is_ok_and(|h| {
-                matches!(
-                    PacketType::from_u8(h.type_raw()),
-                    Some(PacketType::Hello | PacketType::HelloAck | PacketType::Cookie)
-                )
-            });
-            if !handshake || flags != 0 {
+            let handshake = matches!(
+                PacketType::from_u8(raw_type),
+                Some(PacketType::Hello | PacketType::HelloAck | PacketType::Cookie)
+            );
+            if !handshake || raw_flags != 0 {
                 return false;
             }
         }
         // An open link's frames carry trailers only if the handshake agreed
         // on them: a flag it did not is refused before any byte is summed.
-        let unasked = |flag: Flags, agreed: bool| flags & flag.bits() != 0 && !agreed;
-        let unasked_trailer = trailers.is_some_and(|t| {
-            unasked(Flags::CHECKSUM, t.checksum) || unasked(Flags::SEALED, t.seal.is_some())
-        });
-        if unasked_trailer {
+        let flags = Flags::from_bits_truncate(raw_flags);
+        if trailers.is_some_and(|t| !t.allow(flags)) {
             self.fail_link(link, CloseReason::ProtocolError);
             return true;
         }
@@ -310,12 +306,11 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         // A trailer the handshake did not agree on breaks the protocol:
         // the peer would have this side sum every byte it sends, for
         // nothing. (A seal never comes over a stream.)
-        let agreed = peer.as_ref().map(|p| p.trailers());
-        let unasked = |flag: Flags, asked: bool| header.flags.contains(flag) && !asked;
-        if open
-            && (unasked(Flags::CHECKSUM, agreed.is_some_and(|t| t.checksum))
-                || unasked(Flags::SEALED, agreed.is_some_and(|t| t.seal.is_some())))
-        {
+        let allowed = peer.as_ref().map_or_else(
+            || Trailers::default().allow(header.flags),
+            |p| p.trailers().allow(header.flags),
+        );
+        if open && !allowed {
             return Err(CloseReason::ProtocolError);
         }
         // A SEND or PUT already received: its payload is not read again (a

@@ -66,6 +66,14 @@ impl Trailers {
         flags
     }
 
+    /// Whether a frame with header `flags` carries only trailers the
+    /// handshake agreed on: one that did not would have this side sum or
+    /// check what was never asked for, a protocol error.
+    pub fn allow(&self, flags: Flags) -> bool {
+        self.flags()
+            .contains(flags.intersection(Flags::CHECKSUM | Flags::SEALED))
+    }
+
     /// The trailers of a frame whose header and fixed fields are `prefix`
     /// and whose payload is `payload`, in pieces: the CRC32C of them all,
     /// then the seal of the prefix.

@@ -1229,7 +1229,7 @@ impl<const W: usize> Peer<W> {
         // back every refused packet; without one, only those still waiting
         // past a gap to be delivered (their REJECT is yet to be made).
         let in_flight = self.answers.iter().any(|a| matches!(a, Answer::Reject(_)))
-            || self.send.any(|out| {
+            || self.send.iter().any(|(_, out)| {
                 matches!(
                     out,
                     Outgoing::Control {

@@ -646,11 +646,6 @@ impl<T, const W: usize> SendWindow<T, W> {
         self.present.count_ones() as usize
     }
 
-    /// Whether a retained packet satisfies `f`.
-    pub fn any(&self, mut f: impl FnMut(&T) -> bool) -> bool {
-        self.slots.iter().flatten().any(|sent| f(&sent.item))
-    }
-
     /// Whether nothing awaits acknowledgement.
     pub fn is_empty(&self) -> bool {
         self.present == 0

@@ -74,7 +74,9 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             me,
             attributes: Attributes {
                 name: "self",
-                eager_limit: eager,
+                // The most one `sendi` takes, as the attribute promises:
+                // larger messages go in a descriptor.
+                eager_limit: eager.min(SENDI_MAX),
                 max_send_size: max,
                 rdma_pipeline_send_length: usize::MAX,
                 rdma_pipeline_frag_size: usize::MAX,

@@ -216,3 +216,34 @@ fn misspelt_variables_and_unknown_components_are_said_once() {
     assert_eq!(err.matches("no component bogus").count(), 1, "{err}");
     assert!(!err.contains("BTL_VERBS_DEVICE"), "{err}");
 }
+
+#[test]
+fn a_udp_size_the_datagram_caps_is_said_once_per_module() {
+    let args = [
+        "pingpong",
+        "--btl",
+        "udp",
+        "--min-size",
+        "1",
+        "--max-size",
+        "1",
+    ];
+    let chosen = btl(
+        &args,
+        &[("BTL_LOG", "warn"), ("BTL_UDP_MAX_SEND_SIZE", "1M")],
+    );
+    assert!(chosen.status.success(), "{}", stderr(&chosen));
+    let err = stderr(&chosen);
+    let capped = "btl_udp_max_send_size = 1048576 is capped at ";
+    assert_eq!(err.matches(capped).count(), 2, "one per process: {err}");
+    assert!(err.contains("move more with a put"), "{err}");
+    // The defaults are capped too (64 KiB over loopback's datagrams), but
+    // nobody chose them: nothing to say.
+    let defaults = btl(&args, &[("BTL_LOG", "warn")]);
+    assert!(defaults.status.success(), "{}", stderr(&defaults));
+    assert!(
+        !stderr(&defaults).contains("capped"),
+        "{}",
+        stderr(&defaults)
+    );
+}

@@ -1,9 +1,12 @@
 //! Two processes on loopback. The server answers requests from a progress
-//! thread; the client sends a thousand tagged requests, then puts 4 MiB
-//! into a buffer the server lent it, which the server checks byte for byte.
+//! thread; three clients (threads of the other process, a module each)
+//! send a thousand tagged requests each, 256 outstanding at a time, and
+//! the first then puts 4 MiB into a buffer the server lent it, which the
+//! server checks byte for byte.
 //!
 //! Run it with `cargo run -p btl-std --example request_reply`.
 
+use std::collections::{HashMap, VecDeque};
 use std::error::Error;
 use std::path::Path;
 use std::process::Command;
@@ -11,18 +14,20 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use btl_std::{
-    Access, Btl, BtlError, Event, ModuleBuilder, ProcName, ProgressThread, RemoteKey, Tag,
+    Access, Btl, BtlError, EndpointId, Event, ModuleBuilder, ProcName, ProgressThread, RemoteKey,
+    Tag,
 };
 
 const SERVER: ProcName = ProcName::new(1, 0);
-const CLIENT: ProcName = ProcName::new(1, 1);
+const CLIENTS: u32 = 3;
 const REQUEST: Tag = Tag(0x80);
 const REPLY: Tag = Tag(0x81);
 const KEY: Tag = Tag(0x82);
 const CHECKED: Tag = Tag(0x83);
 const REQUESTS: u32 = 1000;
-/// Requests the client keeps outstanding: the server never owes more.
-const WINDOW: u32 = 16;
+/// Requests a client keeps outstanding: more than the module holds for
+/// one peer, so the server keeps the replies it has no room for.
+const WINDOW: u32 = 256;
 const BULK: usize = 4 << 20;
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -39,7 +44,17 @@ fn main() -> Result {
         .arg("serve")
         .arg(&dir)
         .spawn()?;
-    let outcome = client(&dir);
+    let outcome = std::thread::scope(|scope| {
+        let clients: Vec<_> = (1..=CLIENTS)
+            .map(|rank| {
+                let dir = &dir;
+                scope.spawn(move || client(dir, ProcName::new(1, rank)).map_err(|e| e.to_string()))
+            })
+            .collect();
+        clients
+            .into_iter()
+            .try_for_each(|c| c.join().unwrap_or_else(|_| Err("a client panicked".into())))
+    });
     let status = server.wait()?;
     let _ = std::fs::remove_dir_all(&dir);
     outcome?;
@@ -47,7 +62,8 @@ fn main() -> Result {
         return Err(format!("the server failed: {status}").into());
     }
     println!(
-        "{REQUESTS} requests answered; {} MiB put and checked",
+        "{} requests answered, {WINDOW} outstanding per client; {} MiB put and checked",
+        CLIENTS * REQUESTS,
         BULK >> 20
     );
     Ok(())
@@ -67,6 +83,8 @@ fn server(dir: &Path) -> Result {
     // The module keeps the buffer until it is deregistered (or dropped).
     let lent = module.register_mem(vec![0u8; BULK], Access::REMOTE_WRITE)?;
     let (checked, done) = mpsc::channel();
+    // Replies the module had no room for yet, per client, in order.
+    let mut owed: HashMap<EndpointId, VecDeque<(Tag, Vec<u8>)>> = HashMap::new();
     let thread = ProgressThread::spawn(module, move |served, event| {
         let reply = match event {
             // A reply goes to the sender, `m.from`.
@@ -83,11 +101,22 @@ fn server(dir: &Path) -> Result {
                 let _ = checked.send(());
                 (from, CHECKED, vec![u8::from(intact)])
             }
+            // The module has room again for a client it refused: what it
+            // is owed goes now.
+            Event::Room { endpoint } => {
+                return served.with(|btl| send_owed(btl, endpoint, &mut owed));
+            }
+            // A client gone is owed nothing more.
+            Event::PeerLeft { endpoint } => {
+                owed.remove(&endpoint);
+                return;
+            }
             _ => return,
         };
-        if let Err(e) = served.with(|btl| btl.send_copy(reply.0, reply.1, &reply.2)) {
-            eprintln!("server: a reply was refused: {e}");
-        }
+        owed.entry(reply.0)
+            .or_default()
+            .push_back((reply.1, reply.2));
+        served.with(|btl| send_owed(btl, reply.0, &mut owed));
     })?;
     done.recv_timeout(TIMEOUT)?;
     // The last reply is acknowledged before the process ends; the thread
@@ -96,14 +125,36 @@ fn server(dir: &Path) -> Result {
     thread.stop()?;
     Ok(())
 }
+
+/// Sends what `to` is owed, in order, until the module has no room
+/// (`OutOfResource`: an `Event::Room` for `to` follows) or all is sent.
+fn send_owed(
+    btl: &mut impl Btl,
+    to: EndpointId,
+    owed: &mut HashMap<EndpointId, VecDeque<(Tag, Vec<u8>)>>,
+) {
+    let Some(queue) = owed.get_mut(&to) else {
+        return;
+    };
+    while let Some((tag, data)) = queue.front() {
+        match btl.send_copy(to, *tag, data) {
+            Ok(()) => drop(queue.pop_front()),
+            Err(BtlError::OutOfResource) => return,
+            Err(e) => {
+                // The client is lost (its Error event says so): nothing
+                // more reaches it.
+                eprintln!("server: a reply to {to:?} failed: {e}");
+                owed.remove(&to);
+                return;
+            }
+        }
+    }
+}
 // ANCHOR_END: server
 
 // ANCHOR: client
-fn client(dir: &Path) -> Result {
-    let mut btl = ModuleBuilder::new(CLIENT)
-        .shared_dir(dir)
-        .on_loopback()
-        .tcp()?;
+fn client(dir: &Path, me: ProcName) -> Result {
+    let mut btl = ModuleBuilder::new(me).shared_dir(dir).on_loopback().tcp()?;
     let server = btl.reach(SERVER, TIMEOUT)?;
     let (mut sent, mut answered, mut sum) = (0u32, 0u32, 0u64);
     while answered < REQUESTS {
@@ -128,6 +179,9 @@ fn client(dir: &Path) -> Result {
         return Err("the replies do not answer the requests".into());
     }
     // ANCHOR_END: client
+    if me.rank != 1 {
+        return Ok(());
+    }
     // ANCHOR: put
     // 4 MiB into the server's buffer, named by the key it sends.
     btl.send_copy(server, KEY, &[])?;

@@ -36,7 +36,7 @@ pub mod transports;
 // What the `Btl` methods take and give, so that a service needs no
 // other crate to call them.
 pub use btl_core::btl::{
-    Access, Attributes, Btl, BtlError, ErrorEvent, Event, Incoming, LostReason, MemError,
+    Access, Attributes, Btl, BtlError, ErrorEvent, Event, Incoming, Limit, LostReason, MemError,
     MemHandle, MemSlice, OpId, RegisterError, RejectCode, RemoteKey, RemoteSlice, SendError,
     SendStatus, Tag, TagRange, TagTable,
 };

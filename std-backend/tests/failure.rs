@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
+use std::sync::Arc;
+
 use btl_std::bootstrap::{Bootstrap, BootstrapError, LookupError, SharedDir};
 use btl_std::driver::module::{Module, Transport};
 use btl_std::driver::progress_thread::ProgressThread;
@@ -114,16 +116,19 @@ fn a_dropped_module_is_lost_by_its_peers_at_once() {
     );
 }
 
-#[test]
-fn a_killed_peer_is_lost_as_refused_within_the_refusal_timeout() {
-    let (mut a, mut b, b_at_a, _) = pair(0x7f02, |me, key, boot| tcp(1).build(me, key, boot));
+/// `a` has talked with `b`; `b` is killed (no CLOSE, its sockets gone)
+/// and `a` sends it one more message: `a` loses it as `Refused` within
+/// the refusal timeout and a backoff, not the peer timeout. Over TCP the
+/// reconnections are reset; over UDP the datagrams are answered with an
+/// ICMP port unreachable, which the socket's error queue reports.
+fn a_killed_peer_is_refused<T: Transport>(mut a: Module<T>, mut b: Module<T>, b_at_a: EndpointId) {
     first_message(&mut a, &mut b, b_at_a);
-    // Killed: its sockets close with no CLOSE, and nothing listens on its
-    // port any more, so every reconnection is refused.
     b.abort_on_drop();
     drop(b);
-    let (error, took) =
-        until_error::<_, btl_std::transports::tcp::Tcp<btl_std::driver::net::Os>>(&mut a, None);
+    let start = Instant::now();
+    let _ = a.send_copy(b_at_a, Tag(0x81), b"are you there?");
+    let (error, _) = until_error::<_, T>(&mut a, None);
+    let took = start.elapsed();
     assert_eq!(error, BtlError::PeerLost(LostReason::Refused));
     // 250 ms of refusals (the default), and a backoff.
     assert!(took >= Duration::from_millis(250), "{took:?}");
@@ -131,25 +136,58 @@ fn a_killed_peer_is_lost_as_refused_within_the_refusal_timeout() {
         took < Duration::from_secs(3),
         "{took:?}, not the peer timeout"
     );
+    eprintln!("a killed peer found in {took:?}");
 }
 
 #[test]
-fn a_first_connection_to_a_closed_port_is_refused_by_name() {
-    let (boot, dir, na, nb) = job(0x7f03);
-    let mut a = tcp(1).build(na, Some(b"k"), boot.clone()).expect("A");
-    // B publishes its card and dies before A connects.
-    let mut b = tcp(1).build(nb, Some(b"k"), boot.clone()).expect("B");
+fn a_killed_tcp_peer_is_lost_as_refused_within_the_refusal_timeout() {
+    let (a, b, b_at_a, _) = pair(0x7f02, |me, key, boot| tcp(1).build(me, key, boot));
+    a_killed_peer_is_refused(a, b, b_at_a);
+}
+
+#[test]
+fn a_killed_udp_peer_is_lost_as_refused_within_the_refusal_timeout() {
+    let (a, b, b_at_a, _) = pair(0x7f04, |me, key, boot| udp().build(me, key, boot));
+    a_killed_peer_is_refused(a, b, b_at_a);
+}
+
+/// B publishes its card and dies before A reaches it: A's first message
+/// is refused by name at once.
+fn a_first_message_to_a_closed_port_is_refused<T: Transport>(
+    job_id: u64,
+    build: impl Fn(ProcName, Arc<SharedDir>) -> Module<T>,
+) {
+    let (boot, dir, na, nb) = job(job_id);
+    let mut a = build(na, boot.clone());
+    let mut b = build(nb, boot.clone());
     let card = b.transport().card().clone();
     b.abort_on_drop();
     drop(b);
     boot.publish(&card).expect("B's card, left behind");
     let ep = a.reach(nb, DEADLINE).expect("its card says where");
     let _ = a.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty());
-    let (error, took) =
-        until_error::<_, btl_std::transports::tcp::Tcp<btl_std::driver::net::Os>>(&mut a, None);
+    let (error, took) = until_error::<_, T>(&mut a, None);
     assert_eq!(error, BtlError::PeerLost(LostReason::Refused));
     assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(
+        error.to_string(),
+        "peer lost: nothing listens at its address (its process is gone)"
+    );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_first_connection_to_a_closed_port_is_refused_by_name() {
+    a_first_message_to_a_closed_port_is_refused(0x7f03, |me, boot| {
+        tcp(1).build(me, Some(b"k"), boot).expect("a module")
+    });
+}
+
+#[test]
+fn a_first_datagram_to_a_closed_port_is_refused_by_name() {
+    a_first_message_to_a_closed_port_is_refused(0x7f05, |me, boot| {
+        udp().build(me, Some(b"k"), boot).expect("a module")
+    });
 }
 
 /// `sendi` success, then a graceful close: every message is delivered.
@@ -463,6 +501,8 @@ fn a_udp_peer_that_never_answers_is_lost_to_the_handshake_timeout() {
     let card = b.transport().card().clone();
     b.abort_on_drop();
     drop(b);
+    // Something holds B's port and answers nothing: no refusal comes.
+    let _silent = std::net::UdpSocket::bind(card.contacts[0].addr).expect("B's port");
     boot.publish(&card).expect("B's card, left behind");
     let ep = a.reach(nb, DEADLINE).expect("its card says where");
     let _ = a.sendi(ep, &[], b"x", Tag(1), Order(0), DescFlags::empty());
@@ -478,4 +518,42 @@ fn a_udp_peer_that_never_answers_is_lost_to_the_handshake_timeout() {
         "peer lost: no handshake within the handshake timeout"
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_send_beyond_the_peers_limit_names_the_peers_limit() {
+    // A raised its own max send size to 256 KiB; B keeps 64 KiB.
+    let (mut a, mut b, b_at_a, _) = pair(0x7f06, |me, key, boot| {
+        let mut setup = tcp(1);
+        if me.rank == 0 {
+            setup.pools.max.fragment_size = (256 << 10) + btl_core::engine::HEADER_RESERVE;
+        }
+        setup.build(me, key, boot)
+    });
+    assert_eq!(a.attributes().max_send_size, 256 << 10);
+    assert_eq!(
+        a.max_send_to(b_at_a),
+        Some(256 << 10),
+        "before the handshake only A's own limit is known"
+    );
+    first_message(&mut a, &mut b, b_at_a);
+    let limit = a.max_send_to(b_at_a).expect("a known peer");
+    assert!(
+        limit < 256 << 10 && limit >= b.attributes().max_send_size,
+        "B's limit, as its handshake said: {limit}"
+    );
+    let error = a
+        .send_copy(b_at_a, Tag(0x81), &vec![1; limit + 1])
+        .expect_err("beyond B's limit");
+    assert_eq!(
+        error,
+        BtlError::TooLarge {
+            len: limit as u64 + 1,
+            max: limit as u64,
+            whose: btl_std::Limit::Peer,
+        }
+    );
+    assert!(error.to_string().contains("the peer's limit"), "{error}");
+    a.send_copy(b_at_a, Tag(0x81), &vec![1; limit])
+        .expect("B's limit itself goes");
 }

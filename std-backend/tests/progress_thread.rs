@@ -47,7 +47,10 @@ fn handler<T: Transport>(
         Event::Error(_) | Event::PeerLeft { .. } => {
             let _ = tx.send(Seen::Lost);
         }
-        Event::SendComplete { .. } | Event::GetComplete { .. } | Event::PutArrived { .. } => {}
+        Event::SendComplete { .. }
+        | Event::GetComplete { .. }
+        | Event::PutArrived { .. }
+        | Event::Room { .. } => {}
     }
 }
 

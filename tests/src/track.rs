@@ -89,6 +89,13 @@ pub enum Seen {
         /// The peer.
         endpoint: EndpointId,
     },
+    /// Room again for what was refused for a peer.
+    Room {
+        /// Where it was seen.
+        at: Side,
+        /// The peer.
+        endpoint: EndpointId,
+    },
     /// An error outside any one operation.
     Error {
         /// Side polled.
@@ -279,6 +286,7 @@ impl Tracker {
                 imm,
             }),
             Event::PeerLeft { endpoint } => Ok(Seen::PeerLeft { at: side, endpoint }),
+            Event::Room { endpoint } => Ok(Seen::Room { at: side, endpoint }),
             Event::Error(error) => Ok(Seen::Error { at: side, error }),
         };
         let seen = match raw {
@@ -338,6 +346,7 @@ impl Tracker {
             Seen::Received { .. }
             | Seen::PutArrived { .. }
             | Seen::PeerLeft { .. }
+            | Seen::Room { .. }
             | Seen::Error { .. } => {}
         }
     }

@@ -130,6 +130,8 @@ fn drain(e: &mut E, got: &mut Vec<(u8, Vec<u8>)>, other: &mut Vec<String>) {
             Event::GetComplete { result, .. } => other.push(format!("get {result:?}")),
             Event::PutArrived { imm, .. } => other.push(format!("arrived {imm}")),
             Event::PeerLeft { endpoint } => other.push(format!("left {}", endpoint.0)),
+            // The senders try again after a refusal anyway.
+            Event::Room { .. } => {}
             Event::Error(err) => other.push(format!("error {:?}", err.error)),
         }
     }

@@ -341,7 +341,8 @@ fn the_body_limit_announced_is_what_the_pools_hold_and_is_accepted_exactly() {
         refused.error,
         BtlError::TooLarge {
             len: exact as u64 + 1,
-            max: exact as u64
+            max: exact as u64,
+            whose: btl_core::btl::Limit::Peer,
         }
     );
     c.free(refused.desc).expect("ours");

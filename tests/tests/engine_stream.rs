@@ -14,7 +14,7 @@ use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::pool::FragmentClass;
 use btl_core::time::{Duration, Instant};
-use common::{E, drain, engine, engine_with, in_use};
+use common::{E, drain, drain_all, engine, engine_with, in_use};
 
 const A: ProcName = ProcName::new(5, 0);
 const B: ProcName = ProcName::new(5, 1);
@@ -427,7 +427,8 @@ fn owned_sends_complete_at_once_and_sendi_takes_eager_sizes() {
         ),
         Err(BtlError::TooLarge {
             len: eager as u64 + 1,
-            max: eager as u64
+            max: eager as u64,
+            whose: btl_core::btl::Limit::Here,
         })
     );
     pair.a()
@@ -626,6 +627,8 @@ fn exchange_through_breaks(links: u8) -> Pair {
                     Event::PutComplete { result, ctx, .. } => {
                         events[i].push(format!("put {ctx} {result:?}"))
                     }
+                    // The senders above try again after a refusal anyway.
+                    Event::Room { .. } => {}
                     other => events[i].push(format!("{other:?}")),
                 }
             }
@@ -1018,4 +1021,110 @@ fn a_payload_read_in_place_arrives_whole_and_is_checksummed() {
             }
         }
     }
+}
+
+/// Sends copies of `len` bytes from A to B until A refuses one; how many
+/// it took.
+fn send_until_refused(pair: &mut Pair, ep_b: EndpointId, len: usize) -> usize {
+    let data = vec![7u8; len];
+    for taken in 0..10_000 {
+        match pair.a().send_copy(ep_b, Tag(0x80), &data) {
+            Ok(()) => {}
+            Err(BtlError::OutOfResource) => return taken,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("10,000 sends taken without a refusal");
+}
+
+#[test]
+fn a_refused_send_is_followed_by_room_once() {
+    // B grants 4 credits and polls nothing at first: A's queue to it fills
+    // and a send is refused. A handler has nothing to try again on but an
+    // event: Room comes once B has taken enough, and only once.
+    let (mut pair, ep_b, _) = new_pair(engine(A, None, 4), engine(B, None, 4));
+    let taken = send_until_refused(&mut pair, ep_b, 100);
+    assert!(taken >= 4, "the credits and the queue take some: {taken}");
+    let room = format!("room {}", ep_b.0);
+    pump(&mut pair);
+    assert!(
+        !drain_all(pair.a()).contains(&room),
+        "no room while B takes nothing"
+    );
+    let mut rooms = 0;
+    for _ in 0..40 {
+        pair.b().poll_event().map(|_| ()).unwrap_or_default();
+        let _ = drain(pair.b());
+        pump(&mut pair);
+        rooms += drain_all(pair.a()).iter().filter(|e| **e == room).count();
+    }
+    assert_eq!(rooms, 1, "one Room for one run of refusals");
+    pair.a()
+        .send_copy(ep_b, Tag(0x80), &[7; 100])
+        .expect("what Room said there is room for");
+
+    // Refused again, and the peer lost before there is room: its loss is
+    // told, no Room.
+    send_until_refused(&mut pair, ep_b, 100);
+    pair.a().del_procs(&[ep_b]).expect("a known peer");
+    let events = drain_all(pair.a());
+    assert!(
+        !events.contains(&room),
+        "no Room for a lost peer: {events:?}"
+    );
+}
+
+#[test]
+fn a_refused_put_is_followed_by_room() {
+    // Operation slots run out: CAPACITIES has 64.
+    let (mut pair, ep_b, _) = new_pair(engine(A, None, 16), engine(B, None, 16));
+    let target = pair
+        .b()
+        .register_mem(vec![0u8; 64], Access::REMOTE_WRITE)
+        .expect("registered");
+    let key = target.remote_key();
+    let source = pair
+        .a()
+        .register_mem(vec![1u8; 64], Access::empty())
+        .expect("registered");
+    let mut started = 0;
+    let refused = loop {
+        match pair.a().put(
+            ep_b,
+            MemSlice {
+                handle: source,
+                offset: 0,
+                len: 64,
+            },
+            RemoteSlice {
+                key,
+                offset: 0,
+                len: 64,
+            },
+            started,
+        ) {
+            Ok(_) => started += 1,
+            Err(e) => break e,
+        }
+        assert!(started < 1000, "1000 puts taken without a refusal");
+    };
+    assert_eq!(refused, BtlError::OutOfResource);
+    let room = format!("room {}", ep_b.0);
+    let mut events = Vec::new();
+    for _ in 0..40 {
+        pair.advance(Duration::from_millis(1));
+        pump(&mut pair);
+        let _ = drain(pair.b());
+        events.extend(drain_all(pair.a()));
+    }
+    let puts = events.iter().filter(|e| e.starts_with("put")).count();
+    assert_eq!(
+        puts as u64, started,
+        "every put taken completes ({started}): {events:?}"
+    );
+    assert_eq!(
+        events.iter().filter(|e| **e == room).count(),
+        1,
+        "and the refused one is told it may go: {events:?}"
+    );
 }

@@ -93,6 +93,7 @@ fn through_faults(world: &mut VerbsWorld, mut fault: impl FnMut(&mut VerbsWorld,
                 match ev {
                     Event::Received(m) => got[i].push(m.data.to_vec()),
                     Event::PutComplete { result, ctx: 7, .. } => put = Some(Some(result)),
+                    Event::Room { .. } => {}
                     other => panic!("side {side:?}: {other:?}"),
                 }
             }

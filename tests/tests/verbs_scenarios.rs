@@ -106,6 +106,8 @@ fn round(
                     logs[i].got.push((start, n));
                 }
                 Event::PeerLeft { .. } => logs[i].lost.push((LostReason::Left, logs[i].sent)),
+                // The senders try again after a refusal anyway.
+                Event::Room { .. } => {}
                 Event::Error(e) => match e.error {
                     BtlError::PeerLost(reason) => logs[i].lost.push((reason, logs[i].sent)),
                     other => panic!("side {side:?}: {other}"),

@@ -50,9 +50,10 @@ pub enum LostReason {
     /// epoch). What was outstanding to the old start failed; the endpoint
     /// goes on to the new one.
     Restarted,
-    /// Its host refused every connection for the refusal timeout
-    /// (`btl_<component>_refused_timeout`): nothing listens there any more,
-    /// the process is gone.
+    /// Its host refused the first connection, or every reconnection for
+    /// the refusal timeout (`btl_<component>_refused_timeout`): nothing
+    /// listens there any more (a TCP reset, an ICMP port unreachable over
+    /// UDP), the process is gone.
     Refused,
     /// No connection could be made to it: no route, no address, or the
     /// connect timed out.
@@ -114,17 +115,30 @@ pub enum BtlError {
     Memory(MemError),
     /// The peer refused a put or get.
     Rejected(RejectCode),
-    /// Longer than this BTL carries in one operation.
+    /// Longer than this BTL, or the peer, takes in one operation.
     TooLarge {
         /// Bytes asked for.
         len: u64,
         /// The limit.
         max: u64,
+        /// Whose limit it is: this BTL's (its [`Attributes`](super::Attributes))
+        /// or the peer's, which its handshake said.
+        whose: Limit,
     },
     /// This BTL does not offer the operation.
     NotSupported,
     /// The BTL was finalized.
     Finalized,
+}
+
+/// Whose limit a [`BtlError::TooLarge`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// This BTL's: its [`Attributes`](super::Attributes) say it.
+    Here,
+    /// The peer's: what its handshake said it takes in one message
+    /// (`Module::max_send_to` in btl-std).
+    Peer,
 }
 
 impl From<MemError> for BtlError {
@@ -145,6 +159,7 @@ impl From<PoolError> for BtlError {
             PoolError::TooLarge { requested, max } => BtlError::TooLarge {
                 len: requested as u64,
                 max: max as u64,
+                whose: Limit::Here,
             },
             _ => BtlError::OutOfResource,
         }
@@ -164,7 +179,7 @@ impl LostReason {
             LostReason::Left => "it left (it finalized, or is done with this process)",
             LostReason::Removed => "removed",
             LostReason::Restarted => "restarted",
-            LostReason::Refused => "its host refuses connections",
+            LostReason::Refused => "nothing listens at its address (its process is gone)",
             LostReason::Unreachable => "no connection could be made",
             LostReason::NoRoom => "it has no room for this process",
             LostReason::Stalled => "no progress within the peer timeout",
@@ -187,7 +202,19 @@ impl fmt::Display for BtlError {
             BtlError::PeerLost(r) => write!(f, "peer lost: {r}"),
             BtlError::Memory(e) => e.fmt(f),
             BtlError::Rejected(c) => write!(f, "refused by the peer: {c}"),
-            BtlError::TooLarge { len, max } => write!(f, "{len} bytes exceed the limit of {max}"),
+            BtlError::TooLarge {
+                len,
+                max,
+                whose: Limit::Here,
+            } => write!(f, "{len} bytes exceed the limit of {max}"),
+            BtlError::TooLarge {
+                len,
+                max,
+                whose: Limit::Peer,
+            } => write!(
+                f,
+                "{len} bytes exceed the peer's limit of {max} (its max_send_size, which may be below this side's): send less, or move it with a put"
+            ),
             BtlError::NotSupported => f.write_str("operation not offered by this BTL"),
             BtlError::Finalized => f.write_str("BTL finalized"),
         }
@@ -205,6 +232,7 @@ impl From<crate::desc::DescError> for BtlError {
             crate::desc::DescError::LengthOverflow => BtlError::TooLarge {
                 len: u64::MAX,
                 max: u64::from(u32::MAX),
+                whose: Limit::Here,
             },
         }
     }

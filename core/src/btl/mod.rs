@@ -31,7 +31,7 @@ pub mod memory;
 pub(crate) mod tag;
 
 pub use attributes::{Attributes, BtlFlags};
-pub use error::{BtlError, LostReason, RejectCode};
+pub use error::{BtlError, Limit, LostReason, RejectCode};
 pub use memory::{
     Access, MemError, MemHandle, MemSlice, RegSlot, Registrations, RemoteKey, RemoteSlice, Side,
 };
@@ -154,6 +154,20 @@ pub enum Event<'a> {
         /// The peer.
         endpoint: EndpointId,
     },
+    /// There is room again for what was refused for a peer: a send
+    /// (`send`, `prepare_src`, `alloc`, and so `send_copy`), a put or a get
+    /// to `endpoint` failed with `OutOfResource`, and the largest of them
+    /// would now be taken. Told once per run of refusals, when nothing else
+    /// is waiting to be polled, and not at all if the peer is lost first
+    /// (its `Error` or `PeerLeft` says so). It takes no place among the
+    /// events kept: a handler that holds what was refused (a reply it owes)
+    /// sends it here, and so never loses it. Room is no promise: another
+    /// caller may take it first, and a refusal then brings another `Room`;
+    /// and it may come when what was refused went meanwhile.
+    Room {
+        /// The peer.
+        endpoint: EndpointId,
+    },
     /// An error not tied to one operation (a peer lost, the BTL failed).
     Error(ErrorEvent),
 }
@@ -205,6 +219,11 @@ pub enum Completion {
         /// The peer.
         endpoint: EndpointId,
     },
+    /// See [`Event::Room`].
+    Room {
+        /// The peer.
+        endpoint: EndpointId,
+    },
     /// See [`Event::Error`].
     Error(ErrorEvent),
 }
@@ -227,6 +246,7 @@ impl From<Completion> for Event<'_> {
             Completion::Get { op, ctx, result } => Event::GetComplete { op, ctx, result },
             Completion::PutArrived { from, slice, imm } => Event::PutArrived { from, slice, imm },
             Completion::PeerLeft { endpoint } => Event::PeerLeft { endpoint },
+            Completion::Room { endpoint } => Event::Room { endpoint },
             Completion::Error(e) => Event::Error(e),
         }
     }
@@ -344,7 +364,9 @@ pub trait Btl {
     /// `OutOfResource` is backpressure: the module has no room for it now
     /// (no fragment, or the peer's queue is full, because the peer takes
     /// messages more slowly than they are sent). Serve the module (poll its
-    /// events: replies hand credits and fragments back) and send again.
+    /// events: replies hand credits and fragments back) and send again;
+    /// an [`Event::Room`] for the peer says when it would be taken, for a
+    /// handler that has no loop to try again in.
     /// Beyond [`Attributes::max_send_size`] it is `TooLarge`: move that
     /// much with a put.
     fn send_copy(&mut self, endpoint: EndpointId, tag: Tag, data: &[u8]) -> Result<(), BtlError> {
@@ -362,6 +384,7 @@ pub trait Btl {
             return Err(BtlError::TooLarge {
                 len: data.len() as u64,
                 max: max as u64,
+                whose: crate::btl::Limit::Here,
             });
         }
         let desc = self.prepare_src(endpoint, data, 0, Order::ANY, DescFlags::BTL_OWNERSHIP)?;

@@ -17,6 +17,7 @@ use super::framing::Framing;
 use super::ops::{Op, OpKind, get_request};
 use super::packet::HEADER_RESERVE;
 use super::rdma::Route;
+use super::room::Wanted;
 use super::share::fair_share;
 use super::storage::Storage;
 use super::{Engine, MAX_PEER_LINKS};
@@ -78,16 +79,18 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
     ) -> Result<Descriptor, BtlError> {
         let p = self.check_endpoint(endpoint)?;
         self.check_send_size(size)?;
-        self.check_send_room(p, size)?;
-        Descriptor::alloc(
-            self.shared.pools(),
-            HEADER_RESERVE as u16,
-            0,
-            size,
-            order,
-            flags,
-        )
-        .map_err(BtlError::from)
+        let desc = self.check_send_room(p, size).and_then(|()| {
+            Descriptor::alloc(
+                self.shared.pools(),
+                HEADER_RESERVE as u16,
+                0,
+                size,
+                order,
+                flags,
+            )
+            .map_err(BtlError::from)
+        });
+        self.note_refusal(p, Wanted::send(size), desc)
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
@@ -104,17 +107,20 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         let p = self.check_endpoint(endpoint)?;
-        self.check_send_size(data.len().saturating_add(reserve))?;
-        self.check_send_room(p, data.len().saturating_add(reserve))?;
-        Descriptor::prepare_src(
-            self.shared.pools(),
-            HEADER_RESERVE as u16,
-            reserve,
-            data,
-            order,
-            flags,
-        )
-        .map_err(BtlError::from)
+        let len = data.len().saturating_add(reserve);
+        self.check_send_size(len)?;
+        let desc = self.check_send_room(p, len).and_then(|()| {
+            Descriptor::prepare_src(
+                self.shared.pools(),
+                HEADER_RESERVE as u16,
+                reserve,
+                data,
+                order,
+                flags,
+            )
+            .map_err(BtlError::from)
+        });
+        self.note_refusal(p, Wanted::send(len), desc)
     }
 
     fn prepare_src_registered(
@@ -129,34 +135,39 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         self.shared.regs.slice(data)?;
         let len = data.len as usize + reserve;
         if len <= self.attributes.eager_limit {
-            self.check_send_room(p, len)?;
             let bytes = self.shared.regs.slice(data)?;
-            return Descriptor::prepare_src(
-                self.shared.pools.view(),
-                HEADER_RESERVE as u16,
-                reserve,
-                bytes,
-                order,
-                flags,
-            )
-            .map_err(BtlError::from);
+            let desc = self.check_send_room(p, len).and_then(|()| {
+                Descriptor::prepare_src(
+                    self.shared.pools.view(),
+                    HEADER_RESERVE as u16,
+                    reserve,
+                    bytes,
+                    order,
+                    flags,
+                )
+                .map_err(BtlError::from)
+            });
+            return self.note_refusal(p, Wanted::send(len), desc);
         }
         if len > self.attributes.max_send_size {
             return Err(BtlError::TooLarge {
                 len: data.len,
                 max: self.attributes.max_send_size as u64,
+                whose: crate::btl::Limit::Here,
             });
         }
-        self.check_send_room(p, reserve)?;
-        Descriptor::prepare_src_inplace(
-            self.shared.pools(),
-            HEADER_RESERVE as u16,
-            reserve,
-            data,
-            order,
-            flags,
-        )
-        .map_err(BtlError::from)
+        let desc = self.check_send_room(p, reserve).and_then(|()| {
+            Descriptor::prepare_src_inplace(
+                self.shared.pools(),
+                HEADER_RESERVE as u16,
+                reserve,
+                data,
+                order,
+                flags,
+            )
+            .map_err(BtlError::from)
+        });
+        self.note_refusal(p, Wanted::send(reserve), desc)
     }
 
     fn send(
@@ -190,6 +201,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             && !desc.flags().contains(DescFlags::ALWAYS_CALLBACK);
         // A send that ends with an event is taken only with room for it.
         if !quiet && !self.shared.events.owe() {
+            self.want_room(p, Wanted::send(len));
             return refuse(BtlError::OutOfResource, desc);
         }
         let Some(peer) = self.peers.get_mut(p) else {
@@ -199,6 +211,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             if !quiet {
                 self.shared.events.forgive();
             }
+            self.want_room(p, Wanted::send(len));
             return refuse(BtlError::OutOfResource, desc);
         }
         self.flush_peer(p);
@@ -225,6 +238,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             return Err(BtlError::TooLarge {
                 len: len as u64,
                 max: self.attributes.eager_limit as u64,
+                whose: crate::btl::Limit::Here,
             });
         }
         let peer = self.peers.get(p).ok_or(BtlError::Unreachable)?;
@@ -301,7 +315,8 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         ctx: u64,
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
-        let (id, _) = self.start_op(OpKind::Put, p, local, remote, ctx, None)?;
+        let started = self.start_op(OpKind::Put, p, local, remote, ctx, None);
+        let (id, _) = self.note_refusal(p, Wanted::op(), started)?;
         Ok(id)
     }
 
@@ -317,7 +332,8 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         if !self.peers.get(p).is_some_and(|peer| peer.takes_notices()) {
             return Err(BtlError::NotSupported);
         }
-        let (id, _) = self.start_op(OpKind::Put, p, local, remote, ctx, Some(imm))?;
+        let started = self.start_op(OpKind::Put, p, local, remote, ctx, Some(imm));
+        let (id, _) = self.note_refusal(p, Wanted::op(), started)?;
         Ok(id)
     }
 
@@ -329,14 +345,16 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         ctx: u64,
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
-        let (op, under_way) = self.start_op(OpKind::Get, p, local, remote, ctx, None)?;
+        let started = self.start_op(OpKind::Get, p, local, remote, ctx, None);
+        let (op, under_way) = self.note_refusal(p, Wanted::op(), started)?;
         if !under_way {
             // Ended at once (empty, or refused), or going by the device:
             // nothing to ask the peer.
             return Ok(op);
         }
         let get = get_request(op.0, remote, self.shared.config.me);
-        self.queue_get(p, op, get)?;
+        let queued = self.queue_get(p, op, get);
+        self.note_refusal(p, Wanted::op(), queued)?;
         Ok(op)
     }
 
@@ -347,7 +365,10 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
 
     fn poll_event(&mut self) -> Option<Event<'_>> {
         self.release_delivered();
-        match self.shared.events.pop()? {
+        let Some(pending) = self.shared.events.pop() else {
+            return self.poll_room();
+        };
+        match pending {
             Pending::Received {
                 from,
                 tag,
@@ -426,7 +447,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         }
         let p = self.check_endpoint(source)?;
         same_length(src.len, dst)?;
-        let i = self.claim_op_slot()?;
+        let claimed = self.claim_op_slot();
+        let i = self.note_refusal(p, Wanted::op(), claimed)?;
         let id = self.shared.ops.new_id();
         let op = Op::new(OpKind::GetThirdParty, p, ctx, id, None, src, src.len, 1);
         self.shared.ops.start(i, op);
@@ -452,7 +474,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             dst_handle: dst.key.0,
             dst_offset: dst.offset,
         };
-        self.queue_get(p, OpId(id), get)?;
+        let queued = self.queue_get(p, OpId(id), get);
+        self.note_refusal(p, Wanted::op(), queued)?;
         Ok(OpId(id))
     }
 
@@ -550,7 +573,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// ([`share`](super::share)) in messages queued to it or sent and not
     /// acknowledged: a peer that acknowledges nothing cannot take a class
     /// from every other peer, and only sends to it wait.
-    fn check_send_room(&self, p: EndpointId, len: usize) -> Result<(), BtlError> {
+    pub(super) fn check_send_room(&self, p: EndpointId, len: usize) -> Result<(), BtlError> {
         let pools = self.shared.pools();
         let Ok(class) = pools.class_for(len.saturating_add(HEADER_RESERVE)) else {
             // Too large for any class: the allocation says so itself.
@@ -581,6 +604,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             return Err(BtlError::TooLarge {
                 len: len as u64,
                 max: max as u64,
+                whose: crate::btl::Limit::Here,
             });
         }
         Ok(())

@@ -50,6 +50,7 @@ mod packet;
 pub mod peer;
 mod progress;
 pub mod rdma;
+mod room;
 pub mod rtt;
 mod share;
 mod shared;
@@ -258,6 +259,9 @@ pub struct Engine<S: Storage, F: Framing = Stream, const W: usize = 64> {
     /// when nothing is asked.
     connect_hint: bool,
     close_hint: bool,
+    /// Some peer was refused something with `OutOfResource` and waits for
+    /// its `Room` event: what `poll_room` looks for.
+    room_hint: bool,
     /// Links made so far: their order of age.
     serial: u32,
     finalized: bool,
@@ -346,6 +350,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             lost_unheld: false,
             connect_hint: false,
             close_hint: false,
+            room_hint: false,
             serial: 0,
             finalized: false,
         }
@@ -494,19 +499,46 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// The connection `link` broke or was closed by the peer.
     pub fn handle_closed(&mut self, link: LinkId, now: Instant) {
         self.shared.now = now;
-        let Some(l) = self.links.remove(link.0) else {
-            return;
-        };
-        let (peer, index) = (l.peer(), l.index());
-        self.release_dropped(peer, l.closed());
-        self.shared.ops.unpost(link, &mut self.shared.events);
-        if let Some(p) = peer
-            && let Some(peer) = self.peers.get_mut(p)
-            && peer.forget_link(link).is_some()
+        if let Some((peer, index)) = self.drop_link(link)
+            && let Some(peer) = self.peers.get_mut(peer)
         {
             peer.link_gone(index, &mut self.shared);
         }
         self.settle();
+    }
+
+    /// The host of `link`'s peer answered a datagram of the link's with
+    /// "nothing listens here" (an ICMP port unreachable): the peer's
+    /// process is gone, or the address was never its. The link is dropped
+    /// (the driver forgets it) as a stream that broke is, and one still in
+    /// its handshake as a refused connection: a peer never open is lost
+    /// at once with `PeerLost(Refused)`, and one that was open asks again
+    /// until its refusals have lasted [`EngineConfig::refused_timeout`],
+    /// as a TCP peer whose host resets every reconnection.
+    pub fn handle_refused(&mut self, link: LinkId, now: Instant) {
+        let handshaking = self.links.get(link.0).is_some_and(|l| !l.is_open());
+        if !handshaking {
+            return self.handle_closed(link, now);
+        }
+        self.shared.now = now;
+        if let Some((peer, index)) = self.drop_link(link)
+            && let Some(peer) = self.peers.get_mut(peer)
+        {
+            peer.connect_failed(index, ConnectFailure::Refused, &mut self.shared);
+        }
+        self.settle();
+    }
+
+    /// Takes `link` out of the tables, and what it held back; its peer and
+    /// index if it was one of the peer's links.
+    fn drop_link(&mut self, link: LinkId) -> Option<(EndpointId, u8)> {
+        let l = self.links.remove(link.0)?;
+        let (peer, index) = (l.peer(), l.index());
+        self.release_dropped(peer, l.closed());
+        self.shared.ops.unpost(link, &mut self.shared.events);
+        let p = peer?;
+        self.peers.get_mut(p)?.forget_link(link)?;
+        Some((p, index))
     }
 
     /// The next bytes to write on `link`, if any.
@@ -615,6 +647,20 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// [`Btl::poll_event`]: crate::btl::Btl::poll_event
     pub fn pending_events(&self) -> usize {
         self.shared.events.len()
+    }
+
+    /// The largest message a send to `endpoint` takes: this side's
+    /// `max_send_size`, or the peer's limit where it is lower (a send
+    /// beyond it fails `TooLarge` naming `Limit::Peer`). The peer's limit
+    /// is known once a link to it has opened; before, this side's is
+    /// given. `None` for an unknown endpoint.
+    pub fn max_send_to(&self, endpoint: EndpointId) -> Option<usize> {
+        let peer = self.peers.get(endpoint)?;
+        let own = self.attributes.max_send_size;
+        Some(
+            peer.max_message()
+                .map_or(own, |m| own.min(usize::try_from(m).unwrap_or(usize::MAX))),
+        )
     }
 
     /// Whether `endpoint`'s link has finished its handshake.

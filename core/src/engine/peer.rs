@@ -18,7 +18,9 @@
 
 use heapless::{Deque, Vec};
 
-use crate::btl::{Access, BtlError, Completion, LostReason, RejectCode, RemoteKey, Side, Tag};
+use crate::btl::{
+    Access, BtlError, Completion, Limit, LostReason, RejectCode, RemoteKey, Side, Tag,
+};
 use crate::desc::Descriptor;
 use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
@@ -43,6 +45,7 @@ use super::packet::{
 };
 use super::progress::Progress;
 use super::rdma::{Route, route};
+use super::room::Wanted;
 use super::rtt::{RttConfig, RttEstimator};
 use super::shared::Shared;
 use super::storage::Storage;
@@ -247,6 +250,9 @@ pub struct Peer<const W: usize> {
     ack_due: bool,
     /// Its streams carry nothing any more: to be dropped quietly.
     silent: bool,
+    /// What the upper layer was refused for it, to be told when there is
+    /// room ([`room`](super::room)).
+    wanted: Option<Wanted>,
 }
 
 impl<const W: usize> Peer<W> {
@@ -286,6 +292,7 @@ impl<const W: usize> Peer<W> {
             probe_due: false,
             ack_due: false,
             silent: false,
+            wanted: None,
         }
     }
 
@@ -686,6 +693,7 @@ impl<const W: usize> Peer<W> {
         self.answers.clear();
         self.probe_due = false;
         self.ack_due = false;
+        self.wanted = None;
         // Packets the peer acknowledged while a link wrote them reached it.
         let id = self.id;
         for (_, detached) in self.pinned.drain(..) {
@@ -920,6 +928,26 @@ impl<const W: usize> Peer<W> {
             })
     }
 
+    /// Whether one more send or GET fits its queue.
+    pub fn has_queue_room(&self) -> bool {
+        !self.queue.is_full()
+    }
+
+    /// Notes that `wanted` was refused for it, with what was refused before.
+    pub fn want_room(&mut self, wanted: Wanted) {
+        self.wanted = Some(self.wanted.map_or(wanted, |w| w.and(wanted)));
+    }
+
+    /// What the upper layer was refused for it and not yet told has room.
+    pub fn wanted(&self) -> Option<Wanted> {
+        self.wanted
+    }
+
+    /// The upper layer is told there is room.
+    pub fn forget_wanted(&mut self) {
+        self.wanted = None;
+    }
+
     /// Queues a GET; false when the queue is full.
     pub fn queue_get(&mut self, get: GetRepr) -> bool {
         self.queue.push_back(Queued::Get(get)).is_ok()
@@ -970,6 +998,13 @@ impl<const W: usize> Peer<W> {
         self.notices
     }
 
+    /// The largest message the peer takes, once it has said (its
+    /// handshake); `None` before.
+    pub fn max_message(&self) -> Option<u64> {
+        self.was_open
+            .then(|| self.peer_max_body.saturating_sub(SendRepr::LEN as u64))
+    }
+
     /// Whether the peer accepts a message of `len` bytes, once it has said
     /// what it accepts (a peer not yet open is checked when the message
     /// leaves).
@@ -982,6 +1017,7 @@ impl<const W: usize> Peer<W> {
             return Err(BtlError::TooLarge {
                 len: len as u64,
                 max,
+                whose: Limit::Peer,
             });
         }
         Ok(())
@@ -1070,6 +1106,7 @@ impl<const W: usize> Peer<W> {
                         let error = BtlError::TooLarge {
                             len: payload,
                             max: room,
+                            whose: Limit::Peer,
                         };
                         shared.complete_send(self.id, desc, Err(error));
                         continue;

@@ -182,6 +182,9 @@ pub(crate) fn drain_events(shared: &mut Shared<Boxed>) -> Vec<Seen> {
                 Seen::Op(result)
             }
             Pending::Done(Completion::PutArrived { imm, .. }) => Seen::Arrived(imm),
+            Pending::Done(Completion::Room { .. }) => {
+                unreachable!("Room is made when polled, never queued")
+            }
         });
     }
     out

@@ -341,6 +341,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             return Err(BtlError::TooLarge {
                 len: len as u64,
                 max: SENDI_MAX as u64,
+                whose: crate::btl::Limit::Here,
             });
         }
         if !self.has_room() {

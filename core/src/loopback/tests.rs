@@ -179,7 +179,8 @@ fn sendi_takes_no_fragment_and_is_bounded() {
             ),
             Err(BtlError::TooLarge {
                 len: 300,
-                max: SENDI_MAX as u64
+                max: SENDI_MAX as u64,
+                whose: crate::btl::Limit::Here,
             })
         );
         for i in 0..4u8 {

@@ -160,6 +160,19 @@ impl PoolParams {
         Ok(PoolParams { specs, ids })
     }
 
+    /// The eager limit and the max send size, each where a source other
+    /// than its default set it (a file, the environment, the code): the
+    /// sizes a user chose, to be told of if something caps them.
+    pub fn chosen_sizes(&self, params: &dyn Params) -> [Option<(ParamName, u64)>; 2] {
+        [EAGER, MAX_SEND].map(|i| {
+            let param = params.param(self.ids[i])?;
+            if param.source == crate::mca::Source::Default {
+                return None;
+            }
+            Some((self.specs[i].name, params.size(self.ids[i]).ok()?))
+        })
+    }
+
     /// The pools the parameters describe, each fragment holding
     /// `header_reserve` bytes in front of its class's payload.
     ///

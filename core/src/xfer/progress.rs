@@ -360,6 +360,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
                 None => Err(BtlError::TooLarge {
                     len,
                     max: MSG as u64,
+                    whose: crate::btl::Limit::Here,
                 }),
             };
             match written {
@@ -675,6 +676,7 @@ fn copy_exact(dst: &mut [u8], src: &[u8]) -> Result<(), BtlError> {
         return Err(BtlError::TooLarge {
             len: src.len() as u64,
             max: dst.len() as u64,
+            whose: crate::btl::Limit::Here,
         });
     }
     dst.copy_from_slice(src);

@@ -7,7 +7,7 @@ use btl_core::endpoint::ProcName;
 use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
 use btl_core::mca::{
-    AccessError, BTL_FRAMEWORK, ParamId, ParamKind, ParamSpec, Params, RegisterError,
+    AccessError, BTL_FRAMEWORK, ParamId, ParamKind, ParamName, ParamSpec, Params, RegisterError,
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolParams};
 use btl_core::time::Duration;
@@ -63,6 +63,8 @@ pub struct SocketSettings {
     pub lookup_timeout: std::time::Duration,
     /// The fragment pools.
     pub pools: FragmentPoolsConfig,
+    /// The eager limit and max send size where a user set them.
+    pub chosen_sizes: [Option<(ParamName, u64)>; 2],
     /// Engine timers and checks.
     pub engine: EngineConfig,
 }
@@ -111,6 +113,7 @@ impl SocketParams {
                 .pools
                 .read(params, HEADER_RESERVE)
                 .map_err(|e| format!("{e:?}"))?,
+            chosen_sizes: self.pools.chosen_sizes(params),
             engine: self.engine.read(params).map_err(|e| e.to_string())?,
         })
     }

@@ -4,10 +4,13 @@
 //! serve a module for callers that do not poll ([`progress_thread`], woken
 //! as `wake` says). What serves every transport alike lives here: the
 //! engine's storage on the heap ([`heap`]), the counting of refused
-//! strangers ([`refusals`]), and the queue that makes each pass read every
+//! strangers ([`refusals`]), what the kernel says of datagrams a peer
+//! refused (`icmp`), and the queue that makes each pass read every
 //! ready socket in turn ([`read_queue`]).
 
 pub mod heap;
+#[allow(unsafe_code)]
+mod icmp;
 pub mod module;
 pub mod net;
 pub mod progress_thread;

@@ -442,6 +442,16 @@ impl<T: Transport> Module<T> {
         self.finalize_on_drop = false;
     }
 
+    /// The largest message [`send_copy`](Btl::send_copy) takes for
+    /// `endpoint`: `attributes().max_send_size`, or the peer's own limit
+    /// where it is lower, once a link to the peer has opened (a peer with
+    /// a smaller `btl_<c>_max_send_size` takes no more; beyond it a send
+    /// fails `TooLarge` with `Limit::Peer`). `None` for an unknown
+    /// endpoint.
+    pub fn max_send_to(&self, endpoint: EndpointId) -> Option<usize> {
+        self.engine.max_send_to(endpoint)
+    }
+
     /// How much of the engine's fixed storage is in use.
     pub fn usage(&self) -> Usage {
         self.engine.usage()

@@ -128,6 +128,14 @@ pub trait DatagramSocket {
         send_one_by_one(self, buf, segment, to)
     }
 
+    /// The address of the next datagram sent that its destination refused
+    /// (an ICMP port unreachable: nothing listens there), where the
+    /// platform reports it; `None` when none is left to report. Looked at
+    /// after a receive failed, as one does when such a refusal comes.
+    fn next_refused(&self) -> io::Result<Option<SocketAddr>> {
+        Ok(None)
+    }
+
     /// Receives one datagram, or several from one sender that the platform
     /// has joined, each of [`Segments::segment`] bytes but the last.
     fn recv_segments(&self, buf: &mut [u8]) -> io::Result<Segments> {

@@ -155,6 +155,7 @@ impl Taken {
                 Taken::Completion(Completion::PutArrived { from, slice, imm })
             }
             Event::PeerLeft { endpoint } => Taken::Completion(Completion::PeerLeft { endpoint }),
+            Event::Room { endpoint } => Taken::Completion(Completion::Room { endpoint }),
             Event::Error(e) => Taken::Completion(Completion::Error(e)),
         }
     }

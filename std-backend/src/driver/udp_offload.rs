@@ -52,9 +52,12 @@ pub struct OffloadedUdp {
 }
 
 impl OffloadedUdp {
-    /// Wraps `socket` and asks the kernel to coalesce what it receives.
+    /// Wraps `socket` and asks the kernel to coalesce what it receives,
+    /// and to report the datagrams it sent that were refused.
     pub fn new(socket: UdpSocket) -> Self {
         let segmenting = enable_receive_offload(&socket);
+        let v6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
+        super::icmp::report_refusals(&socket, v6);
         OffloadedUdp {
             socket,
             segmenting: Cell::new(segmenting),
@@ -228,6 +231,10 @@ impl DatagramSocket for OffloadedUdp {
 
     fn recv_segments(&self, buf: &mut [u8]) -> io::Result<Segments> {
         self.recv_coalesced(buf)
+    }
+
+    fn next_refused(&self) -> io::Result<Option<SocketAddr>> {
+        super::icmp::next_refused(&self.socket)
     }
 }
 

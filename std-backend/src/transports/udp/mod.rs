@@ -21,8 +21,8 @@ use btl_core::engine::{
     Stranger,
 };
 use btl_core::mca::{
-    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind, ParamSpec,
-    Params, RegisterError, Version,
+    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind, ParamName,
+    ParamSpec, Params, RegisterError, Version,
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 use btl_core::time::Instant;
@@ -107,6 +107,9 @@ pub struct UdpConfig {
     pub lookup_timeout: Duration,
     /// How long [`Module::wait`] spins before it blocks.
     pub spin: Duration,
+    /// The eager limit and max send size where a user set them: a module
+    /// whose datagrams hold less says so once, when it opens.
+    pub chosen_sizes: [Option<(ParamName, u64)>; 2],
 }
 
 impl Default for UdpConfig {
@@ -117,6 +120,7 @@ impl Default for UdpConfig {
             mtu: None,
             lookup_timeout: crate::transports::tcp::LOOKUP_TIMEOUT,
             spin: Duration::from_micros(50),
+            chosen_sizes: [None; 2],
         }
     }
 }
@@ -254,9 +258,13 @@ impl<N: Net> Udp<N> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return any,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // An ICMP error for an earlier send (port unreachable):
-                // the engine's timers deal with a peer that is gone.
-                Err(_) => continue,
+                // An ICMP error for an earlier send: a refusal (nothing
+                // listens at a peer's address) is its link's to hear; the
+                // engine's timers deal with the others.
+                Err(_) => {
+                    self.refused(engine, s, now);
+                    continue;
+                }
             };
             // Lent out while its datagrams are taken: a stranger's answer
             // goes out from this transport meanwhile.
@@ -278,6 +286,22 @@ impl<N: Net> Udp<N> {
         }
         self.readable.push(s);
         any
+    }
+
+    /// Hands each refusal socket `s` has to report to the link it concerns
+    /// (a link's peer whose process died answers so at once, where only
+    /// the peer timeout would say it), and forgets the link: the engine
+    /// asks again, and gives the peer up once the refusals last the
+    /// refusal timeout. A refusal for an address with no link is dropped.
+    fn refused(&mut self, engine: &mut HeapEngine<Datagram>, s: usize, now: Instant) {
+        // Bounded: the error queue holds what the socket's buffer does.
+        while let Some(Ok(Some(to))) = self.sockets.get(s).map(|(socket, _)| socket.next_refused())
+        {
+            if let Some(&link) = self.by_addr.get(&to) {
+                self.forget(link);
+                engine.handle_refused(link, now);
+            }
+        }
     }
 
     /// A datagram from `from`, on socket `s`, with which no link exists:
@@ -397,7 +421,8 @@ impl<N: Net> Transport for Udp<N> {
         now: Instant,
     ) {
         let s = event.token();
-        if event.is_readable() && s < self.sockets.len() {
+        // An error is a refusal to read (see `refused`).
+        if (event.is_readable() || event.is_error()) && s < self.sockets.len() {
             self.readable.push(s);
         }
         if event.is_writable() {
@@ -609,7 +634,7 @@ impl UdpSetup {
         let mut config = self.engine.clone();
         config.me = me;
         config.job_key = crate::config::socket_params::job_key(job_key)?;
-        Module::open(
+        let module = Module::open(
             NAME,
             config,
             self.pools,
@@ -617,7 +642,23 @@ impl UdpSetup {
             self.udp.spin,
             net,
             |net, registry| Udp::start(me, self.udp.clone(), bootstrap, net, registry),
-        )
+        )?;
+        let [eager, max_send] = self.udp.chosen_sizes;
+        let attributes = btl_core::btl::Btl::attributes(&module);
+        for (chosen, applies) in [
+            (eager, attributes.eager_limit),
+            (max_send, attributes.max_send_size),
+        ] {
+            if let Some((name, size)) = chosen
+                && size > applies as u64
+            {
+                tracing::warn!(
+                    "udp {me}: {name} = {size} is capped at {applies} bytes: a message is one datagram of at most {} bytes (btl_udp_mtu) less the header and trailers; move more with a put",
+                    module.transport().mtu()
+                );
+            }
+        }
+        Ok(module)
     }
 }
 
@@ -665,6 +706,7 @@ impl Component for UdpComponent {
             selection: settings.selection,
             ports: settings.ports,
             lookup_timeout: settings.lookup_timeout,
+            chosen_sizes: settings.chosen_sizes,
             mtu: match usize::try_from(mtu) {
                 Ok(0) => None,
                 Ok(mtu) if mtu >= MIN_MTU => Some(mtu),

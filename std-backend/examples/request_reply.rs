@@ -14,8 +14,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use btl_std::{
-    Access, Btl, BtlError, EndpointId, Event, ModuleBuilder, ProcName, ProgressThread, RemoteKey,
-    Tag,
+    Access, Btl, BtlError, EndpointId, ErrorEvent, Event, ModuleBuilder, ProcName, ProgressThread,
+    RemoteKey, Tag,
 };
 
 const SERVER: ProcName = ProcName::new(1, 0);
@@ -82,7 +82,8 @@ fn server(dir: &Path) -> Result {
         .tcp()?;
     // The module keeps the buffer until it is deregistered (or dropped).
     let lent = module.register_mem(vec![0u8; BULK], Access::REMOTE_WRITE)?;
-    let (checked, done) = mpsc::channel();
+    // Each client that leaves (or is lost) says so here.
+    let (left, gone) = mpsc::channel();
     // Replies the module had no room for yet, per client, in order.
     let mut owed: HashMap<EndpointId, VecDeque<(Tag, Vec<u8>)>> = HashMap::new();
     let thread = ProgressThread::spawn(module, move |served, event| {
@@ -98,7 +99,6 @@ fn server(dir: &Path) -> Result {
                     btl.region(slice.handle)
                         .is_ok_and(|b| b.iter().enumerate().all(|(i, &x)| x == pattern(i)))
                 });
-                let _ = checked.send(());
                 (from, CHECKED, vec![u8::from(intact)])
             }
             // The module has room again for a client it refused: what it
@@ -107,8 +107,13 @@ fn server(dir: &Path) -> Result {
                 return served.with(|btl| send_owed(btl, endpoint, &mut owed));
             }
             // A client gone is owed nothing more.
-            Event::PeerLeft { endpoint } => {
+            Event::PeerLeft { endpoint }
+            | Event::Error(ErrorEvent {
+                endpoint: Some(endpoint),
+                ..
+            }) => {
                 owed.remove(&endpoint);
+                let _ = left.send(endpoint);
                 return;
             }
             _ => return,
@@ -118,9 +123,11 @@ fn server(dir: &Path) -> Result {
             .push_back((reply.1, reply.2));
         served.with(|btl| send_owed(btl, reply.0, &mut owed));
     })?;
-    done.recv_timeout(TIMEOUT)?;
-    // The last reply is acknowledged before the process ends; the thread
-    // serves meanwhile, so a client still sending is taken from.
+    // Served until every client has left: each leaves once it has all its
+    // replies (and the first, its put checked).
+    for _ in 0..CLIENTS {
+        gone.recv_timeout(TIMEOUT)?;
+    }
     thread.flush(TIMEOUT)?;
     thread.stop()?;
     Ok(())

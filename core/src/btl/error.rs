@@ -134,7 +134,8 @@ pub enum BtlError {
 /// Whose limit a [`BtlError::TooLarge`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
-    /// This BTL's: its [`Attributes`](super::Attributes) say it.
+    /// This side's: the BTL's [`Attributes`](super::Attributes), or a
+    /// buffer of the caller's.
     Here,
     /// The peer's: what its handshake said it takes in one message
     /// (`Module::max_send_to` in btl-std).
@@ -213,7 +214,7 @@ impl fmt::Display for BtlError {
                 whose: Limit::Peer,
             } => write!(
                 f,
-                "{len} bytes exceed the peer's limit of {max} (its max_send_size, which may be below this side's): send less, or move it with a put"
+                "{len} bytes exceed the peer's limit of {max} (what its largest receive fragment holds, which may be below this side's max_send_size): send less, or move it with a put"
             ),
             BtlError::NotSupported => f.write_str("operation not offered by this BTL"),
             BtlError::Finalized => f.write_str("BTL finalized"),

@@ -163,7 +163,10 @@ pub enum Event<'a> {
     /// events kept: a handler that holds what was refused (a reply it owes)
     /// sends it here, and so never loses it. Room is no promise: another
     /// caller may take it first, and a refusal then brings another `Room`;
-    /// and it may come when what was refused went meanwhile.
+    /// and it may come when what was refused went meanwhile. A refused
+    /// `sendi` brings none (its caller falls back to `prepare_src` and
+    /// `send`, which do). It is made when polled, so the count of ready
+    /// events `progress` returns leaves it out.
     Room {
         /// The peer.
         endpoint: EndpointId,
@@ -384,7 +387,7 @@ pub trait Btl {
             return Err(BtlError::TooLarge {
                 len: data.len() as u64,
                 max: max as u64,
-                whose: crate::btl::Limit::Here,
+                whose: Limit::Here,
             });
         }
         let desc = self.prepare_src(endpoint, data, 0, Order::ANY, DescFlags::BTL_OWNERSHIP)?;

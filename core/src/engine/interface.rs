@@ -4,12 +4,12 @@
 //! it concerns, and moves the peer's queues.
 
 use crate::btl::{
-    Access, Attributes, Btl, BtlError, Completion, Event, Incoming, LostReason, MemError,
+    Access, Attributes, Btl, BtlError, Completion, Event, Incoming, Limit, LostReason, MemError,
     MemHandle, MemSlice, OpId, RegisterError, RejectCode, RemoteSlice, SendError, SendStatus, Tag,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
-use crate::pool::PoolsRef;
+use crate::pool::{FragmentClass, PoolsRef};
 use crate::wire::GetRepr;
 
 use super::events::Pending;
@@ -90,7 +90,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             )
             .map_err(BtlError::from)
         });
-        self.note_refusal(p, Wanted::send(size), desc)
+        self.note_fragment_refusal(p, size, desc)
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
@@ -120,7 +120,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             )
             .map_err(BtlError::from)
         });
-        self.note_refusal(p, Wanted::send(len), desc)
+        self.note_fragment_refusal(p, len, desc)
     }
 
     fn prepare_src_registered(
@@ -147,13 +147,13 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
                 )
                 .map_err(BtlError::from)
             });
-            return self.note_refusal(p, Wanted::send(len), desc);
+            return self.note_fragment_refusal(p, len, desc);
         }
         if len > self.attributes.max_send_size {
             return Err(BtlError::TooLarge {
-                len: data.len,
+                len: len as u64,
                 max: self.attributes.max_send_size as u64,
-                whose: crate::btl::Limit::Here,
+                whose: Limit::Here,
             });
         }
         let desc = self.check_send_room(p, reserve).and_then(|()| {
@@ -167,7 +167,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             )
             .map_err(BtlError::from)
         });
-        self.note_refusal(p, Wanted::send(reserve), desc)
+        self.note_fragment_refusal(p, reserve, desc)
     }
 
     fn send(
@@ -201,7 +201,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             && !desc.flags().contains(DescFlags::ALWAYS_CALLBACK);
         // A send that ends with an event is taken only with room for it.
         if !quiet && !self.shared.events.owe() {
-            self.want_room(p, Wanted::send(len));
+            self.want_room(p, Wanted::EVENT);
             return refuse(BtlError::OutOfResource, desc);
         }
         let Some(peer) = self.peers.get_mut(p) else {
@@ -211,7 +211,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             if !quiet {
                 self.shared.events.forgive();
             }
-            self.want_room(p, Wanted::send(len));
+            self.want_room(p, Wanted::QUEUE);
             return refuse(BtlError::OutOfResource, desc);
         }
         self.flush_peer(p);
@@ -238,7 +238,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             return Err(BtlError::TooLarge {
                 len: len as u64,
                 max: self.attributes.eager_limit as u64,
-                whose: crate::btl::Limit::Here,
+                whose: Limit::Here,
             });
         }
         let peer = self.peers.get(p).ok_or(BtlError::Unreachable)?;
@@ -316,7 +316,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
         let started = self.start_op(OpKind::Put, p, local, remote, ctx, None);
-        let (id, _) = self.note_refusal(p, Wanted::op(), started)?;
+        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
         Ok(id)
     }
 
@@ -333,7 +333,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             return Err(BtlError::NotSupported);
         }
         let started = self.start_op(OpKind::Put, p, local, remote, ctx, Some(imm));
-        let (id, _) = self.note_refusal(p, Wanted::op(), started)?;
+        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
         Ok(id)
     }
 
@@ -346,7 +346,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
     ) -> Result<OpId, BtlError> {
         let p = self.check_endpoint(endpoint)?;
         let started = self.start_op(OpKind::Get, p, local, remote, ctx, None);
-        let (op, under_way) = self.note_refusal(p, Wanted::op(), started)?;
+        let (op, under_way) = self.note_refusal(p, Wanted::OP, started)?;
         if !under_way {
             // Ended at once (empty, or refused), or going by the device:
             // nothing to ask the peer.
@@ -354,7 +354,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         }
         let get = get_request(op.0, remote, self.shared.config.me);
         let queued = self.queue_get(p, op, get);
-        self.note_refusal(p, Wanted::op(), queued)?;
+        self.note_refusal(p, Wanted::QUEUE, queued)?;
         Ok(op)
     }
 
@@ -448,7 +448,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let p = self.check_endpoint(source)?;
         same_length(src.len, dst)?;
         let claimed = self.claim_op_slot();
-        let i = self.note_refusal(p, Wanted::op(), claimed)?;
+        let i = self.note_refusal(p, Wanted::OP, claimed)?;
         let id = self.shared.ops.new_id();
         let op = Op::new(OpKind::GetThirdParty, p, ctx, id, None, src, src.len, 1);
         self.shared.ops.start(i, op);
@@ -475,7 +475,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             dst_offset: dst.offset,
         };
         let queued = self.queue_get(p, OpId(id), get);
-        self.note_refusal(p, Wanted::op(), queued)?;
+        self.note_refusal(p, Wanted::QUEUE, queued)?;
         Ok(OpId(id))
     }
 
@@ -573,13 +573,19 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// ([`share`](super::share)) in messages queued to it or sent and not
     /// acknowledged: a peer that acknowledges nothing cannot take a class
     /// from every other peer, and only sends to it wait.
-    pub(super) fn check_send_room(&self, p: EndpointId, len: usize) -> Result<(), BtlError> {
+    fn check_send_room(&self, p: EndpointId, len: usize) -> Result<(), BtlError> {
         let pools = self.shared.pools();
-        let Ok(class) = pools.class_for(len.saturating_add(HEADER_RESERVE)) else {
+        match pools.class_for(len.saturating_add(HEADER_RESERVE)) {
+            Ok(class) => self.class_room(p, class),
             // Too large for any class: the allocation says so itself.
-            return Ok(());
-        };
-        let stats = pools.stats(class);
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// [`check_send_room`](Self::check_send_room) for a fragment of
+    /// `class`.
+    pub(super) fn class_room(&self, p: EndpointId, class: FragmentClass) -> Result<(), BtlError> {
+        let stats = self.shared.pools().stats(class);
         let capacity = stats.capacity as usize;
         let free = capacity.saturating_sub(stats.in_use as usize);
         let kept = (capacity / 4).max(1);
@@ -604,7 +610,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             return Err(BtlError::TooLarge {
                 len: len as u64,
                 max: max as u64,
-                whose: crate::btl::Limit::Here,
+                whose: Limit::Here,
             });
         }
         Ok(())

@@ -516,7 +516,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// until its refusals have lasted [`EngineConfig::refused_timeout`],
     /// as a TCP peer whose host resets every reconnection.
     pub fn handle_refused(&mut self, link: LinkId, now: Instant) {
-        let handshaking = self.links.get(link.0).is_some_and(|l| !l.is_open());
+        let handshaking = self.links.get(link.0).is_some_and(|l| l.is_handshaking());
         if !handshaking {
             return self.handle_closed(link, now);
         }

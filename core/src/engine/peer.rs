@@ -252,7 +252,7 @@ pub struct Peer<const W: usize> {
     silent: bool,
     /// What the upper layer was refused for it, to be told when there is
     /// room ([`room`](super::room)).
-    wanted: Option<Wanted>,
+    room_wanted: Option<Wanted>,
 }
 
 impl<const W: usize> Peer<W> {
@@ -292,7 +292,7 @@ impl<const W: usize> Peer<W> {
             probe_due: false,
             ack_due: false,
             silent: false,
-            wanted: None,
+            room_wanted: None,
         }
     }
 
@@ -693,7 +693,7 @@ impl<const W: usize> Peer<W> {
         self.answers.clear();
         self.probe_due = false;
         self.ack_due = false;
-        self.wanted = None;
+        self.room_wanted = None;
         // Packets the peer acknowledged while a link wrote them reached it.
         let id = self.id;
         for (_, detached) in self.pinned.drain(..) {
@@ -935,17 +935,17 @@ impl<const W: usize> Peer<W> {
 
     /// Notes that `wanted` was refused for it, with what was refused before.
     pub fn want_room(&mut self, wanted: Wanted) {
-        self.wanted = Some(self.wanted.map_or(wanted, |w| w.and(wanted)));
+        self.room_wanted = Some(self.room_wanted.map_or(wanted, |w| w.and(wanted)));
     }
 
     /// What the upper layer was refused for it and not yet told has room.
-    pub fn wanted(&self) -> Option<Wanted> {
-        self.wanted
+    pub fn room_wanted(&self) -> Option<Wanted> {
+        self.room_wanted
     }
 
     /// The upper layer is told there is room.
-    pub fn forget_wanted(&mut self) {
-        self.wanted = None;
+    pub fn forget_room_wanted(&mut self) {
+        self.room_wanted = None;
     }
 
     /// Queues a GET; false when the queue is full.

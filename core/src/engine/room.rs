@@ -18,53 +18,89 @@
 
 use crate::btl::{BtlError, Event};
 use crate::endpoint::EndpointId;
+use crate::pool::FragmentClass;
 
-use super::Engine;
 use super::framing::Framing;
 use super::storage::Storage;
+use super::{Engine, HEADER_RESERVE};
 
-/// What the upper layer was refused for one peer: a message of up to
-/// `send` bytes, a put or get, or both.
+/// What a refusal lacked, each part as the refusing check tested it, so
+/// that room is told when exactly those checks would pass: no sooner
+/// (the call would be refused again) and no later (a part the call does
+/// not need holds nothing up).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Wanted {
-    /// The largest message refused, in bytes (a descriptor's reserve
-    /// included, the engine's header not).
-    pub send: Option<usize>,
-    /// A put or a get was refused.
-    pub op: bool,
+    /// A fragment of these classes (bit `i`: `FragmentClass::ALL[i]`)
+    /// within the peer's share, for `alloc` and `prepare_src`.
+    fragments: u8,
+    /// A place in the peer's queue, for `send` and a get's GET.
+    queue: bool,
+    /// A place in the event ring, for what ends with an event.
+    event: bool,
+    /// An operation slot, for a put or a get.
+    op: bool,
 }
 
 impl Wanted {
-    /// A message of `len` bytes was refused.
-    pub fn send(len: usize) -> Self {
+    /// A place in the peer's queue.
+    pub const QUEUE: Wanted = Wanted {
+        fragments: 0,
+        queue: true,
+        event: false,
+        op: false,
+    };
+
+    /// A place in the event ring.
+    pub const EVENT: Wanted = Wanted {
+        fragments: 0,
+        queue: false,
+        event: true,
+        op: false,
+    };
+
+    /// An operation slot and a place for its event: what a put or get
+    /// claims first.
+    pub const OP: Wanted = Wanted {
+        fragments: 0,
+        queue: false,
+        event: true,
+        op: true,
+    };
+
+    /// A fragment of `class`.
+    pub fn fragment(class: FragmentClass) -> Self {
+        let i = FragmentClass::ALL.iter().position(|&c| c == class);
         Wanted {
-            send: Some(len),
-            op: false,
+            fragments: i.map_or(0, |i| 1 << i),
+            ..Wanted::default()
         }
     }
 
-    /// A put or a get was refused.
-    pub fn op() -> Self {
-        Wanted {
-            send: None,
-            op: true,
-        }
-    }
-
-    /// What both refusals wanted: room for either is not room for both.
+    /// What either refusal lacked: room is told when both would be taken.
     #[must_use]
     pub fn and(self, other: Wanted) -> Self {
         Wanted {
-            send: self.send.max(other.send),
+            fragments: self.fragments | other.fragments,
+            queue: self.queue || other.queue,
+            event: self.event || other.event,
             op: self.op || other.op,
         }
+    }
+
+    /// The fragment classes wanted.
+    fn classes(self) -> impl Iterator<Item = FragmentClass> {
+        FragmentClass::ALL
+            .into_iter()
+            .enumerate()
+            .filter(move |(i, _)| self.fragments & (1 << i) != 0)
+            .map(|(_, c)| c)
     }
 }
 
 impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
-    /// Notes that `wanted` was refused for peer `p` with `OutOfResource`,
-    /// for [`Event::Room`] to say when it would be taken; passes `result`
-    /// on.
+    /// Notes that `wanted` was refused for peer `p` if `result` is
+    /// `OutOfResource`, for [`Event::Room`] to say when it would be
+    /// taken; passes `result` on.
     pub(super) fn note_refusal<T>(
         &mut self,
         p: EndpointId,
@@ -75,6 +111,25 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             self.want_room(p, wanted);
         }
         result
+    }
+
+    /// As [`note_refusal`](Self::note_refusal), for a descriptor of `len`
+    /// bytes (a descriptor's reserve included): a fragment of its class.
+    pub(super) fn note_fragment_refusal<T>(
+        &mut self,
+        p: EndpointId,
+        len: usize,
+        result: Result<T, BtlError>,
+    ) -> Result<T, BtlError> {
+        let class = self
+            .shared
+            .pools()
+            .class_for(len.saturating_add(HEADER_RESERVE));
+        match class {
+            Ok(class) => self.note_refusal(p, Wanted::fragment(class), result),
+            // Too large for any class: refused for size, not for room.
+            Err(_) => result,
+        }
     }
 
     /// Notes that `wanted` was refused for peer `p` with `OutOfResource`.
@@ -88,9 +143,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     }
 
     /// The first peer refused something that the engine now has room for:
-    /// its record is cleared and its `Room` event made. A lost peer's
-    /// record is dropped (its loss is told instead). Scans only while some
-    /// peer waits.
+    /// its note is cleared and its `Room` event made. A lost peer's note
+    /// is dropped (its loss is told instead). Scans only while some peer
+    /// waits.
     pub(super) fn poll_room(&mut self) -> Option<Event<'static>> {
         if !self.room_hint {
             return None;
@@ -103,13 +158,13 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             let Some((wanted, lost)) = self
                 .peers
                 .get(p)
-                .and_then(|peer| Some((peer.wanted()?, peer.lost().is_some())))
+                .and_then(|peer| Some((peer.room_wanted()?, peer.lost().is_some())))
             else {
                 continue;
             };
             if lost || self.has_room_for(p, wanted) {
                 if let Some(peer) = self.peers.get_mut(p) {
-                    peer.forget_wanted();
+                    peer.forget_room_wanted();
                 }
                 if !lost {
                     return Some(Event::Room { endpoint: p });
@@ -122,21 +177,15 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         None
     }
 
-    /// Whether what was refused for `p` would be taken now: a place in
-    /// the event ring and in the peer's queue, and a fragment within the
-    /// peer's share for a message, an operation slot for a put or get.
+    /// Whether each part of `wanted` would now pass the check that refused
+    /// it.
     fn has_room_for(&self, p: EndpointId, wanted: Wanted) -> bool {
-        if !self.shared.events.has_room()
-            || !self.peers.get(p).is_some_and(|peer| peer.has_queue_room())
-        {
-            return false;
-        }
-        if wanted.op && self.shared.ops.free_slot().is_none() {
-            return false;
-        }
-        wanted
-            .send
-            .is_none_or(|len| self.check_send_room(p, len).is_ok())
+        (!wanted.event || self.shared.events.has_room())
+            && (!wanted.op || self.shared.ops.free_slot().is_some())
+            && (!wanted.queue || self.peers.get(p).is_some_and(|peer| peer.has_queue_room()))
+            && wanted
+                .classes()
+                .all(|class| self.class_room(p, class).is_ok())
     }
 }
 
@@ -145,15 +194,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn room_for_both_refusals_is_room_for_the_larger_of_them() {
-        let both = Wanted::send(100).and(Wanted::send(4000)).and(Wanted::op());
+    fn what_two_refusals_lacked_is_what_either_lacked() {
+        let both = Wanted::fragment(FragmentClass::Small)
+            .and(Wanted::fragment(FragmentClass::Max))
+            .and(Wanted::QUEUE);
         assert_eq!(
-            both,
-            Wanted {
-                send: Some(4000),
-                op: true
-            }
+            both.classes().collect::<heapless::Vec<_, 3>>(),
+            [FragmentClass::Small, FragmentClass::Max],
+            "room for a large fragment is not room for a small one"
         );
-        assert_eq!(Wanted::op().and(Wanted::op()), Wanted::op());
+        assert!(both.queue && !both.event && !both.op);
+        assert_eq!(Wanted::OP.and(Wanted::OP), Wanted::OP);
     }
 }

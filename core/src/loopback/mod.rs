@@ -15,7 +15,7 @@ pub use component::{LoopbackSetup, SELF_POOL_PARAMS, SelfComponent};
 use heapless::Deque;
 
 use crate::btl::{
-    Access, Attributes, Btl, BtlError, BtlFlags, Completion, Event, Incoming, LostReason,
+    Access, Attributes, Btl, BtlError, BtlFlags, Completion, Event, Incoming, Limit, LostReason,
     MemHandle, MemSlice, OpId, RegSlot, RegisterError, Registrations, RemoteSlice, SendError,
     SendStatus, Side, Tag,
 };
@@ -59,6 +59,10 @@ pub struct Loopback<R, M, const REGS: usize, const QUEUE: usize> {
     free_slots: heapless::Vec<u16, QUEUE>,
     endpoint_refs: u32,
     next_op: u64,
+    /// A send, put or get was refused with `OutOfResource`: `Room` is
+    /// told once the queue is empty (every place, slot and fragment this
+    /// module held is back then).
+    refused: bool,
     finalized: bool,
 }
 
@@ -98,8 +102,15 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             free_slots: (0..QUEUE as u16).rev().collect(),
             endpoint_refs: 0,
             next_op: 0,
+            refused: false,
             finalized: false,
         }
+    }
+
+    /// Passes `result` on, noting an `OutOfResource` for `Room`.
+    fn noted<T>(&mut self, result: Result<T, BtlError>) -> Result<T, BtlError> {
+        self.refused |= matches!(result, Err(BtlError::OutOfResource));
+        result
     }
 
     fn check(&self, endpoint: EndpointId) -> Result<(), BtlError> {
@@ -180,6 +191,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
     ) -> Result<OpId, BtlError> {
         self.check(endpoint)?;
         if !self.has_room() {
+            self.refused = true;
             return Err(BtlError::OutOfResource);
         }
         let op = self.next_op();
@@ -253,7 +265,8 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check(endpoint)?;
-        Descriptor::alloc(self.pools.view(), 0, 0, size, order, flags).map_err(BtlError::from)
+        let desc = Descriptor::alloc(self.pools.view(), 0, 0, size, order, flags);
+        self.noted(desc.map_err(BtlError::from))
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
@@ -270,8 +283,8 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
         self.check(endpoint)?;
-        Descriptor::prepare_src(self.pools.view(), 0, reserve, data, order, flags)
-            .map_err(BtlError::from)
+        let desc = Descriptor::prepare_src(self.pools.view(), 0, reserve, data, order, flags);
+        self.noted(desc.map_err(BtlError::from))
     }
 
     fn prepare_src_registered(
@@ -286,8 +299,8 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
         // No SEND_INPLACE: a received message is one contiguous slice, so
         // registered data is copied like any other.
         let bytes = self.regs.slice(data)?;
-        Descriptor::prepare_src(self.pools.view(), 0, reserve, bytes, order, flags)
-            .map_err(BtlError::from)
+        let desc = Descriptor::prepare_src(self.pools.view(), 0, reserve, bytes, order, flags);
+        self.noted(desc.map_err(BtlError::from))
     }
 
     fn send(
@@ -300,6 +313,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             return Err(SendError { error, desc });
         }
         if !self.has_room() {
+            self.refused = true;
             return Err(SendError {
                 error: BtlError::OutOfResource,
                 desc,
@@ -318,10 +332,13 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             Err(Pending::Received {
                 payload: Payload::Descriptor(desc),
                 ..
-            }) => Err(SendError {
-                error: BtlError::OutOfResource,
-                desc,
-            }),
+            }) => {
+                self.refused = true;
+                Err(SendError {
+                    error: BtlError::OutOfResource,
+                    desc,
+                })
+            }
             Err(_) => unreachable!("push_back returns the value it was given"),
         }
     }
@@ -341,7 +358,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             return Err(BtlError::TooLarge {
                 len: len as u64,
                 max: SENDI_MAX as u64,
-                whose: crate::btl::Limit::Here,
+                whose: Limit::Here,
             });
         }
         if !self.has_room() {
@@ -413,6 +430,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
         self.regs.slice(local)?;
         // This process is the target too: its event and the put's.
         if !self.has_room_for(2) {
+            self.refused = true;
             return Err(BtlError::OutOfResource);
         }
         let landed = self.regs.check_remote(remote, Access::REMOTE_WRITE);
@@ -464,7 +482,11 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
 
     fn poll_event(&mut self) -> Option<Event<'_>> {
         self.release_delivered();
-        match self.queue.pop_front()? {
+        let Some(pending) = self.queue.pop_front() else {
+            // All this module held is back: what was refused fits.
+            return core::mem::take(&mut self.refused).then_some(Event::Room { endpoint: ME });
+        };
+        match pending {
             Pending::Received { tag, payload } => {
                 self.delivered = Some((tag, payload));
                 let (_, payload) = self.delivered.as_ref()?;
@@ -487,6 +509,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
             return crate::btl::Undelivered::default();
         }
         self.finalized = true;
+        self.refused = false;
         crate::btl::Undelivered {
             outstanding: self.fail_undelivered(BtlError::Finalized),
         }

@@ -454,3 +454,35 @@ fn deleting_the_last_reference_fails_undelivered_sends_once() {
         assert_eq!(in_use(btl), 0);
     });
 }
+
+#[test]
+fn a_refused_send_is_followed_by_room_once_the_queue_is_polled() {
+    with_loopback(|btl, ep| {
+        let mut taken = 0;
+        let refused = loop {
+            match btl.send_copy(ep, Tag(0x80), &[1; 500]) {
+                Ok(()) => taken += 1,
+                Err(e) => break e,
+            }
+            assert!(taken < 100, "a queue of 4 took 100 messages");
+        };
+        assert_eq!(refused, BtlError::OutOfResource);
+        let mut seen = Vec::new();
+        while let Some(event) = btl.poll_event() {
+            seen.push(match event {
+                Event::Received(_) => "received",
+                Event::Room { endpoint } => {
+                    assert_eq!(endpoint, ep);
+                    "room"
+                }
+                _ => "other",
+            });
+        }
+        let mut want = vec!["received"; taken];
+        want.push("room");
+        assert_eq!(seen, want, "the messages taken, then Room once");
+        assert!(btl.poll_event().is_none());
+        btl.send_copy(ep, Tag(0x80), &[1; 500])
+            .expect("what Room said there is room for");
+    });
+}

@@ -15,8 +15,8 @@ use super::machine::{Staged, TransferMachine};
 use super::wire::{self, Message};
 use super::{BufferId, NetBufDesc, Passive, TmAddr, TmState, XferError, XferEvent};
 use crate::btl::{
-    Btl, BtlError, ErrorEvent, Event, MemError, MemSlice, OpId, RemoteSlice, SendError, SendStatus,
-    Tag, TagRange,
+    Btl, BtlError, ErrorEvent, Event, Limit, MemError, MemSlice, OpId, RemoteSlice, SendError,
+    SendStatus, Tag, TagRange,
 };
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::EndpointId;
@@ -44,7 +44,8 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
                 break;
             };
             let orphan = match self.offer(event) {
-                None | Some(Event::Error(_) | Event::PeerLeft { .. }) => None,
+                // The machine tries what was refused again on every run.
+                None | Some(Event::Error(_) | Event::PeerLeft { .. } | Event::Room { .. }) => None,
                 Some(Event::SendComplete { desc, .. }) => {
                     self.stats.foreign_events += 1;
                     desc
@@ -360,7 +361,7 @@ impl<const BUFS: usize, const EVENTS: usize, const MSG: usize> TransferMachine<B
                 None => Err(BtlError::TooLarge {
                     len,
                     max: MSG as u64,
-                    whose: crate::btl::Limit::Here,
+                    whose: Limit::Here,
                 }),
             };
             match written {
@@ -676,7 +677,7 @@ fn copy_exact(dst: &mut [u8], src: &[u8]) -> Result<(), BtlError> {
         return Err(BtlError::TooLarge {
             len: src.len() as u64,
             max: dst.len() as u64,
-            whose: crate::btl::Limit::Here,
+            whose: Limit::Here,
         });
     }
     dst.copy_from_slice(src);

@@ -12,10 +12,11 @@
 //! timers cover those as before.
 //!
 //! An ICMP error can be forged by anyone who knows both addresses, as a
-//! TCP reset can by one who also guesses a sequence number; the engine
-//! takes a refusal only as a reason to ask again, and gives a peer up only
-//! when its refusals last the refusal timeout (250 ms): a live peer
-//! answers meanwhile.
+//! TCP reset can by one who also guesses a sequence number. The engine
+//! takes it as a TCP driver takes a reset: a first connection refused is
+//! lost at once, and an open peer asks again and is given up only when
+//! its refusals last the refusal timeout (250 ms): a live peer answers
+//! meanwhile.
 
 use std::io;
 use std::net::SocketAddr;
@@ -75,8 +76,8 @@ pub fn next_refused(socket: &UdpSocket) -> io::Result<Option<SocketAddr>> {
         // below.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_namelen = name.size_of();
-        // SAFETY: the storage is as large and aligned as a
-        // `sockaddr_storage`, which is what it is viewed as.
+        // SAFETY: `view_as` requires one of the platform's `sockaddr_*`
+        // types; `sockaddr_storage` is.
         msg.msg_name = (unsafe { name.view_as::<libc::sockaddr_storage>() }
             as *mut libc::sockaddr_storage)
             .cast();
@@ -101,7 +102,8 @@ pub fn next_refused(socket: &UdpSocket) -> io::Result<Option<SocketAddr>> {
                 _ => Err(e),
             };
         }
-        if refused(&msg)
+        // SAFETY: `msg` is as `recvmsg` left it, its control buffer alive.
+        if unsafe { refused(&msg) }
             // SAFETY: the kernel wrote `msg_namelen` bytes of an address
             // into `name`, which is large enough for any.
             && let Some(to) = unsafe {
@@ -115,10 +117,16 @@ pub fn next_refused(socket: &UdpSocket) -> io::Result<Option<SocketAddr>> {
 
 /// Whether the error `msg` read from an error queue is an ICMP refusal
 /// (port unreachable).
+///
+/// # Safety
+///
+/// `msg` is as `recvmsg` filled it: `msg_control` points to a live
+/// buffer of at least `msg_controllen` bytes, aligned for a `cmsghdr`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn refused(msg: &libc::msghdr) -> bool {
-    // SAFETY: `msg` came back from `recvmsg`, whose control buffer is
-    // walked with the kernel's own macros, within `msg_controllen`.
+unsafe fn refused(msg: &libc::msghdr) -> bool {
+    // SAFETY: the control buffer is walked with the C library's own
+    // macros, which stay within `msg_controllen` (the caller's promise);
+    // a datum is read only where its header says it is whole.
     unsafe {
         let mut header = libc::CMSG_FIRSTHDR(msg);
         while !header.is_null() {
@@ -184,7 +192,9 @@ mod tests {
                 Ok((n, _)) => break n,
                 // The refusal said once, then the datagram.
                 Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 Err(e) => panic!("{e}"),
             }
             assert!(start.elapsed() < Duration::from_secs(5), "nothing came");

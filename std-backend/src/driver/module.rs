@@ -444,10 +444,11 @@ impl<T: Transport> Module<T> {
 
     /// The largest message [`send_copy`](Btl::send_copy) takes for
     /// `endpoint`: `attributes().max_send_size`, or the peer's own limit
-    /// where it is lower, once a link to the peer has opened (a peer with
-    /// a smaller `btl_<c>_max_send_size` takes no more; beyond it a send
-    /// fails `TooLarge` with `Limit::Peer`). `None` for an unknown
-    /// endpoint.
+    /// where it is lower, once a link to the peer has opened (what the
+    /// peer's largest receive fragment holds, as its handshake said: a
+    /// peer with a smaller `btl_<c>_max_send_size` takes little more than
+    /// that; beyond it a send fails `TooLarge` with `Limit::Peer`). `None`
+    /// for an unknown endpoint.
     pub fn max_send_to(&self, endpoint: EndpointId) -> Option<usize> {
         self.engine.max_send_to(endpoint)
     }

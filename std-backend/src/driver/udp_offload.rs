@@ -57,7 +57,11 @@ impl OffloadedUdp {
     pub fn new(socket: UdpSocket) -> Self {
         let segmenting = enable_receive_offload(&socket);
         let v6 = socket.local_addr().is_ok_and(|a| a.is_ipv6());
-        super::icmp::report_refusals(&socket, v6);
+        if !super::icmp::report_refusals(&socket, v6) {
+            tracing::debug!(
+                "this platform does not report refused datagrams: a dead UDP peer is found by the engine's timers"
+            );
+        }
         OffloadedUdp {
             socket,
             segmenting: Cell::new(segmenting),

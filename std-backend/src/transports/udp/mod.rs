@@ -147,6 +147,9 @@ pub struct Udp<N: Net> {
     batches: Vec<Batch>,
     /// Sockets that would block on a send: they wait for writability.
     write_interest: Vec<bool>,
+    /// Sockets whose send failed: the error queue may hold a refusal, to
+    /// be read at the end of the flush.
+    reported: Vec<bool>,
     /// Scratch of `flush`, kept so that a flush allocates nothing.
     scratch_links: Vec<(LinkId, usize, SocketAddr)>,
     scratch_blocked: Vec<bool>,
@@ -205,6 +208,7 @@ impl<N: Net> Udp<N> {
                 .map(|_| Batch::new(MAX_BATCH, MAX_SEGMENTS))
                 .collect(),
             write_interest: vec![false; n],
+            reported: vec![false; n],
             scratch_links: Vec::new(),
             scratch_blocked: vec![false; n],
             card,
@@ -297,7 +301,17 @@ impl<N: Net> Udp<N> {
         // Bounded: the error queue holds what the socket's buffer does.
         while let Some(Ok(Some(to))) = self.sockets.get(s).map(|(socket, _)| socket.next_refused())
         {
-            if let Some(&link) = self.by_addr.get(&to) {
+            // Only a refusal of a datagram the link's own socket sent.
+            if let Some(&link) = self.by_addr.get(&to)
+                && self
+                    .by_link
+                    .get(&link)
+                    .is_some_and(|&(socket, _)| socket == s)
+            {
+                tracing::debug!(
+                    "udp {}: {to} refused a datagram: nothing listens there",
+                    self.me
+                );
                 self.forget(link);
                 engine.handle_refused(link, now);
             }
@@ -363,7 +377,8 @@ impl<N: Net> Udp<N> {
         let Some((bytes, segment, to)) = batch.pending() else {
             return true;
         };
-        match socket.send_segments(bytes, segment, to) {
+        let reported = &mut self.reported[s];
+        match send_past_reports(reported, || socket.send_segments(bytes, segment, to)) {
             Ok(sent) => {
                 batch.sent(sent);
                 batch.is_empty()
@@ -421,9 +436,12 @@ impl<N: Net> Transport for Udp<N> {
         now: Instant,
     ) {
         let s = event.token();
-        // An error is a refusal to read (see `refused`).
-        if (event.is_readable() || event.is_error()) && s < self.sockets.len() {
+        if event.is_readable() && s < self.sockets.len() {
             self.readable.push(s);
+        }
+        // The error queue holds a report: a refusal, maybe (see `refused`).
+        if event.is_error() {
+            self.refused(engine, s, now);
         }
         if event.is_writable() {
             self.flush(engine, registry, now);
@@ -531,7 +549,10 @@ impl<N: Net> Transport for Udp<N> {
                         // is, without the copy into the batch.
                         let slices: heapless::Vec<IoSlice<'_>, { btl_core::engine::MAX_SEGMENTS }> =
                             t.segments.iter().map(|s| IoSlice::new(s)).collect();
-                        match self.sockets[s].0.send_to_vectored(&slices, addr) {
+                        let socket = &self.sockets[s].0;
+                        let reported = &mut self.reported[s];
+                        match send_past_reports(reported, || socket.send_to_vectored(&slices, addr))
+                        {
                             Ok(_) => Step::Written(size),
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Blocked,
                             // Too large, unreachable, ...: dropped, as the
@@ -556,6 +577,11 @@ impl<N: Net> Transport for Udp<N> {
                 *blocked = !self.send_batch(s);
             }
         }
+        for s in 0..self.sockets.len() {
+            if std::mem::take(&mut self.reported[s]) {
+                self.refused(engine, s, now);
+            }
+        }
         for (s, &want) in blocked.iter().enumerate() {
             if want != self.write_interest[s]
                 && let Some((socket, _)) = self.sockets.get_mut(s)
@@ -566,6 +592,27 @@ impl<N: Net> Transport for Udp<N> {
         }
         self.scratch_links = links;
         self.scratch_blocked = blocked;
+    }
+}
+
+/// Sends with `send`; a failure is tried once more, and `reported` set.
+/// With `IP_RECVERR` the kernel reports a refusal that an earlier
+/// datagram met (to any peer) on the socket's next call, a send as well
+/// as a receive: the send that hears of it fails, though it could go,
+/// and goes once the report is cleared. The error queue is then read for
+/// the refusal (`Udp::refused`). A send that fails twice fails for
+/// itself (too large, no route): the datagram is dropped, as the network
+/// may drop any.
+fn send_past_reports<R>(
+    reported: &mut bool,
+    mut send: impl FnMut() -> io::Result<R>,
+) -> io::Result<R> {
+    match send() {
+        Err(e) if e.kind() != io::ErrorKind::WouldBlock => {
+            *reported = true;
+            send()
+        }
+        sent => sent,
     }
 }
 

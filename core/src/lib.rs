@@ -25,6 +25,7 @@ pub mod engine;
 pub mod loopback;
 pub mod mca;
 pub mod pool;
+pub mod ring;
 #[cfg(feature = "embedded-io")]
 pub mod serial;
 #[cfg(feature = "smoltcp")]

@@ -508,9 +508,51 @@ fn cpc_message() -> Seeds {
     ]
 }
 
+/// Inputs of `ring_input`: the data area of a ring with records in it
+/// (one of them wrapped behind a skip), then a script of pushes, one that
+/// scribbles the consumer's position.
+fn ring_input() -> Seeds {
+    use btl_core::ring::{self, Consumer, Producer};
+    use core::sync::atomic::{AtomicU32, Ordering};
+    let words: Vec<AtomicU32> = (0..ring::words_for(64))
+        .map(|_| AtomicU32::new(0))
+        .collect();
+    ring::init(&words).expect("a ring");
+    let mut p = Producer::attach(&words).expect("a ring");
+    let mut c = Consumer::attach(&words).expect("a ring");
+    let mut out = [0u8; 256];
+    for (kind, len) in [(1u8, 8usize), (2, 100), (3, 40)] {
+        p.push(kind, &[&vec![kind; len]]).expect("room");
+    }
+    // Read the first two: the next record wraps behind a skip.
+    c.pop(&mut out).expect("sound");
+    c.pop(&mut out).expect("sound");
+    p.push(4, &[&[4; 90]]).expect("room");
+    let memory: Vec<u8> = words[ring::CONTROL_WORDS..]
+        .iter()
+        .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
+        .collect();
+    let pushes: Vec<u8> = [(8u8, 1u8), (100, 2), (100, 3), (100, 4), (8, 5)]
+        .iter()
+        .flat_map(|&(len, kind)| [len, kind])
+        .collect();
+    let mut scribbling = memory.clone();
+    scribbling.extend_from_slice(&pushes);
+    scribbling.extend_from_slice(&[0xFF, 0, 0x10, 0, 0, 0]);
+    scribbling.extend_from_slice(&pushes);
+    let mut clean = memory.clone();
+    clean.extend_from_slice(&pushes);
+    vec![
+        ("records-and-a-skip".into(), memory),
+        ("pushes".into(), clean),
+        ("a-scribbled-position".into(), scribbling),
+    ]
+}
+
 fn main() -> std::io::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
-    let targets: [(&str, Seeds); 6] = [
+    let targets: [(&str, Seeds); 7] = [
+        ("ring_input", ring_input()),
         ("cpc_message", cpc_message()),
         ("parse_packet", parse_packet()),
         ("engine_input", engine_input()),

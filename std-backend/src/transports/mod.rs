@@ -3,10 +3,12 @@
 //! connections) and [`udp`] (datagram framing, made reliable by the
 //! engine). Both choose the local addresses they use and pair them with a
 //! peer's by the same rules ([`interfaces`]), and listen on the
-//! [`Ports`] their parameters give.
+//! [`Ports`] their parameters give. [`sm`] holds the parts of the
+//! shared-memory component built so far.
 
 pub mod interfaces;
 mod listen;
+pub mod sm;
 pub mod tcp;
 pub mod udp;
 

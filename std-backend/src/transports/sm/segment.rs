@@ -1,0 +1,420 @@
+//! A process's shared-memory segment: a file in `/dev/shm` that the
+//! process makes and its same-host peers map, holding one inbound ring
+//! ([`btl_core::ring`]) per peer slot. Peers write into the segment of
+//! the process they send to, as into Open MPI's vader fast boxes; each
+//! process reads only its own.
+//!
+//! A named file in `/dev/shm`, not a `memfd` passed over a Unix socket: a
+//! peer finds it by the name on the process's card, with no connection to
+//! make first and no descriptor to pass, and a process that died leaves a
+//! name the next process of the same job and rank finds and removes. The
+//! file is the user's alone (mode 0600): a segment of another user's is
+//! never opened, reused or removed.
+//!
+//! # Layout
+//!
+//! In 32-bit words; the segment is a whole number of pages.
+//!
+//! | words | field |
+//! |-------|-------|
+//! | 0 | magic `btlS` |
+//! | 1 | layout version (1) |
+//! | 2 | the creator's process id |
+//! | 3 | slots |
+//! | 4 | words of each ring ([`ring::words_for`] of its capacity) |
+//! | 5..16 | zero |
+//! | 16 + 16·i | slot `i`'s claim: 0 while free, else the claimant's tag |
+//! | 16 + 16·slots | the rings, one per slot, back to back |
+//!
+//! Everything in the segment is written by peers as well as its owner, so
+//! the owner reads it as untrusted, as the ring does.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use btl_core::ring;
+
+/// Word 0 of a segment: "btlS".
+pub const MAGIC: u32 = u32::from_le_bytes(*b"btlS");
+/// The layout this code writes and reads.
+pub const VERSION: u32 = 1;
+/// Words before the slots' claims.
+const HEADER_WORDS: usize = 16;
+/// Words per claim: a 64-byte line each, so that claims do not share one.
+const CLAIM_WORDS: usize = 16;
+/// Where segments live: the same-host filesystem every process shares.
+pub const SHM_DIR: &str = "/dev/shm";
+const PAGE: usize = 4096;
+
+/// Why a segment could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    /// The file system said no (no `/dev/shm`, no room, no permission).
+    #[error("shared-memory segment {path}: {source}")]
+    Io {
+        /// The segment's file.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// A file of that name belongs to another user: it is left alone.
+    #[error(
+        "shared-memory segment {path} belongs to user {owner}, not to this process's user {me}: it is left alone; give this job another name or remove the file as that user"
+    )]
+    NotOurs {
+        /// The segment's file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective user.
+        me: u32,
+    },
+    /// A live process made the segment of that name: two processes claim
+    /// one job and rank.
+    #[error(
+        "shared-memory segment {path} is in use by process {pid}: another process runs as this job and rank"
+    )]
+    InUse {
+        /// The segment's file.
+        path: PathBuf,
+        /// The process that made it.
+        pid: u32,
+    },
+    /// The file is no segment of this layout (another program's, a newer
+    /// btl's, or one scribbled on).
+    #[error("{path} is no btl shared-memory segment of layout {VERSION}")]
+    NotASegment {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Slots or ring sizes that no segment can have.
+    #[error("a segment of {slots} slots of {ring_words} words each cannot be made")]
+    BadSize {
+        /// Slots asked for.
+        slots: usize,
+        /// Words of each ring.
+        ring_words: usize,
+    },
+}
+
+/// A mapped segment: this process's own (made with [`Segment::create`],
+/// removed when dropped) or a peer's ([`Segment::open`]).
+#[derive(Debug)]
+pub struct Segment {
+    path: PathBuf,
+    map: Mapping,
+    owned: bool,
+}
+
+impl Segment {
+    /// The file of the segment named `name` in `/dev/shm`.
+    pub fn path_of(name: &str) -> PathBuf {
+        Path::new(SHM_DIR).join(name)
+    }
+
+    /// Makes this process's segment `name` with `slots` inbound rings of
+    /// `ring_capacity` data words each (a power of two, see
+    /// [`ring::init`]). A segment of that name that a process of this
+    /// user left behind, which is no longer running, is removed first; one
+    /// whose maker still runs, or another user's, is an error.
+    pub fn create(name: &str, slots: usize, ring_capacity: usize) -> Result<Self, SegmentError> {
+        let path = Self::path_of(name);
+        let ring_words = ring::words_for(ring_capacity);
+        let bad = SegmentError::BadSize { slots, ring_words };
+        if slots == 0
+            || slots > u16::MAX as usize
+            || ring::words_for(ring::MIN_CAPACITY) > ring_words
+            || !ring_capacity.is_power_of_two()
+        {
+            return Err(bad);
+        }
+        let words = ring_offset(slots)
+            .checked_add(slots.checked_mul(ring_words).ok_or(bad)?)
+            .ok_or(SegmentError::BadSize { slots, ring_words })?;
+        let len = (words * 4).next_multiple_of(PAGE);
+        let io = |source| SegmentError::Io {
+            path: path.clone(),
+            source,
+        };
+        remove_stale(&path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        file.set_len(len as u64).map_err(io)?;
+        let map = Mapping::new(&file, len).map_err(io)?;
+        let segment = Segment {
+            path,
+            map,
+            owned: true,
+        };
+        let w = segment.words();
+        w[1].store(VERSION, Ordering::Relaxed);
+        w[2].store(std::process::id(), Ordering::Relaxed);
+        w[3].store(slots as u32, Ordering::Relaxed);
+        w[4].store(ring_words as u32, Ordering::Relaxed);
+        for slot in 0..slots {
+            let r = segment
+                .ring_words_of(slot)
+                .ok_or(SegmentError::BadSize { slots, ring_words })?;
+            ring::init(r).map_err(|_| SegmentError::BadSize { slots, ring_words })?;
+        }
+        w[0].store(MAGIC, Ordering::Release);
+        Ok(segment)
+    }
+
+    /// Maps a peer's segment `name`, checked to be one.
+    pub fn open(name: &str) -> Result<Self, SegmentError> {
+        Self::open_path(Self::path_of(name))
+    }
+
+    /// Maps the segment at `path`, checked to be one.
+    pub fn open_path(path: PathBuf) -> Result<Self, SegmentError> {
+        let io = |source| SegmentError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        let len = file.metadata().map_err(io)?.len() as usize;
+        if len < PAGE || !len.is_multiple_of(PAGE) {
+            return Err(SegmentError::NotASegment { path });
+        }
+        let map = Mapping::new(&file, len).map_err(io)?;
+        let segment = Segment {
+            path,
+            map,
+            owned: false,
+        };
+        let w = segment.words();
+        let (slots, ring_words) = (
+            w[3].load(Ordering::Relaxed) as usize,
+            w[4].load(Ordering::Relaxed) as usize,
+        );
+        let fits = ring_offset(slots)
+            .checked_add(slots.saturating_mul(ring_words))
+            .is_some_and(|words| words <= w.len());
+        if w[0].load(Ordering::Acquire) != MAGIC
+            || w[1].load(Ordering::Relaxed) != VERSION
+            || slots == 0
+            || !fits
+        {
+            return Err(SegmentError::NotASegment {
+                path: segment.path.clone(),
+            });
+        }
+        Ok(segment)
+    }
+
+    /// Its file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Inbound rings, one per slot.
+    pub fn slots(&self) -> usize {
+        self.words()[3].load(Ordering::Relaxed) as usize
+    }
+
+    /// Claims a free slot for the peer `tag` names (never 0): the slot's
+    /// index, or `None` if all are taken. A claim is one compare-and-swap,
+    /// so two peers never get the same slot.
+    pub fn claim(&self, tag: u32) -> Option<usize> {
+        (0..self.slots()).find(|&slot| {
+            self.words()[claim_at(slot)]
+                .compare_exchange(0, tag, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// Who claimed slot `slot` (0: nobody).
+    pub fn claimant(&self, slot: usize) -> Option<u32> {
+        (slot < self.slots()).then(|| self.words()[claim_at(slot)].load(Ordering::Acquire))
+    }
+
+    /// Frees slot `slot` for another peer (the owner does this once the
+    /// peer is gone and its ring drained).
+    pub fn release(&self, slot: usize) {
+        if slot < self.slots() {
+            self.words()[claim_at(slot)].store(0, Ordering::Release);
+        }
+    }
+
+    /// The ring of slot `slot`, as words for [`ring::Producer::attach`] or
+    /// [`ring::Consumer::attach`] (which check them again).
+    pub fn ring_words_of(&self, slot: usize) -> Option<&[AtomicU32]> {
+        let w = self.words();
+        let ring_words = w[4].load(Ordering::Relaxed) as usize;
+        if slot >= self.slots() {
+            return None;
+        }
+        let start = ring_offset(self.slots()).checked_add(slot.checked_mul(ring_words)?)?;
+        w.get(start..start.checked_add(ring_words)?)
+    }
+
+    /// The segment's words.
+    fn words(&self) -> &[AtomicU32] {
+        self.map.words()
+    }
+}
+
+impl Drop for Segment {
+    /// This process's segment goes with it: its name is free for the next
+    /// process of the same job and rank. A peer's is only unmapped.
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Where slot `slot`'s claim is.
+fn claim_at(slot: usize) -> usize {
+    HEADER_WORDS + slot * CLAIM_WORDS
+}
+
+/// Where the rings start for `slots` slots: after the claims, at a
+/// 64-byte line.
+fn ring_offset(slots: usize) -> usize {
+    claim_at(slots)
+}
+
+/// Removes the segment at `path` if this user's process that made it is
+/// no longer running; says why not otherwise. Nothing there: nothing to do.
+fn remove_stale(path: &Path) -> Result<(), SegmentError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(SegmentError::Io {
+                path: path.into(),
+                source,
+            });
+        }
+    };
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(SegmentError::NotOurs {
+            path: path.into(),
+            owner: meta.uid(),
+            me,
+        });
+    }
+    // The maker's process id, if the file says it: a segment cut short
+    // (its maker died while making it) has none and is stale.
+    let maker = Segment::open_path(path.into()).ok().map(|s| {
+        let pid = s.words()[2].load(Ordering::Relaxed);
+        // Not removed on drop: it was opened, not made.
+        drop(s);
+        pid
+    });
+    if let Some(pid) = maker
+        && running(pid)
+    {
+        return Err(SegmentError::InUse {
+            path: path.into(),
+            pid,
+        });
+    }
+    tracing::debug!(
+        "removing {}, left by process {maker:?}, which is gone",
+        path.display()
+    );
+    std::fs::remove_file(path).map_err(|source| SegmentError::Io {
+        path: path.into(),
+        source,
+    })
+}
+
+/// This host as its same-host peers share it: the kernel's boot id and
+/// the device of `/dev/shm`. Two network namespaces of one kernel with
+/// one `/dev/shm` give the same identity; two containers without a shared
+/// `/dev/shm`, or two hosts, do not. It goes on the card, so that a peer
+/// maps a segment only where it is the same memory.
+pub fn host_identity() -> io::Result<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
+    let shm = std::fs::metadata(SHM_DIR)?;
+    Ok(format!("{}:{:x}", boot.trim(), shm.dev()))
+}
+
+/// Whether process `pid` runs (this one counts).
+fn running(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        // It runs as another user.
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
+/// A shared mapping of a whole file, unmapped when dropped.
+#[derive(Debug)]
+struct Mapping {
+    ptr: std::ptr::NonNull<AtomicU32>,
+    len: usize,
+}
+
+// SAFETY: the mapping is memory every holder reads and writes only as
+// atomics (`words`), which are `Sync`; the pointer is never handed out
+// but as that slice.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `file` (a whole number of pages), shared.
+    fn new(file: &File, len: usize) -> io::Result<Self> {
+        use rustix::mm::{MapFlags, ProtFlags, mmap};
+        // SAFETY: a new mapping at an address the kernel picks, of a file
+        // this process holds open; it aliases no Rust object, and is read
+        // and written only as atomics (see `words`).
+        let ptr = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                file,
+                0,
+            )
+        }?;
+        let ptr = std::ptr::NonNull::new(ptr.cast::<AtomicU32>())
+            .ok_or_else(|| io::Error::other("mmap gave a null mapping"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The mapping as words: page-aligned, so aligned for `AtomicU32`,
+    /// which has `u32`'s layout.
+    fn words(&self) -> &[AtomicU32] {
+        // SAFETY: the mapping is `len` bytes, page-aligned, valid until
+        // `drop` unmaps it (which needs `&mut self`, so no slice outlives
+        // it); other processes write it only through their own atomics,
+        // the same sharing a slice of atomics allows between threads.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len / 4) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, of `len` bytes, no longer
+        // borrowed (`words` borrows `self`).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests;

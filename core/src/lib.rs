@@ -28,6 +28,7 @@ pub mod pool;
 pub mod ring;
 #[cfg(feature = "embedded-io")]
 pub mod serial;
+pub mod sm;
 #[cfg(feature = "smoltcp")]
 pub mod smoltcp;
 mod sync;

@@ -549,9 +549,47 @@ fn ring_input() -> Seeds {
     ]
 }
 
+/// Inputs of `sm_input`: a peer's records as a module reads them, each a
+/// kind, a length and its bytes: a message, a put of two pieces into the
+/// module's registration (key of its first registration), a get of it,
+/// answers to the module's own put and get, and a goodbye.
+fn sm_input() -> Seeds {
+    use btl_core::btl::RemoteKey;
+    use btl_core::sm::record;
+    let key = RemoteKey(0x1_0000_0000);
+    let rec = |kind: u8, bytes: &[u8]| {
+        let mut r = vec![kind, bytes.len() as u8];
+        r.extend_from_slice(bytes);
+        r
+    };
+    let mut message = vec![0x80];
+    message.extend_from_slice(b"hello");
+    let mut first = record::put_head(9, key, 0, 0, 0).to_vec();
+    first.extend_from_slice(&[1; 16]);
+    let mut last = record::put_head(9, key, 16, 7, record::LAST | record::NOTIFY).to_vec();
+    last.extend_from_slice(&[2; 16]);
+    let mut data = record::get_data_head(2, 0, true).to_vec();
+    data.extend_from_slice(&[3; 64]);
+    let exchange = [
+        rec(record::MESSAGE, &message),
+        rec(record::PUT, &first),
+        rec(record::PUT, &last),
+        rec(record::GET, &record::get(4, key, 0, 32)),
+        rec(record::PUT_DONE, &record::answer(1, 0)),
+        rec(record::GET_DATA, &data),
+        rec(record::BYE, &[]),
+    ]
+    .concat();
+    vec![
+        ("message".into(), rec(record::MESSAGE, &message)),
+        ("an-exchange".into(), exchange),
+    ]
+}
+
 fn main() -> std::io::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
-    let targets: [(&str, Seeds); 7] = [
+    let targets: [(&str, Seeds); 8] = [
+        ("sm_input", sm_input()),
         ("ring_input", ring_input()),
         ("cpc_message", cpc_message()),
         ("parse_packet", parse_packet()),

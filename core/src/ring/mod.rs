@@ -345,10 +345,31 @@ impl<'a> Consumer<'a> {
         })
     }
 
+    /// The next record's kind and length without taking it (skip records
+    /// before it are stepped past); `None` when the producer has
+    /// published none. A caller that wants a buffer of the right size
+    /// looks first.
+    pub fn peek(&mut self) -> Result<Option<Record>, PopError> {
+        Ok(self.next()?.map(|(_, record)| record))
+    }
+
     /// Takes the next record, its payload copied to the start of `out`;
     /// `None` when the producer has published none. A record longer than
     /// `out` stays where it is.
     pub fn pop(&mut self, out: &mut [u8]) -> Result<Option<Record>, PopError> {
+        let Some((offset, record)) = self.next()? else {
+            return Ok(None);
+        };
+        let Some(out) = out.get_mut(..record.len) else {
+            return Err(PopError::BufferTooSmall { len: record.len });
+        };
+        read_payload(&self.data[offset + HEADER_WORDS..], out);
+        self.advance(record_words(record.len) as u32);
+        Ok(Some(record))
+    }
+
+    /// The next record and its offset, checked, skip records stepped past.
+    fn next(&mut self) -> Result<Option<(usize, Record)>, PopError> {
         // At most one skip record stands before a record.
         for _ in 0..2 {
             let offset = (self.tail & (self.capacity - 1)) as usize;
@@ -362,20 +383,14 @@ impl<'a> Consumer<'a> {
             if offset + words > self.capacity as usize {
                 return Err(PopError::Corrupt);
             }
-            if kind == SKIP {
-                // A skip runs to the end of the area, and only there.
-                if offset + words != self.capacity as usize || offset == 0 {
-                    return Err(PopError::Corrupt);
-                }
-                self.advance(words as u32);
-                continue;
+            if kind != SKIP {
+                return Ok(Some((offset, Record { kind, len })));
             }
-            let Some(out) = out.get_mut(..len) else {
-                return Err(PopError::BufferTooSmall { len });
-            };
-            read_payload(&self.data[offset + HEADER_WORDS..], out);
+            // A skip runs to the end of the area, and only there.
+            if offset + words != self.capacity as usize || offset == 0 {
+                return Err(PopError::Corrupt);
+            }
             self.advance(words as u32);
-            return Ok(Some(Record { kind, len }));
         }
         Err(PopError::Corrupt)
     }

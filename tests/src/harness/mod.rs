@@ -6,6 +6,7 @@
 pub mod datagram_pair;
 pub mod loopback;
 pub mod serial;
+pub mod sm;
 pub mod smoltcp;
 pub mod sockets;
 pub mod stream_pair;

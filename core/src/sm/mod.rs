@@ -1,0 +1,1046 @@
+//! The shared-memory BTL's core: the [`Btl`] interface over a pair of
+//! [`ring`](crate::ring)s per peer, one each way, in memory the driver
+//! lends (a segment both processes map, or RAM two cores share). It is
+//! not the socket engine: a ring neither loses nor reorders, so there are
+//! no windows, acknowledgements or retransmissions, and the loopback's
+//! shape fits: every call does its work at once, or refuses with
+//! `OutOfResource` and says [`Event::Room`] when it may go.
+//!
+//! Messages are one record each (see [`record`]); puts and gets move in
+//! pieces of at most what one record holds, carried on by
+//! [`Btl::progress`] as the peer's ring has room. Everything a peer writes
+//! is checked: a record that does not parse, or a ring that breaks its
+//! protocol, loses that peer (`ProtocolViolation`), never the process.
+//!
+
+pub mod record;
+
+use heapless::{Deque, Vec};
+
+use crate::btl::{
+    Access, Attributes, Btl, BtlError, BtlFlags, Completion, ErrorEvent, Event, Incoming, Limit,
+    LostReason, MemHandle, MemSlice, OpId, RegSlot, RegisterError, Registrations, RejectCode,
+    RemoteSlice, SendError, SendStatus, Tag,
+};
+use crate::desc::{DescFlags, Descriptor, Order};
+use crate::endpoint::{EndpointId, ProcName, Reachability};
+use crate::mca::Exclusivity;
+use crate::pool::{Fragment, FragmentPools, PoolsRef, Region};
+use crate::ring::{Consumer, PopError, Producer, PushError};
+use crate::sync::AtomicU32;
+
+use record::Record;
+
+/// One peer: the ring this side writes and the one it reads.
+#[derive(Debug)]
+struct Peer<'a> {
+    proc: ProcName,
+    tx: Producer<'a>,
+    rx: Consumer<'a>,
+    refs: u32,
+    lost: Option<LostReason>,
+    /// A put of the peer's into memory this side refused: later pieces of
+    /// it are dropped, and its last is answered with the code.
+    refusing: Option<(u64, RejectCode)>,
+    /// The put of the peer's whose pieces are coming: its operation and
+    /// where its first piece went, for the notice.
+    put_start: Option<(u64, u64)>,
+    /// Answers owed to the peer that its ring had no room for.
+    owed: Deque<(u8, [u8; 9]), 8>,
+    /// A get of the peer's being served: its operation, what is read and
+    /// how far.
+    serving: Option<Serving>,
+    /// A send, put or get to it was refused for room.
+    wants_room: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Serving {
+    op: u64,
+    src: RemoteSlice,
+    sent: u64,
+}
+
+/// A put or get of this side's under way.
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    id: u64,
+    peer: EndpointId,
+    ctx: u64,
+    kind: Kind,
+    local: MemSlice,
+    remote: RemoteSlice,
+    /// Bytes pushed (a put) or received (a get).
+    done: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Put { imm: Option<u64> },
+    Get { asked: bool },
+}
+
+#[derive(Debug)]
+enum Pending {
+    Received {
+        from: EndpointId,
+        frag: Fragment,
+        len: usize,
+    },
+    Done(Completion),
+}
+
+/// The shared-memory BTL of process `me`, reaching at most `PEERS` peers,
+/// with `REGS` registrations, `OPS` puts and gets under way and `EVENTS`
+/// events waiting; descriptors and received messages in `pools`.
+pub struct SharedMemory<
+    'a,
+    R,
+    M,
+    const PEERS: usize,
+    const REGS: usize,
+    const OPS: usize,
+    const EVENTS: usize,
+> {
+    attributes: Attributes,
+    pools: FragmentPools<R>,
+    regs: Registrations<M, [RegSlot<M>; REGS]>,
+    peers: Vec<Peer<'a>, PEERS>,
+    ops: [Option<Op>; OPS],
+    next_op: u64,
+    events: Deque<Pending, EVENTS>,
+    /// The received message the last `poll_event` handed out.
+    delivered: Option<Fragment>,
+    finalized: bool,
+}
+
+/// What the driver's attach refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachError {
+    /// The words are not an empty ring each.
+    NotARing,
+    /// Every peer slot is taken.
+    Full,
+}
+
+impl<
+    'a,
+    R: Region,
+    M: AsRef<[u8]> + AsMut<[u8]>,
+    const PEERS: usize,
+    const REGS: usize,
+    const OPS: usize,
+    const EVENTS: usize,
+> SharedMemory<'a, R, M, PEERS, REGS, OPS, EVENTS>
+{
+    /// A module with no peer yet, its descriptors and received messages
+    /// from `pools`; [`attach`](Self::attach) joins the peers.
+    pub fn new(pools: FragmentPools<R>) -> Self {
+        let eager = pools.view().class_size(crate::pool::FragmentClass::Eager);
+        let max = pools.view().class_size(crate::pool::FragmentClass::Max);
+        SharedMemory {
+            attributes: Attributes {
+                name: "sm",
+                eager_limit: eager.saturating_sub(record::MESSAGE_HEAD),
+                max_send_size: max.saturating_sub(record::MESSAGE_HEAD),
+                rdma_pipeline_send_length: max,
+                rdma_pipeline_frag_size: max,
+                put_limit: u64::MAX >> 1,
+                put_alignment: 1,
+                get_limit: u64::MAX >> 1,
+                get_alignment: 1,
+                exclusivity: Exclusivity::HIGH.plus(0),
+                latency_us: 1,
+                bandwidth_mbps: 80_000,
+                flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET,
+                registration_handle_size: 8,
+            },
+            pools,
+            regs: Registrations::inline(),
+            peers: Vec::new(),
+            ops: [None; OPS],
+            next_op: 0,
+            events: Deque::new(),
+            delivered: None,
+            finalized: false,
+        }
+    }
+
+    /// Joins peer `proc` over `tx`, the ring this side writes, and `rx`,
+    /// the ring it reads (each made by [`ring::init`](crate::ring::init)
+    /// and not used yet); its endpoint. The messages each side takes are
+    /// capped by the smaller of the rings' records and the pools.
+    pub fn attach(
+        &mut self,
+        proc: ProcName,
+        tx: &'a [AtomicU32],
+        rx: &'a [AtomicU32],
+    ) -> Result<EndpointId, AttachError> {
+        let tx = Producer::attach(tx).map_err(|_| AttachError::NotARing)?;
+        let rx = Consumer::attach(rx).map_err(|_| AttachError::NotARing)?;
+        let most = tx.max_payload().saturating_sub(record::PUT_HEAD);
+        self.attributes.eager_limit = self.attributes.eager_limit.min(most);
+        self.attributes.max_send_size = self.attributes.max_send_size.min(most);
+        let id = EndpointId(self.peers.len() as u32);
+        self.peers
+            .push(Peer {
+                proc,
+                tx,
+                rx,
+                refs: 0,
+                lost: None,
+                refusing: None,
+                put_start: None,
+                owed: Deque::new(),
+                serving: None,
+                wants_room: false,
+            })
+            .map_err(|_| AttachError::Full)?;
+        Ok(id)
+    }
+
+    /// The driver found peer `endpoint` gone (its process died): it is
+    /// lost with `reason`, once; what was under way to it fails.
+    pub fn lose(&mut self, endpoint: EndpointId, reason: LostReason) {
+        let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
+            return;
+        };
+        if peer.lost.is_some() {
+            return;
+        }
+        peer.lost = Some(reason);
+        peer.serving = None;
+        peer.owed.clear();
+        let error = BtlError::PeerLost(reason);
+        for slot in &mut self.ops {
+            if let Some(op) = slot.filter(|op| op.peer == endpoint) {
+                *slot = None;
+                let _ = self.events.push_back(Pending::Done(done(op, Err(error))));
+            }
+        }
+        let event = if reason == LostReason::Left {
+            Completion::PeerLeft { endpoint }
+        } else {
+            Completion::Error(ErrorEvent {
+                fatal: false,
+                endpoint: Some(endpoint),
+                error,
+            })
+        };
+        // The queue keeps room for losses: see `has_room`.
+        let _ = self.events.push_back(Pending::Done(event));
+    }
+
+    fn peer(&mut self, endpoint: EndpointId) -> Result<&mut Peer<'a>, BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        let peer = self
+            .peers
+            .get_mut(endpoint.0 as usize)
+            .filter(|p| p.refs > 0)
+            .ok_or(BtlError::Unreachable)?;
+        match peer.lost {
+            Some(reason) => Err(BtlError::PeerLost(reason)),
+            None => Ok(peer),
+        }
+    }
+
+    /// Whether one more event may be promised: a place per peer stays
+    /// free for its loss, and one per operation slot for its end.
+    fn has_room(&self, n: usize) -> bool {
+        self.events.len() + n + self.peers.len() + self.ops.iter().flatten().count() <= EVENTS
+    }
+
+    /// A message of `len` bytes fits one record.
+    fn check_size(&self, len: usize) -> Result<(), BtlError> {
+        let max = self.attributes.max_send_size;
+        if len > max {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max: max as u64,
+                whose: Limit::Here,
+            });
+        }
+        Ok(())
+    }
+
+    /// Notes a refusal for room, for `Event::Room`.
+    fn refused<T>(&mut self, endpoint: EndpointId, r: Result<T, BtlError>) -> Result<T, BtlError> {
+        if matches!(r, Err(BtlError::OutOfResource))
+            && let Some(peer) = self.peers.get_mut(endpoint.0 as usize)
+        {
+            peer.wants_room = true;
+        }
+        r
+    }
+
+    /// Starts a put or get of `kind`.
+    fn start(
+        &mut self,
+        endpoint: EndpointId,
+        kind: Kind,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.peer(endpoint)?;
+        self.regs.slice(local)?;
+        if local.len != remote.len {
+            return Err(BtlError::TooLarge {
+                len: local.len,
+                max: remote.len,
+                whose: Limit::Here,
+            });
+        }
+        let free = self.ops.iter().position(Option::is_none);
+        let Some(i) = free.filter(|_| self.has_room(1)) else {
+            return self.refused(endpoint, Err(BtlError::OutOfResource));
+        };
+        self.next_op += 1;
+        let id = self.next_op;
+        self.ops[i] = Some(Op {
+            id,
+            peer: endpoint,
+            ctx,
+            kind,
+            local,
+            remote,
+            done: 0,
+        });
+        self.move_ops();
+        Ok(OpId(id))
+    }
+
+    /// Carries every put and get on as far as the rings take it, and every
+    /// answer and served get of every peer.
+    fn move_ops(&mut self) {
+        for p in 0..self.peers.len() {
+            self.answer_owed(EndpointId(p as u32));
+            self.serve(EndpointId(p as u32));
+        }
+        for i in 0..OPS {
+            let Some(mut op) = self.ops[i] else { continue };
+            let Some(peer) = self.peers.get_mut(op.peer.0 as usize) else {
+                continue;
+            };
+            let chunk = peer.tx.max_payload().saturating_sub(record::PUT_HEAD) as u64;
+            match op.kind {
+                Kind::Get { asked: false } => {
+                    let ask = record::get(op.id, op.remote.key, op.remote.offset, op.remote.len);
+                    if peer.tx.push(record::GET, &[&ask]).is_ok() {
+                        op.kind = Kind::Get { asked: true };
+                    }
+                }
+                Kind::Put { imm } => {
+                    // One put at a time is in pieces to a peer, so that a
+                    // target reads each put's pieces together.
+                    let mid = |o: &Option<Op>| {
+                        o.is_some_and(|o| {
+                            o.peer == op.peer
+                                && o.id != op.id
+                                && matches!(o.kind, Kind::Put { .. })
+                                && o.done > 0
+                                && o.done <= o.local.len
+                        })
+                    };
+                    if op.done == 0 && self.ops.iter().any(mid) {
+                        continue;
+                    }
+                    // Pieces until the last is pushed (an empty put is one
+                    // empty last piece); then `done` is past the length
+                    // while the answer is awaited.
+                    while op.done <= op.local.len && !(op.done == op.local.len && op.local.len > 0)
+                    {
+                        let len = (op.local.len - op.done).min(chunk);
+                        let last = op.done + len == op.local.len;
+                        let Ok(bytes) = self.regs.slice(MemSlice {
+                            handle: op.local.handle,
+                            offset: op.local.offset + op.done,
+                            len,
+                        }) else {
+                            break;
+                        };
+                        let flags = if last { record::LAST } else { 0 }
+                            | if imm.is_some() { record::NOTIFY } else { 0 };
+                        let head = record::put_head(
+                            op.id,
+                            op.remote.key,
+                            op.remote.offset + op.done,
+                            imm.unwrap_or(0),
+                            flags,
+                        );
+                        if peer.tx.push(record::PUT, &[&head, bytes]).is_err() {
+                            break;
+                        }
+                        op.done = if last {
+                            op.local.len + 1
+                        } else {
+                            op.done + len
+                        };
+                    }
+                }
+                Kind::Get { asked: true } => {}
+            }
+            self.ops[i] = Some(op);
+        }
+    }
+
+    /// Sends what `endpoint` is owed, while its ring takes it.
+    fn answer_owed(&mut self, endpoint: EndpointId) {
+        let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
+            return;
+        };
+        while let Some((kind, body)) = peer.owed.front().copied() {
+            if peer.tx.push(kind, &[&body]).is_err() {
+                return;
+            }
+            peer.owed.pop_front();
+        }
+    }
+
+    /// Owes `endpoint` an answer: sent now if there is room, else kept.
+    /// `false` when it cannot even be kept (the peer asks faster than it
+    /// reads): the caller stops reading from it.
+    fn owe(&mut self, endpoint: EndpointId, kind: u8, body: [u8; 9]) -> bool {
+        self.answer_owed(endpoint);
+        let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
+            return true;
+        };
+        if peer.owed.is_empty() && peer.tx.push(kind, &[&body]).is_ok() {
+            return true;
+        }
+        peer.owed.push_back((kind, body)).is_ok()
+    }
+
+    /// Streams the get `endpoint` asked for, as its ring takes it.
+    fn serve(&mut self, endpoint: EndpointId) {
+        let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
+            return;
+        };
+        let Some(mut s) = peer.serving else { return };
+        let chunk = peer.tx.max_payload().saturating_sub(record::GET_DATA_HEAD) as u64;
+        loop {
+            let len = (s.src.len - s.sent).min(chunk);
+            let last = s.sent + len == s.src.len;
+            let piece = RemoteSlice {
+                key: s.src.key,
+                offset: s.src.offset + s.sent,
+                len,
+            };
+            let Ok(bytes) = self.regs.remote_read(piece) else {
+                // Deregistered while served: refused from here on.
+                let _ = peer.tx.push(
+                    record::GET_FAIL,
+                    &[&record::answer(s.op, record::code(RejectCode::BadHandle))],
+                );
+                peer.serving = None;
+                return;
+            };
+            let head = record::get_data_head(s.op, s.sent, last);
+            if peer.tx.push(record::GET_DATA, &[&head, bytes]).is_err() {
+                peer.serving = Some(s);
+                return;
+            }
+            s.sent += len;
+            if last {
+                peer.serving = None;
+                return;
+            }
+        }
+    }
+}
+
+/// Pushes a message of `tag` whose bytes are `parts` to `peer`: a ring
+/// that is full is `OutOfResource`, one whose consumer broke the protocol
+/// loses the peer (the caller marks it).
+fn push_message(peer: &mut Peer<'_>, tag: Tag, parts: &[&[u8]]) -> Result<(), BtlError> {
+    let mut all: [&[u8]; 4] = [&[], &[], &[], &[]];
+    let tag = [tag.0];
+    all[0] = &tag;
+    for (slot, part) in all[1..].iter_mut().zip(parts) {
+        *slot = part;
+    }
+    match peer.tx.push(record::MESSAGE, &all[..=parts.len().min(3)]) {
+        Ok(()) => Ok(()),
+        Err(PushError::Full) => Err(BtlError::OutOfResource),
+        Err(PushError::TooLarge | PushError::ReservedKind) => Err(BtlError::TooLarge {
+            len: parts.iter().map(|p| p.len() as u64).sum(),
+            max: peer.tx.max_payload().saturating_sub(record::MESSAGE_HEAD) as u64,
+            whose: Limit::Here,
+        }),
+        Err(PushError::Corrupt) => Err(BtlError::PeerLost(LostReason::ProtocolViolation)),
+    }
+}
+
+/// The completion of `op` with `result`.
+fn done(op: Op, result: Result<(), BtlError>) -> Completion {
+    match op.kind {
+        Kind::Put { .. } => Completion::Put {
+            op: OpId(op.id),
+            ctx: op.ctx,
+            result,
+        },
+        Kind::Get { .. } => Completion::Get {
+            op: OpId(op.id),
+            ctx: op.ctx,
+            result,
+        },
+    }
+}
+
+impl<
+    'a,
+    R: Region,
+    M: AsRef<[u8]> + AsMut<[u8]>,
+    const PEERS: usize,
+    const REGS: usize,
+    const OPS: usize,
+    const EVENTS: usize,
+> SharedMemory<'a, R, M, PEERS, REGS, OPS, EVENTS>
+{
+    /// Reads what every peer sent, while there is room for what it brings.
+    fn read_all(&mut self) {
+        for p in 0..self.peers.len() {
+            let from = EndpointId(p as u32);
+            // Bounded, so that one busy peer does not keep the others out.
+            for _ in 0..64 {
+                if !self.read_one(from) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Takes one record of `from`'s; whether one was taken.
+    fn read_one(&mut self, from: EndpointId) -> bool {
+        let Some(peer) = self.peers.get_mut(from.0 as usize) else {
+            return false;
+        };
+        if peer.lost.is_some() {
+            return false;
+        }
+        let record = match peer.rx.peek() {
+            Ok(Some(r)) => r,
+            Ok(None) => return false,
+            Err(_) => {
+                self.lose(from, LostReason::ProtocolViolation);
+                return false;
+            }
+        };
+        // A get waits while another of the peer's is served; every record
+        // may end with an event, kept room for.
+        let busy = record.kind == record::GET && peer.serving.is_some();
+        if busy || !self.has_room(1) {
+            return false;
+        }
+        let peer = &mut self.peers[from.0 as usize];
+        let pools = self.pools.view();
+        if pools.class_for(record.len).is_err() {
+            // Larger than any fragment here: more than this side takes.
+            self.lose(from, LostReason::ProtocolViolation);
+            return false;
+        }
+        let Ok(mut frag) = pools.alloc(record.len.max(1)) else {
+            return false;
+        };
+        let taken = match pools.bytes_mut(&mut frag) {
+            Ok(bytes) => peer.rx.pop(bytes),
+            Err(_) => Err(PopError::Corrupt),
+        };
+        if !matches!(taken, Ok(Some(_))) {
+            let _ = pools.free(frag);
+            if taken.is_err() {
+                self.lose(from, LostReason::ProtocolViolation);
+            }
+            return false;
+        }
+        if record.kind == record::MESSAGE {
+            if record.len < record::MESSAGE_HEAD {
+                let _ = pools.free(frag);
+                self.lose(from, LostReason::ProtocolViolation);
+                return false;
+            }
+            let _ = self.events.push_back(Pending::Received {
+                from,
+                frag,
+                len: record.len,
+            });
+            return true;
+        }
+        let kept = self.handle(from, record.kind, &frag, record.len);
+        let _ = self.pools.view().free(frag);
+        if !kept {
+            self.lose(from, LostReason::ProtocolViolation);
+        }
+        kept
+    }
+
+    /// Acts on a record other than a message; `false` if it breaks the
+    /// protocol.
+    fn handle(&mut self, from: EndpointId, kind: u8, frag: &Fragment, len: usize) -> bool {
+        let pools = self.pools.view();
+        let Some(bytes) = pools.bytes(frag).ok().and_then(|b| b.get(..len)) else {
+            return false;
+        };
+        let Ok(record) = Record::parse(kind, bytes) else {
+            return false;
+        };
+        match record {
+            Record::Message { .. } => true,
+            Record::Put {
+                op,
+                key,
+                offset,
+                imm,
+                flags,
+                data,
+            } => {
+                let Some(peer) = self.peers.get_mut(from.0 as usize) else {
+                    return false;
+                };
+                let refused = peer.refusing.filter(|(o, _)| *o == op).map(|(_, c)| c);
+                let landed = match refused {
+                    Some(code) => Err(code),
+                    None => {
+                        let at = RemoteSlice {
+                            key,
+                            offset,
+                            len: data.len() as u64,
+                        };
+                        self.regs
+                            .remote_write(at)
+                            .map(|dst| dst.copy_from_slice(data))
+                            .map_err(RejectCode::from)
+                    }
+                };
+                let peer = &mut self.peers[from.0 as usize];
+                peer.refusing = landed.err().map(|code| (op, code));
+                let start = match peer.put_start {
+                    Some((o, start)) if o == op => start,
+                    _ => offset,
+                };
+                peer.put_start = Some((op, start));
+                if flags & record::LAST == 0 {
+                    return true;
+                }
+                peer.refusing = None;
+                peer.put_start = None;
+                let code = landed.err().map_or(0, record::code);
+                let Some(before) = offset.checked_sub(start) else {
+                    // A piece before the put's first: no put does that.
+                    return false;
+                };
+                if code == 0 && flags & record::NOTIFY != 0 {
+                    // The notice names the whole put, from its first piece.
+                    if let Ok(slice) = self.regs.check_remote(
+                        RemoteSlice {
+                            key,
+                            offset: start,
+                            len: before.saturating_add(data.len() as u64),
+                        },
+                        Access::REMOTE_WRITE,
+                    ) {
+                        let _ = self.events.push_back(Pending::Done(Completion::PutArrived {
+                            from,
+                            slice,
+                            imm,
+                        }));
+                    }
+                }
+                self.owe(from, record::PUT_DONE, record::answer(op, code))
+            }
+            Record::PutDone { op, code } => self.finish(from, op, true, code),
+            Record::GetFail { op, code } => self.finish(from, op, false, code),
+            Record::Get {
+                op,
+                key,
+                offset,
+                len,
+            } => {
+                let src = RemoteSlice { key, offset, len };
+                match self.regs.remote_read(src) {
+                    Ok(_) => {
+                        self.peers[from.0 as usize].serving = Some(Serving { op, src, sent: 0 });
+                        self.serve(from);
+                        true
+                    }
+                    Err(e) => {
+                        let code = record::code(RejectCode::from(e));
+                        self.owe(from, record::GET_FAIL, record::answer(op, code))
+                    }
+                }
+            }
+            Record::GetData { op, at, last, data } => {
+                let Some(i) = self.find(from, op, false) else {
+                    return false;
+                };
+                let Some(mut o) = self.ops[i] else {
+                    return false;
+                };
+                let fits = at == o.done
+                    && at
+                        .checked_add(data.len() as u64)
+                        .is_some_and(|end| end <= o.local.len);
+                if !fits {
+                    return false;
+                }
+                let dst = MemSlice {
+                    handle: o.local.handle,
+                    offset: o.local.offset + at,
+                    len: data.len() as u64,
+                };
+                let Ok(buf) = self.regs.slice_mut(dst) else {
+                    return false;
+                };
+                buf.copy_from_slice(data);
+                o.done += data.len() as u64;
+                self.ops[i] = Some(o);
+                if last {
+                    if o.done != o.local.len {
+                        return false;
+                    }
+                    self.ops[i] = None;
+                    let _ = self.events.push_back(Pending::Done(done(o, Ok(()))));
+                }
+                true
+            }
+            Record::Bye => {
+                self.lose(from, LostReason::Left);
+                true
+            }
+        }
+    }
+
+    /// The slot of this side's operation `op` to `from`, a put (waiting
+    /// for its answer) or a get.
+    fn find(&self, from: EndpointId, op: u64, put: bool) -> Option<usize> {
+        self.ops.iter().position(|o| {
+            o.is_some_and(|o| {
+                o.id == op
+                    && o.peer == from
+                    && match o.kind {
+                        Kind::Put { .. } => put && o.done > o.local.len,
+                        Kind::Get { asked } => !put && asked,
+                    }
+            })
+        })
+    }
+
+    /// Ends operation `op` with `code` (0: done).
+    fn finish(&mut self, from: EndpointId, op: u64, put: bool, code: u8) -> bool {
+        let Some(i) = self.find(from, op, put) else {
+            return false;
+        };
+        let Some(o) = self.ops[i].take() else {
+            return false;
+        };
+        let result = match code {
+            0 if put => Ok(()),
+            c => Err(BtlError::Rejected(RejectCode::from(c))),
+        };
+        let _ = self.events.push_back(Pending::Done(done(o, result)));
+        true
+    }
+}
+
+impl<
+    'a,
+    R: Region,
+    M: AsRef<[u8]> + AsMut<[u8]>,
+    const PEERS: usize,
+    const REGS: usize,
+    const OPS: usize,
+    const EVENTS: usize,
+> Btl for SharedMemory<'a, R, M, PEERS, REGS, OPS, EVENTS>
+{
+    type Memory = M;
+
+    fn attributes(&self) -> &Attributes {
+        &self.attributes
+    }
+
+    fn pools(&self) -> PoolsRef<'_> {
+        self.pools.view()
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
+            *ep = None;
+            let Some(p) = self
+                .peers
+                .iter()
+                .position(|p| p.proc == *proc && p.lost.is_none())
+            else {
+                continue;
+            };
+            if reachable.set(i) {
+                *ep = Some(EndpointId(p as u32));
+                self.peers[p].refs = self.peers[p].refs.saturating_add(1);
+            }
+        }
+        Ok(())
+    }
+
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        for &ep in endpoints {
+            let peer = self
+                .peers
+                .get_mut(ep.0 as usize)
+                .filter(|p| p.refs > 0)
+                .ok_or(BtlError::Unreachable)?;
+            peer.refs -= 1;
+        }
+        Ok(())
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.peer(endpoint)?;
+        self.check_size(size)?;
+        let desc = Descriptor::alloc(self.pools.view(), 0, 0, size, order, flags);
+        self.refused(endpoint, desc.map_err(BtlError::from))
+    }
+
+    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
+        desc.free(self.pools.view())
+            .map_err(|_| BtlError::Memory(crate::btl::MemError::UnknownRegion))
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.peer(endpoint)?;
+        self.check_size(data.len().saturating_add(reserve))?;
+        let desc = Descriptor::prepare_src(self.pools.view(), 0, reserve, data, order, flags);
+        self.refused(endpoint, desc.map_err(BtlError::from))
+    }
+
+    fn prepare_src_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        self.peer(endpoint)?;
+        self.check_size((data.len as usize).saturating_add(reserve))?;
+        let bytes = self.regs.slice(data)?;
+        let desc = Descriptor::prepare_src(self.pools.view(), 0, reserve, bytes, order, flags);
+        self.refused(endpoint, desc.map_err(BtlError::from))
+    }
+
+    fn send(
+        &mut self,
+        endpoint: EndpointId,
+        desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError> {
+        let flags = desc.flags();
+        let callback = flags.contains(DescFlags::ALWAYS_CALLBACK);
+        if callback && !self.has_room(1) {
+            let _ = self.refused::<()>(endpoint, Err(BtlError::OutOfResource));
+            return Err(SendError {
+                error: BtlError::OutOfResource,
+                desc,
+            });
+        }
+        if let Err(error) = self.peer(endpoint) {
+            return Err(SendError { error, desc });
+        }
+        let pushed = match desc.fragment_bytes(self.pools.view()) {
+            // The ring copies: the bytes are free again once it took them.
+            Ok(bytes) => push_message(&mut self.peers[endpoint.0 as usize], tag, &[bytes]),
+            Err(e) => Err(BtlError::from(e)),
+        };
+        if pushed == Err(BtlError::PeerLost(LostReason::ProtocolViolation)) {
+            self.lose(endpoint, LostReason::ProtocolViolation);
+        }
+        if let Err(error) = self.refused(endpoint, pushed) {
+            return Err(SendError { error, desc });
+        }
+        let owned = flags.contains(DescFlags::BTL_OWNERSHIP);
+        let back = if owned {
+            let _ = desc.free(self.pools.view());
+            None
+        } else {
+            Some(desc)
+        };
+        if callback {
+            // Room was checked above.
+            let _ = self.events.push_back(Pending::Done(Completion::Send {
+                endpoint,
+                tag,
+                desc: None,
+                result: Ok(()),
+            }));
+        }
+        Ok(SendStatus::Completed(back))
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        _order: Order,
+        _flags: DescFlags,
+    ) -> Result<(), BtlError> {
+        let len = header.len() + payload.len();
+        if len > self.attributes.eager_limit {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max: self.attributes.eager_limit as u64,
+                whose: Limit::Here,
+            });
+        }
+        let peer = self.peer(endpoint)?;
+        let pushed = push_message(peer, tag, &[header, payload]);
+        if pushed == Err(BtlError::PeerLost(LostReason::ProtocolViolation)) {
+            self.lose(endpoint, LostReason::ProtocolViolation);
+        }
+        pushed
+    }
+
+    fn register_mem(&mut self, region: M, access: Access) -> Result<MemHandle, RegisterError<M>> {
+        if self.finalized {
+            return Err(RegisterError {
+                error: BtlError::Finalized,
+                region,
+            });
+        }
+        Ok(self.regs.register(region, access)?)
+    }
+
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<M, BtlError> {
+        let in_use = self.ops.iter().flatten().any(|o| o.local.handle == handle)
+            || self
+                .peers
+                .iter()
+                .any(|p| p.serving.is_some_and(|s| s.src.key == handle.remote_key()));
+        if in_use {
+            return Err(BtlError::Memory(crate::btl::MemError::InUse));
+        }
+        Ok(self.regs.deregister(handle)?)
+    }
+
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
+        Ok(self.regs.region(handle)?)
+    }
+
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
+        Ok(self.regs.region_mut(handle)?)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.start(endpoint, Kind::Put { imm: None }, local, remote, ctx)
+    }
+
+    fn put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.start(endpoint, Kind::Put { imm: Some(imm) }, local, remote, ctx)
+    }
+
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        self.start(endpoint, Kind::Get { asked: false }, local, remote, ctx)
+    }
+
+    fn progress(&mut self) -> usize {
+        self.move_ops();
+        self.read_all();
+        self.move_ops();
+        self.events.len()
+    }
+
+    fn poll_event(&mut self) -> Option<Event<'_>> {
+        if let Some(frag) = self.delivered.take() {
+            let _ = self.pools.view().free(frag);
+        }
+        let Some(pending) = self.events.pop_front() else {
+            // Nothing else: a peer refused for room may try again.
+            let p = self
+                .peers
+                .iter()
+                .position(|p| p.wants_room && p.lost.is_none())?;
+            self.peers[p].wants_room = false;
+            return Some(Event::Room {
+                endpoint: EndpointId(p as u32),
+            });
+        };
+        match pending {
+            Pending::Received { from, frag, len } => {
+                self.delivered = Some(frag);
+                let frag = self.delivered.as_ref()?;
+                let bytes = self.pools.view().bytes(frag).ok()?.get(..len)?;
+                Some(Event::Received(Incoming {
+                    from,
+                    tag: Tag(bytes[0]),
+                    data: &bytes[record::MESSAGE_HEAD..],
+                }))
+            }
+            Pending::Done(c) => Some(c.into()),
+        }
+    }
+
+    fn finalize(&mut self) -> crate::btl::Undelivered {
+        if self.finalized {
+            return crate::btl::Undelivered::default();
+        }
+        let outstanding = self.ops.iter().flatten().count();
+        for slot in &mut self.ops {
+            if let Some(op) = slot.take() {
+                let _ = self
+                    .events
+                    .push_back(Pending::Done(done(op, Err(BtlError::Finalized))));
+            }
+        }
+        for peer in &mut self.peers {
+            if peer.lost.is_none() {
+                let _ = peer.tx.push(record::BYE, &[]);
+            }
+        }
+        self.finalized = true;
+        crate::btl::Undelivered { outstanding }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

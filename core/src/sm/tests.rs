@@ -1,0 +1,278 @@
+use std::vec;
+use std::vec::Vec;
+
+use super::*;
+use crate::pool::{FragmentPoolConfig, FragmentPoolsConfig, PoolCell};
+use crate::ring;
+
+const A: ProcName = ProcName::new(3, 0);
+const B: ProcName = ProcName::new(3, 1);
+
+type Sm<'a> = SharedMemory<'a, &'static [PoolCell], Vec<u8>, 4, 8, 8, 64>;
+
+fn ring_words(capacity: usize) -> Vec<AtomicU32> {
+    let words: Vec<AtomicU32> = (0..ring::words_for(capacity))
+        .map(|_| AtomicU32::new(0))
+        .collect();
+    ring::init(&words).expect("a ring");
+    words
+}
+
+fn module<'a>() -> Sm<'a> {
+    let pool = |fragment_size| FragmentPoolConfig {
+        fragment_size,
+        num: 16,
+        max: 16,
+        inc: 4,
+    };
+    let cfg = FragmentPoolsConfig {
+        small: pool(256),
+        eager: pool(4096),
+        max: pool(16384),
+    };
+    // Leaked: a test's pools live as long as the test process.
+    let region =
+        std::boxed::Box::leak(vec![0u8; FragmentPools::required_bytes(&cfg)].into_boxed_slice());
+    SharedMemory::new(FragmentPools::new(region, cfg).expect("pools"))
+}
+
+/// Two modules over two rings of `capacity` words, each knowing the
+/// other: their endpoints of each other.
+fn pair<'a>(ab: &'a [AtomicU32], ba: &'a [AtomicU32]) -> (Sm<'a>, Sm<'a>, EndpointId, EndpointId) {
+    let (mut a, mut b) = (module(), module());
+    a.attach(B, ab, ba).expect("attach");
+    b.attach(A, ba, ab).expect("attach");
+    let reach = |m: &mut Sm<'a>, who| {
+        let mut eps = [None];
+        let mut words = [0u64; 1];
+        m.add_procs(&[who], &mut eps, &mut Reachability::new(&mut words))
+            .expect("add");
+        eps[0].expect("reachable")
+    };
+    let b_at_a = reach(&mut a, B);
+    let a_at_b = reach(&mut b, A);
+    (a, b, b_at_a, a_at_b)
+}
+
+/// Every event of `m`, as text.
+fn drain(m: &mut Sm<'_>) -> Vec<std::string::String> {
+    m.progress();
+    let mut out = Vec::new();
+    while let Some(e) = m.poll_event() {
+        out.push(match e {
+            Event::Received(r) => std::format!("recv {} {:?}", r.tag.0, r.data),
+            Event::PutComplete { ctx, result, .. } => std::format!("put {ctx} {result:?}"),
+            Event::GetComplete { ctx, result, .. } => std::format!("get {ctx} {result:?}"),
+            Event::PutArrived { imm, slice, .. } => std::format!("arrived {imm} {}", slice.len),
+            Event::SendComplete { result, .. } => std::format!("sent {result:?}"),
+            Event::PeerLeft { .. } => "left".into(),
+            Event::Room { .. } => "room".into(),
+            Event::Error(e) => std::format!("error {:?}", e.error),
+        });
+    }
+    out
+}
+
+#[test]
+fn messages_cross_in_order_every_way_they_are_sent() {
+    let (ab, ba) = (ring_words(1024), ring_words(1024));
+    let (mut a, mut b, b_at_a, a_at_b) = pair(&ab, &ba);
+    a.sendi(
+        b_at_a,
+        b"he",
+        b"llo",
+        Tag(0x80),
+        Order::ANY,
+        DescFlags::empty(),
+    )
+    .expect("sendi");
+    a.send_copy(b_at_a, Tag(0x81), &[7; 1500])
+        .expect("send_copy");
+    let desc = a
+        .prepare_src(b_at_a, b"owned", 0, Order::ANY, DescFlags::BTL_OWNERSHIP)
+        .expect("desc");
+    assert!(matches!(
+        a.send(b_at_a, desc, Tag(0x82)),
+        Ok(SendStatus::Completed(None))
+    ));
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[0], std::format!("recv 128 {:?}", b"hello"));
+    assert!(got[1].starts_with("recv 129"));
+    assert_eq!(got[2], std::format!("recv 130 {:?}", b"owned"));
+    b.sendi(
+        a_at_b,
+        &[],
+        b"back",
+        Tag(0x80),
+        Order::ANY,
+        DescFlags::empty(),
+    )
+    .expect("sendi");
+    assert_eq!(drain(&mut a), [std::format!("recv 128 {:?}", b"back")]);
+}
+
+#[test]
+fn a_full_ring_refuses_then_says_room() {
+    let (ab, ba) = (ring_words(64), ring_words(64));
+    let (mut a, mut b, b_at_a, _) = pair(&ab, &ba);
+    let mut sent = 0;
+    while a
+        .sendi(
+            b_at_a,
+            &[],
+            &[1; 20],
+            Tag(0x80),
+            Order::ANY,
+            DescFlags::empty(),
+        )
+        .is_ok()
+    {
+        sent += 1;
+    }
+    assert_eq!(
+        a.send_copy(b_at_a, Tag(0x80), &[1; 20]),
+        Err(BtlError::OutOfResource)
+    );
+    let got = drain(&mut b);
+    assert_eq!(got.len(), sent);
+    assert_eq!(drain(&mut a), ["room"]);
+    a.send_copy(b_at_a, Tag(0x80), &[1; 20]).expect("room");
+}
+
+#[test]
+fn puts_and_gets_move_registered_memory_in_pieces() {
+    let (ab, ba) = (ring_words(256), ring_words(256));
+    let (mut a, mut b, b_at_a, _) = pair(&ab, &ba);
+    let data: Vec<u8> = (0..10_000u32).map(|x| (x % 251) as u8).collect();
+    let src = a.register_mem(data.clone(), Access::empty()).expect("src");
+    let dst = b
+        .register_mem(vec![0; 10_000], Access::REMOTE_WRITE | Access::REMOTE_READ)
+        .expect("dst");
+    let whole = MemSlice {
+        handle: src,
+        offset: 0,
+        len: 10_000,
+    };
+    let remote = RemoteSlice {
+        key: dst.remote_key(),
+        offset: 0,
+        len: 10_000,
+    };
+    a.put_notify(b_at_a, whole, remote, 42, 1).expect("put");
+    let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        at_a.extend(drain(&mut a));
+        at_b.extend(drain(&mut b));
+    }
+    assert_eq!(at_a, ["put 1 Ok(())"]);
+    assert_eq!(at_b.len(), 1, "{at_b:?}");
+    assert!(at_b[0].starts_with("arrived 42"), "{at_b:?}");
+    assert_eq!(b.region(dst).expect("dst"), &data[..]);
+
+    // And back with a get, into a fresh buffer.
+    let back = a
+        .register_mem(vec![0; 10_000], Access::empty())
+        .expect("back");
+    a.get(
+        b_at_a,
+        MemSlice {
+            handle: back,
+            offset: 0,
+            len: 10_000,
+        },
+        remote,
+        2,
+    )
+    .expect("get");
+    let mut at_a = Vec::new();
+    for _ in 0..200 {
+        at_a.extend(drain(&mut a));
+        drain(&mut b);
+    }
+    assert_eq!(at_a, ["get 2 Ok(())"]);
+    assert_eq!(a.region(back).expect("back"), &data[..]);
+}
+
+#[test]
+fn refused_puts_and_gets_end_rejected_and_leave_memory_alone() {
+    let (ab, ba) = (ring_words(256), ring_words(256));
+    let (mut a, mut b, b_at_a, _) = pair(&ab, &ba);
+    let src = a.register_mem(vec![9; 5000], Access::empty()).expect("src");
+    let ro = b
+        .register_mem(vec![0; 5000], Access::REMOTE_READ)
+        .expect("ro");
+    let local = MemSlice {
+        handle: src,
+        offset: 0,
+        len: 5000,
+    };
+    let remote = RemoteSlice {
+        key: ro.remote_key(),
+        offset: 0,
+        len: 5000,
+    };
+    a.put(b_at_a, local, remote, 1).expect("put");
+    let beyond = RemoteSlice {
+        offset: 4000,
+        ..remote
+    };
+    a.get(b_at_a, local, beyond, 2).expect("get");
+    let mut at_a = Vec::new();
+    for _ in 0..100 {
+        at_a.extend(drain(&mut a));
+        drain(&mut b);
+    }
+    at_a.sort();
+    assert_eq!(
+        at_a,
+        [
+            "get 2 Err(Rejected(OutOfBounds))",
+            "put 1 Err(Rejected(AccessDenied))"
+        ]
+    );
+    assert!(b.region(ro).expect("ro").iter().all(|&x| x == 0));
+}
+
+#[test]
+fn a_goodbye_and_a_loss_end_what_was_under_way_once() {
+    let (ab, ba) = (ring_words(256), ring_words(256));
+    let (mut a, mut b, b_at_a, a_at_b) = pair(&ab, &ba);
+    let _ = b.finalize();
+    assert_eq!(drain(&mut a), ["left"]);
+    assert_eq!(
+        a.send_copy(b_at_a, Tag(0x80), b"late"),
+        Err(BtlError::PeerLost(LostReason::Left))
+    );
+    let _ = a_at_b;
+
+    // A ring scribbled on: the peer is lost, the process is not.
+    let (ab, ba) = (ring_words(256), ring_words(256));
+    let (mut a, _b, b_at_a, _) = pair(&ab, &ba);
+    let buf = a.register_mem(vec![0; 64], Access::empty()).expect("buf");
+    a.get(
+        b_at_a,
+        MemSlice {
+            handle: buf,
+            offset: 0,
+            len: 64,
+        },
+        RemoteSlice {
+            key: crate::btl::RemoteKey(1),
+            offset: 0,
+            len: 64,
+        },
+        5,
+    )
+    .expect("get");
+    ba[ring::CONTROL_WORDS].store(!0, core::sync::atomic::Ordering::Relaxed);
+    ba[ring::CONTROL_WORDS + 1].store(u32::MAX, core::sync::atomic::Ordering::Relaxed);
+    let got = drain(&mut a);
+    assert_eq!(
+        got,
+        [
+            "get 5 Err(PeerLost(ProtocolViolation))",
+            "error PeerLost(ProtocolViolation)"
+        ]
+    );
+}

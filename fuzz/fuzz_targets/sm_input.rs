@@ -1,0 +1,95 @@
+//! A hostile peer writing whatever records it likes into the ring a
+//! shared-memory module reads (messages, pieces of puts, gets, answers to
+//! operations never asked, goodbyes, with any fields), while the module
+//! has a registration a put may land in and a get may read, and a put and
+//! a get of its own under way: nothing may panic, every event comes out a
+//! value, and a peer that breaks the protocol is lost once.
+//!
+//! The input: records, each a kind byte, a length byte and that many
+//! bytes (a length of 0xFF stretches the record to 4 KiB of the input's
+//! bytes, repeated).
+#![no_main]
+
+use core::sync::atomic::AtomicU32;
+
+use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteKey, RemoteSlice};
+use btl_core::endpoint::{ProcName, Reachability};
+use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig, PoolCell};
+use btl_core::ring::{self, Producer};
+use btl_core::sm::SharedMemory;
+use libfuzzer_sys::fuzz_target;
+
+const CAPACITY: usize = 1 << 12;
+
+fn ring_words() -> Vec<AtomicU32> {
+    let words: Vec<AtomicU32> = (0..ring::words_for(CAPACITY))
+        .map(|_| AtomicU32::new(0))
+        .collect();
+    ring::init(&words).expect("a ring");
+    words
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (to_us, from_us) = (ring_words(), ring_words());
+    let pool = |fragment_size| FragmentPoolConfig {
+        fragment_size,
+        num: 8,
+        max: 8,
+        inc: 8,
+    };
+    let cfg = FragmentPoolsConfig {
+        small: pool(256),
+        eager: pool(2048),
+        max: pool(8192),
+    };
+    let mut region = vec![0u8; FragmentPools::required_bytes(&cfg)];
+    let pools = FragmentPools::new(&mut region, cfg).expect("pools");
+    let mut sm: SharedMemory<'_, &[PoolCell], Vec<u8>, 2, 4, 4, 16> = SharedMemory::new(pools);
+    let peer = ProcName::new(1, 1);
+    sm.attach(peer, &from_us, &to_us).expect("attach");
+    let mut eps = [None];
+    let mut words = [0u64];
+    sm.add_procs(&[peer], &mut eps, &mut Reachability::new(&mut words))
+        .expect("add");
+    let ep = eps[0].expect("reachable");
+    let mine = sm
+        .register_mem(vec![0u8; 4096], Access::REMOTE_WRITE | Access::REMOTE_READ)
+        .expect("a registration");
+    let local = MemSlice {
+        handle: mine,
+        offset: 0,
+        len: 64,
+    };
+    let theirs = RemoteSlice {
+        key: RemoteKey(0x1_0000_0000),
+        offset: 0,
+        len: 64,
+    };
+    let _ = sm.put(ep, local, theirs, 1);
+    let _ = sm.get(ep, local, theirs, 2);
+
+    let mut hostile = Producer::attach(&to_us).expect("a ring");
+    let mut rest = data;
+    let mut lost = 0;
+    while let [kind, len, tail @ ..] = rest {
+        let n = if *len == 0xFF {
+            4096
+        } else {
+            usize::from(*len)
+        };
+        let take = n.min(tail.len());
+        let mut bytes = tail[..take].to_vec();
+        bytes.resize(n, 0x5A);
+        rest = &tail[take..];
+        // The ring itself keeps kind 0xFF; anything else goes in.
+        let _ = hostile.push(*kind, &[&bytes]);
+        sm.progress();
+        while let Some(event) = sm.poll_event() {
+            if let Event::Error(e) = event {
+                assert_eq!(e.endpoint, Some(ep));
+                lost += 1;
+            }
+        }
+    }
+    assert!(lost <= 1, "a peer is lost once");
+});

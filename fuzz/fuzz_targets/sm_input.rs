@@ -2,8 +2,9 @@
 //! shared-memory module reads (messages, pieces of puts, gets, answers to
 //! operations never asked, goodbyes, with any fields), while the module
 //! has a registration a put may land in and a get may read, and a put and
-//! a get of its own under way: nothing may panic, every event comes out a
-//! value, and a peer that breaks the protocol is lost once.
+//! a get of its own under way: nothing may panic, a peer that breaks the
+//! protocol is lost once, and the module's put and get each end exactly
+//! once (by the peer's answers, its loss, or finalize).
 //!
 //! The input: records, each a kind byte, a length byte and that many
 //! bytes (a length of 0xFF stretches the record to 4 KiB of the input's
@@ -71,6 +72,19 @@ fuzz_target!(|data: &[u8]| {
     let mut hostile = Producer::attach(&to_us).expect("a ring");
     let mut rest = data;
     let mut lost = 0;
+    // How often each of the module's own operations ended: once at most
+    // while the peer plays, exactly once after finalize.
+    let mut ended = [0u32; 2];
+    let count = |event: Event<'_>, lost: &mut u32, ended: &mut [u32; 2]| match event {
+        Event::Error(e) => {
+            assert_eq!(e.endpoint, Some(ep));
+            *lost += 1;
+        }
+        Event::PutComplete { ctx, .. } | Event::GetComplete { ctx, .. } => {
+            ended[ctx as usize - 1] += 1;
+        }
+        _ => {}
+    };
     while let [kind, len, tail @ ..] = rest {
         let n = if *len == 0xFF {
             4096
@@ -85,11 +99,17 @@ fuzz_target!(|data: &[u8]| {
         let _ = hostile.push(*kind, &[&bytes]);
         sm.progress();
         while let Some(event) = sm.poll_event() {
-            if let Event::Error(e) = event {
-                assert_eq!(e.endpoint, Some(ep));
-                lost += 1;
-            }
+            count(event, &mut lost, &mut ended);
         }
+        assert!(
+            ended.iter().all(|&n| n <= 1),
+            "an operation ends once: {ended:?}"
+        );
     }
     assert!(lost <= 1, "a peer is lost once");
+    let _ = sm.finalize();
+    while let Some(event) = sm.poll_event() {
+        count(event, &mut lost, &mut ended);
+    }
+    assert_eq!(ended, [1, 1], "every operation ends exactly once");
 });

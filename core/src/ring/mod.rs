@@ -192,6 +192,28 @@ impl<'a> Producer<'a> {
         (words * 4).min(MAX_PAYLOAD)
     }
 
+    /// Whether a record of `len` payload bytes would be taken now,
+    /// wherever it falls (behind a skip at the wrap or not); reads the
+    /// consumer's position again when the room last seen is not enough.
+    /// `Corrupt` as [`push`](Self::push) says it.
+    pub fn has_room(&mut self, len: usize) -> Result<bool, PushError> {
+        if len > self.max_payload() {
+            return Ok(false);
+        }
+        let words = record_words(len) as u32;
+        let offset = self.head & (self.capacity - 1);
+        let skip = if offset + words > self.capacity {
+            self.capacity - offset
+        } else {
+            0
+        };
+        match self.make_room(skip + words + 2) {
+            Ok(()) => Ok(true),
+            Err(PushError::Full) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Writes one record of `kind` whose payload is `parts`, one after the
     /// other; `Full` leaves the ring as it was.
     pub fn push(&mut self, kind: u8, parts: &[&[u8]]) -> Result<(), PushError> {

@@ -45,13 +45,41 @@ struct Peer<'a> {
     /// The put of the peer's whose pieces are coming: its operation and
     /// where its first piece went, for the notice.
     put_start: Option<(u64, u64)>,
-    /// Answers owed to the peer that its ring had no room for.
+    /// Answers owed to the peer that its ring had no room for. While it
+    /// is full, the peer's puts and gets wait in its ring.
     owed: Deque<(u8, [u8; 9]), 8>,
     /// A get of the peer's being served: its operation, what is read and
     /// how far.
     serving: Option<Serving>,
-    /// A send, put or get to it was refused for room.
-    wants_room: bool,
+    /// What a send, put or get to it was refused for lack of, to be told
+    /// `Room` when it would be taken.
+    wanted: Option<Wanted>,
+    /// This side finalized and owes the peer its goodbye.
+    bye_owed: bool,
+}
+
+/// What refusals for room lacked, each as its check tested it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Wanted {
+    /// Room in the peer's ring for a record of this payload.
+    record: Option<usize>,
+    /// A fragment for a descriptor of this length.
+    fragment: Option<usize>,
+    /// A place for an event.
+    event: bool,
+    /// An operation slot (and a place for its event).
+    op: bool,
+}
+
+impl Wanted {
+    fn and(self, o: Wanted) -> Wanted {
+        Wanted {
+            record: self.record.max(o.record),
+            fragment: self.fragment.max(o.fragment),
+            event: self.event || o.event,
+            op: self.op || o.op,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -119,8 +147,11 @@ pub struct SharedMemory<
 pub enum AttachError {
     /// The words are not an empty ring each.
     NotARing,
-    /// Every peer slot is taken.
+    /// Every peer slot is taken, or the event queue has no place left to
+    /// keep for another peer's loss.
     Full,
+    /// A ring whose records are too small for a put's piece.
+    RingTooSmall,
 }
 
 impl<
@@ -136,6 +167,12 @@ impl<
     /// A module with no peer yet, its descriptors and received messages
     /// from `pools`; [`attach`](Self::attach) joins the peers.
     pub fn new(pools: FragmentPools<R>) -> Self {
+        const {
+            assert!(
+                EVENTS > PEERS + OPS,
+                "events: a place for every peer's loss and operation's end, and more"
+            )
+        };
         let eager = pools.view().class_size(crate::pool::FragmentClass::Eager);
         let max = pools.view().class_size(crate::pool::FragmentClass::Max);
         SharedMemory {
@@ -168,8 +205,10 @@ impl<
 
     /// Joins peer `proc` over `tx`, the ring this side writes, and `rx`,
     /// the ring it reads (each made by [`ring::init`](crate::ring::init)
-    /// and not used yet); its endpoint. The messages each side takes are
-    /// capped by the smaller of the rings' records and the pools.
+    /// and not used yet); its endpoint. The messages this side sends are
+    /// capped by what one record of `tx` holds; the pools of both sides
+    /// are to be alike (a record larger than any fragment here loses its
+    /// sender).
     pub fn attach(
         &mut self,
         proc: ProcName,
@@ -178,9 +217,13 @@ impl<
     ) -> Result<EndpointId, AttachError> {
         let tx = Producer::attach(tx).map_err(|_| AttachError::NotARing)?;
         let rx = Consumer::attach(rx).map_err(|_| AttachError::NotARing)?;
-        let most = tx.max_payload().saturating_sub(record::PUT_HEAD);
-        self.attributes.eager_limit = self.attributes.eager_limit.min(most);
-        self.attributes.max_send_size = self.attributes.max_send_size.min(most);
+        if tx.max_payload() <= record::PUT_HEAD {
+            return Err(AttachError::RingTooSmall);
+        }
+        if !self.has_room(1) {
+            return Err(AttachError::Full);
+        }
+        let most = tx.max_payload() - record::MESSAGE_HEAD;
         let id = EndpointId(self.peers.len() as u32);
         self.peers
             .push(Peer {
@@ -193,9 +236,12 @@ impl<
                 put_start: None,
                 owed: Deque::new(),
                 serving: None,
-                wants_room: false,
+                wanted: None,
+                bye_owed: false,
             })
             .map_err(|_| AttachError::Full)?;
+        self.attributes.eager_limit = self.attributes.eager_limit.min(most);
+        self.attributes.max_send_size = self.attributes.max_send_size.min(most);
         Ok(id)
     }
 
@@ -211,6 +257,12 @@ impl<
         peer.lost = Some(reason);
         peer.serving = None;
         peer.owed.clear();
+        peer.wanted = None;
+        if reason != LostReason::Left {
+            // Best effort: a peer given up for what it did hears of it, and
+            // its operations to this side end rather than wait.
+            let _ = peer.tx.push(record::BYE, &[]);
+        }
         let error = BtlError::PeerLost(reason);
         for slot in &mut self.ops {
             if let Some(op) = slot.filter(|op| op.peer == endpoint) {
@@ -246,8 +298,8 @@ impl<
         }
     }
 
-    /// Whether one more event may be promised: a place per peer stays
-    /// free for its loss, and one per operation slot for its end.
+    /// Whether `n` more events may be promised: a place per peer stays
+    /// free for its loss, and one per operation under way for its end.
     fn has_room(&self, n: usize) -> bool {
         self.events.len() + n + self.peers.len() + self.ops.iter().flatten().count() <= EVENTS
     }
@@ -265,14 +317,69 @@ impl<
         Ok(())
     }
 
-    /// Notes a refusal for room, for `Event::Room`.
-    fn refused<T>(&mut self, endpoint: EndpointId, r: Result<T, BtlError>) -> Result<T, BtlError> {
+    /// Notes that `wanted` was refused for room to `endpoint` if `r` is
+    /// `OutOfResource`, for `Event::Room`; passes `r` on.
+    fn refused<T>(
+        &mut self,
+        endpoint: EndpointId,
+        wanted: Wanted,
+        r: Result<T, BtlError>,
+    ) -> Result<T, BtlError> {
         if matches!(r, Err(BtlError::OutOfResource))
             && let Some(peer) = self.peers.get_mut(endpoint.0 as usize)
+            && peer.lost.is_none()
         {
-            peer.wants_room = true;
+            peer.wanted = Some(peer.wanted.map_or(wanted, |w| w.and(wanted)));
         }
         r
+    }
+
+    /// The first peer refused something for room that would now be
+    /// taken: its `Room` event.
+    fn poll_room(&mut self) -> Option<Event<'static>> {
+        for p in 0..self.peers.len() {
+            let Some(w) = self.peers[p].wanted else {
+                continue;
+            };
+            let op = !w.op || (self.ops.iter().any(Option::is_none) && self.has_room(1));
+            let event = !w.event || self.has_room(1);
+            let fragment = w.fragment.is_none_or(|len| {
+                let pools = self.pools.view();
+                pools.class_for(len).is_ok_and(|c| {
+                    let st = pools.stats(c);
+                    st.in_use < st.capacity
+                })
+            });
+            let peer = &mut self.peers[p];
+            let record = match w.record {
+                None => true,
+                Some(len) => match peer.tx.has_room(len) {
+                    Ok(room) => room,
+                    Err(_) => {
+                        self.lose(EndpointId(p as u32), LostReason::ProtocolViolation);
+                        continue;
+                    }
+                },
+            };
+            if op && event && fragment && record {
+                self.peers[p].wanted = None;
+                return Some(Event::Room {
+                    endpoint: EndpointId(p as u32),
+                });
+            }
+        }
+        None
+    }
+
+    /// The largest piece of a put or get to peer `p`, behind a head of
+    /// `head` bytes: what one record of its ring and one fragment hold.
+    fn piece(&self, p: usize, head: usize) -> u64 {
+        let fragment = self
+            .pools
+            .view()
+            .class_size(crate::pool::FragmentClass::Max);
+        let record = self.peers.get(p).map_or(0, |peer| peer.tx.max_payload());
+        record.min(fragment).saturating_sub(head).max(1) as u64
     }
 
     /// Starts a put or get of `kind`.
@@ -295,11 +402,15 @@ impl<
         }
         let free = self.ops.iter().position(Option::is_none);
         let Some(i) = free.filter(|_| self.has_room(1)) else {
-            return self.refused(endpoint, Err(BtlError::OutOfResource));
+            let wanted = Wanted {
+                op: true,
+                ..Wanted::default()
+            };
+            return self.refused(endpoint, wanted, Err(BtlError::OutOfResource));
         };
         self.next_op += 1;
         let id = self.next_op;
-        self.ops[i] = Some(Op {
+        let op = Op {
             id,
             peer: endpoint,
             ctx,
@@ -307,7 +418,15 @@ impl<
             local,
             remote,
             done: 0,
-        });
+        };
+        if remote.offset.checked_add(remote.len).is_none() {
+            // A range that wraps around u64 is outside any region: refused
+            // as the peer would refuse it (room was checked above).
+            let refused = Err(BtlError::Rejected(RejectCode::OutOfBounds));
+            let _ = self.events.push_back(Pending::Done(done(op, refused)));
+            return Ok(OpId(id));
+        }
+        self.ops[i] = Some(op);
         self.move_ops();
         Ok(OpId(id))
     }
@@ -319,17 +438,20 @@ impl<
             self.answer_owed(EndpointId(p as u32));
             self.serve(EndpointId(p as u32));
         }
+        let mut corrupt = None;
         for i in 0..OPS {
             let Some(mut op) = self.ops[i] else { continue };
+            let chunk = self.piece(op.peer.0 as usize, record::PUT_HEAD);
             let Some(peer) = self.peers.get_mut(op.peer.0 as usize) else {
                 continue;
             };
-            let chunk = peer.tx.max_payload().saturating_sub(record::PUT_HEAD) as u64;
             match op.kind {
                 Kind::Get { asked: false } => {
                     let ask = record::get(op.id, op.remote.key, op.remote.offset, op.remote.len);
-                    if peer.tx.push(record::GET, &[&ask]).is_ok() {
-                        op.kind = Kind::Get { asked: true };
+                    match peer.tx.push(record::GET, &[&ask]) {
+                        Ok(()) => op.kind = Kind::Get { asked: true },
+                        Err(PushError::Corrupt) => corrupt = Some(op.peer),
+                        Err(_) => {}
                     }
                 }
                 Kind::Put { imm } => {
@@ -370,8 +492,13 @@ impl<
                             imm.unwrap_or(0),
                             flags,
                         );
-                        if peer.tx.push(record::PUT, &[&head, bytes]).is_err() {
-                            break;
+                        match peer.tx.push(record::PUT, &[&head, bytes]) {
+                            Ok(()) => {}
+                            Err(PushError::Corrupt) => {
+                                corrupt = Some(op.peer);
+                                break;
+                            }
+                            Err(_) => break,
                         }
                         op.done = if last {
                             op.local.len + 1
@@ -384,24 +511,39 @@ impl<
             }
             self.ops[i] = Some(op);
         }
+        if let Some(p) = corrupt {
+            self.lose(p, LostReason::ProtocolViolation);
+        }
     }
 
-    /// Sends what `endpoint` is owed, while its ring takes it.
+    /// Sends what `endpoint` is owed (answers, a goodbye), while its ring
+    /// takes it.
     fn answer_owed(&mut self, endpoint: EndpointId) {
         let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
             return;
         };
+        let mut corrupt = false;
         while let Some((kind, body)) = peer.owed.front().copied() {
-            if peer.tx.push(kind, &[&body]).is_err() {
-                return;
+            match peer.tx.push(kind, &[&body]) {
+                Ok(()) => drop(peer.owed.pop_front()),
+                Err(e) => {
+                    corrupt = e == PushError::Corrupt;
+                    break;
+                }
             }
-            peer.owed.pop_front();
+        }
+        if peer.bye_owed && peer.owed.is_empty() && peer.tx.push(record::BYE, &[]).is_ok() {
+            peer.bye_owed = false;
+        }
+        if corrupt {
+            self.lose(endpoint, LostReason::ProtocolViolation);
         }
     }
 
     /// Owes `endpoint` an answer: sent now if there is room, else kept.
-    /// `false` when it cannot even be kept (the peer asks faster than it
-    /// reads): the caller stops reading from it.
+    /// There is always room to keep it: a peer's puts and gets wait in its
+    /// ring while its answers are full (see `read_one`); `false` only if
+    /// that broke.
     fn owe(&mut self, endpoint: EndpointId, kind: u8, body: [u8; 9]) -> bool {
         self.answer_owed(endpoint);
         let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
@@ -415,11 +557,11 @@ impl<
 
     /// Streams the get `endpoint` asked for, as its ring takes it.
     fn serve(&mut self, endpoint: EndpointId) {
+        let chunk = self.piece(endpoint.0 as usize, record::GET_DATA_HEAD);
         let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
             return;
         };
         let Some(mut s) = peer.serving else { return };
-        let chunk = peer.tx.max_payload().saturating_sub(record::GET_DATA_HEAD) as u64;
         loop {
             let len = (s.src.len - s.sent).min(chunk);
             let last = s.sent + len == s.src.len;
@@ -430,17 +572,24 @@ impl<
             };
             let Ok(bytes) = self.regs.remote_read(piece) else {
                 // Deregistered while served: refused from here on.
-                let _ = peer.tx.push(
-                    record::GET_FAIL,
-                    &[&record::answer(s.op, record::code(RejectCode::BadHandle))],
-                );
                 peer.serving = None;
+                let code = record::code(RejectCode::BadHandle);
+                if !self.owe(endpoint, record::GET_FAIL, record::answer(s.op, code)) {
+                    self.lose(endpoint, LostReason::ProtocolViolation);
+                }
                 return;
             };
             let head = record::get_data_head(s.op, s.sent, last);
-            if peer.tx.push(record::GET_DATA, &[&head, bytes]).is_err() {
-                peer.serving = Some(s);
-                return;
+            match peer.tx.push(record::GET_DATA, &[&head, bytes]) {
+                Ok(()) => {}
+                Err(PushError::Corrupt) => {
+                    self.lose(endpoint, LostReason::ProtocolViolation);
+                    return;
+                }
+                Err(_) => {
+                    peer.serving = Some(s);
+                    return;
+                }
             }
             s.sent += len;
             if last {
@@ -531,7 +680,10 @@ impl<
         // A get waits while another of the peer's is served; every record
         // may end with an event, kept room for.
         let busy = record.kind == record::GET && peer.serving.is_some();
-        if busy || !self.has_room(1) {
+        // A put's last piece or a get is answered: it waits while the
+        // answers this side owes the peer are all it may keep.
+        let owing = matches!(record.kind, record::PUT | record::GET) && peer.owed.is_full();
+        if busy || owing || !self.has_room(1) {
             return false;
         }
         let peer = &mut self.peers[from.0 as usize];
@@ -548,11 +700,11 @@ impl<
             Ok(bytes) => peer.rx.pop(bytes),
             Err(_) => Err(PopError::Corrupt),
         };
-        if !matches!(taken, Ok(Some(_))) {
+        // What was taken is what was looked at: a peer that rewrote the
+        // record between the two broke the protocol.
+        if taken != Ok(Some(record)) {
             let _ = pools.free(frag);
-            if taken.is_err() {
-                self.lose(from, LostReason::ProtocolViolation);
-            }
+            self.lose(from, LostReason::ProtocolViolation);
             return false;
         }
         if record.kind == record::MESSAGE {
@@ -798,6 +950,11 @@ impl<
                 .filter(|p| p.refs > 0)
                 .ok_or(BtlError::Unreachable)?;
             peer.refs -= 1;
+            if peer.refs == 0 {
+                // Forgotten: what was under way to it fails, and nothing
+                // more is read from it.
+                self.lose(ep, LostReason::Removed);
+            }
         }
         Ok(())
     }
@@ -812,7 +969,11 @@ impl<
         self.peer(endpoint)?;
         self.check_size(size)?;
         let desc = Descriptor::alloc(self.pools.view(), 0, 0, size, order, flags);
-        self.refused(endpoint, desc.map_err(BtlError::from))
+        let wanted = Wanted {
+            fragment: Some(size),
+            ..Wanted::default()
+        };
+        self.refused(endpoint, wanted, desc.map_err(BtlError::from))
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
@@ -831,7 +992,11 @@ impl<
         self.peer(endpoint)?;
         self.check_size(data.len().saturating_add(reserve))?;
         let desc = Descriptor::prepare_src(self.pools.view(), 0, reserve, data, order, flags);
-        self.refused(endpoint, desc.map_err(BtlError::from))
+        let wanted = Wanted {
+            fragment: Some(data.len() + reserve),
+            ..Wanted::default()
+        };
+        self.refused(endpoint, wanted, desc.map_err(BtlError::from))
     }
 
     fn prepare_src_registered(
@@ -845,8 +1010,12 @@ impl<
         self.peer(endpoint)?;
         self.check_size((data.len as usize).saturating_add(reserve))?;
         let bytes = self.regs.slice(data)?;
+        let wanted = Wanted {
+            fragment: Some(bytes.len() + reserve),
+            ..Wanted::default()
+        };
         let desc = Descriptor::prepare_src(self.pools.view(), 0, reserve, bytes, order, flags);
-        self.refused(endpoint, desc.map_err(BtlError::from))
+        self.refused(endpoint, wanted, desc.map_err(BtlError::from))
     }
 
     fn send(
@@ -857,15 +1026,19 @@ impl<
     ) -> Result<SendStatus, SendError> {
         let flags = desc.flags();
         let callback = flags.contains(DescFlags::ALWAYS_CALLBACK);
+        if let Err(error) = self.peer(endpoint) {
+            return Err(SendError { error, desc });
+        }
         if callback && !self.has_room(1) {
-            let _ = self.refused::<()>(endpoint, Err(BtlError::OutOfResource));
+            let wanted = Wanted {
+                event: true,
+                ..Wanted::default()
+            };
+            let _ = self.refused::<()>(endpoint, wanted, Err(BtlError::OutOfResource));
             return Err(SendError {
                 error: BtlError::OutOfResource,
                 desc,
             });
-        }
-        if let Err(error) = self.peer(endpoint) {
-            return Err(SendError { error, desc });
         }
         let pushed = match desc.fragment_bytes(self.pools.view()) {
             // The ring copies: the bytes are free again once it took them.
@@ -875,7 +1048,11 @@ impl<
         if pushed == Err(BtlError::PeerLost(LostReason::ProtocolViolation)) {
             self.lose(endpoint, LostReason::ProtocolViolation);
         }
-        if let Err(error) = self.refused(endpoint, pushed) {
+        let wanted = Wanted {
+            record: Some(desc.len() + record::MESSAGE_HEAD),
+            ..Wanted::default()
+        };
+        if let Err(error) = self.refused(endpoint, wanted, pushed) {
             return Err(SendError { error, desc });
         }
         let owned = flags.contains(DescFlags::BTL_OWNERSHIP);
@@ -886,13 +1063,15 @@ impl<
             Some(desc)
         };
         if callback {
-            // Room was checked above.
+            // The descriptor comes back with its event (room was checked
+            // above), as a queued send's does.
             let _ = self.events.push_back(Pending::Done(Completion::Send {
                 endpoint,
                 tag,
-                desc: None,
+                desc: back,
                 result: Ok(()),
             }));
+            return Ok(SendStatus::Queued);
         }
         Ok(SendStatus::Completed(back))
     }
@@ -933,11 +1112,8 @@ impl<
     }
 
     fn deregister_mem(&mut self, handle: MemHandle) -> Result<M, BtlError> {
-        let in_use = self.ops.iter().flatten().any(|o| o.local.handle == handle)
-            || self
-                .peers
-                .iter()
-                .any(|p| p.serving.is_some_and(|s| s.src.key == handle.remote_key()));
+        // A peer's get of it is refused from here on (see `serve`).
+        let in_use = self.ops.iter().flatten().any(|o| o.local.handle == handle);
         if in_use {
             return Err(BtlError::Memory(crate::btl::MemError::InUse));
         }
@@ -984,6 +1160,13 @@ impl<
     }
 
     fn progress(&mut self) -> usize {
+        if self.finalized {
+            // Only the goodbyes still go out.
+            for p in 0..self.peers.len() {
+                self.answer_owed(EndpointId(p as u32));
+            }
+            return self.events.len();
+        }
         self.move_ops();
         self.read_all();
         self.move_ops();
@@ -995,15 +1178,9 @@ impl<
             let _ = self.pools.view().free(frag);
         }
         let Some(pending) = self.events.pop_front() else {
-            // Nothing else: a peer refused for room may try again.
-            let p = self
-                .peers
-                .iter()
-                .position(|p| p.wants_room && p.lost.is_none())?;
-            self.peers[p].wants_room = false;
-            return Some(Event::Room {
-                endpoint: EndpointId(p as u32),
-            });
+            // Nothing else: a peer refused for room whose refusal would
+            // now be taken may try again.
+            return self.poll_room();
         };
         match pending {
             Pending::Received { from, frag, len } => {
@@ -1033,11 +1210,15 @@ impl<
             }
         }
         for peer in &mut self.peers {
-            if peer.lost.is_none() {
-                let _ = peer.tx.push(record::BYE, &[]);
-            }
+            peer.wanted = None;
+            // Behind the answers still owed; `progress` sends it when the
+            // ring has room.
+            peer.bye_owed = peer.lost.is_none();
         }
         self.finalized = true;
+        for p in 0..self.peers.len() {
+            self.answer_owed(EndpointId(p as u32));
+        }
         crate::btl::Undelivered { outstanding }
     }
 }

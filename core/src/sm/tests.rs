@@ -8,7 +8,7 @@ use crate::ring;
 const A: ProcName = ProcName::new(3, 0);
 const B: ProcName = ProcName::new(3, 1);
 
-type Sm<'a> = SharedMemory<'a, &'static [PoolCell], Vec<u8>, 4, 8, 8, 64>;
+type Sm<'a> = SharedMemory<'a, &'static [PoolCell], Vec<u8>, 4, 8, 16, 64>;
 
 fn ring_words(capacity: usize) -> Vec<AtomicU32> {
     let words: Vec<AtomicU32> = (0..ring::words_for(capacity))
@@ -275,4 +275,136 @@ fn a_goodbye_and_a_loss_end_what_was_under_way_once() {
             "error PeerLost(ProtocolViolation)"
         ]
     );
+}
+
+#[test]
+fn room_comes_only_once_the_ring_has_room() {
+    let (ab, ba) = (ring_words(64), ring_words(64));
+    let (mut a, mut b, b_at_a, _) = pair(&ab, &ba);
+    while a.send_copy(b_at_a, Tag(0x80), &[1; 20]).is_ok() {}
+    // B reads nothing yet: no Room, and polling ends.
+    assert_eq!(drain(&mut a), Vec::<std::string::String>::new());
+    assert_eq!(
+        a.send_copy(b_at_a, Tag(0x80), &[1; 20]),
+        Err(BtlError::OutOfResource)
+    );
+    assert!(!drain(&mut b).is_empty());
+    assert_eq!(drain(&mut a), ["room"], "once B has read");
+    a.send_copy(b_at_a, Tag(0x80), &[1; 20]).expect("room");
+}
+
+#[test]
+fn answers_a_peer_is_owed_wait_with_its_requests_never_lose_it() {
+    // B's ring to A is full and A reads nothing: B owes A more answers
+    // than it keeps. A's puts wait in A's ring to B instead.
+    let (ab, ba) = (ring_words(1024), ring_words(1024));
+    let (mut a, mut b, b_at_a, a_at_b) = pair(&ab, &ba);
+    while b.send_copy(a_at_b, Tag(0x80), &[1; 100]).is_ok() {}
+    let src = a.register_mem(vec![5; 16], Access::empty()).expect("src");
+    let dst = b
+        .register_mem(vec![0; 16 * 12], Access::REMOTE_WRITE)
+        .expect("dst");
+    // Twelve answers: more than the eight B keeps.
+    for i in 0..12u64 {
+        let local = MemSlice {
+            handle: src,
+            offset: 0,
+            len: 16,
+        };
+        let remote = RemoteSlice {
+            key: dst.remote_key(),
+            offset: i * 16,
+            len: 16,
+        };
+        a.put(b_at_a, local, remote, i).expect("put");
+    }
+    for _ in 0..5 {
+        b.progress();
+    }
+    let at_b: Vec<_> = drain(&mut b);
+    assert!(!at_b.iter().any(|e| e.starts_with("error")), "{at_b:?}");
+    // A reads again: every put completes.
+    let mut puts = 0;
+    for _ in 0..50 {
+        puts += drain(&mut a)
+            .iter()
+            .filter(|e| e.starts_with("put"))
+            .count();
+        drain(&mut b);
+    }
+    assert_eq!(puts, 12);
+    assert!(b.region(dst).expect("dst").iter().all(|&x| x == 5));
+}
+
+#[test]
+fn a_send_with_a_callback_hands_the_descriptor_back_in_its_event() {
+    let (ab, ba) = (ring_words(256), ring_words(256));
+    let (mut a, mut b, b_at_a, _) = pair(&ab, &ba);
+    let desc = a
+        .prepare_src(b_at_a, b"ping", 0, Order::ANY, DescFlags::ALWAYS_CALLBACK)
+        .expect("desc");
+    assert!(matches!(
+        a.send(b_at_a, desc, Tag(0x80)),
+        Ok(SendStatus::Queued)
+    ));
+    a.progress();
+    match a.poll_event() {
+        Some(Event::SendComplete {
+            desc: Some(d),
+            result: Ok(()),
+            ..
+        }) => {
+            a.free(d).expect("ours again");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(drain(&mut b), [std::format!("recv 128 {:?}", b"ping")]);
+}
+
+#[test]
+fn a_forgotten_peer_fails_what_was_under_way_and_a_goodbye_waits_for_room() {
+    let (ab, ba) = (ring_words(64), ring_words(64));
+    let (mut a, mut b, b_at_a, _) = pair(&ab, &ba);
+    let buf = a.register_mem(vec![0; 8], Access::empty()).expect("buf");
+    let local = MemSlice {
+        handle: buf,
+        offset: 0,
+        len: 8,
+    };
+    let remote = RemoteSlice {
+        key: crate::btl::RemoteKey(1),
+        offset: 0,
+        len: 8,
+    };
+    a.get(b_at_a, local, remote, 3).expect("get");
+    a.del_procs(&[b_at_a]).expect("known");
+    let got = drain(&mut a);
+    assert_eq!(
+        got,
+        ["get 3 Err(PeerLost(Removed))", "error PeerLost(Removed)"]
+    );
+
+    // A full ring: the goodbye waits, and goes once the peer reads.
+    let (ab, ba) = (ring_words(64), ring_words(64));
+    let (mut a, mut b2, b_at_a, _) = pair(&ab, &ba);
+    while a.send_copy(b_at_a, Tag(0x80), &[1; 20]).is_ok() {}
+    let _ = a.finalize();
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        seen.extend(drain(&mut b2));
+        a.progress();
+    }
+    assert_eq!(
+        seen.last().map(std::string::String::as_str),
+        Some("left"),
+        "{seen:?}"
+    );
+    let _ = drain(&mut b);
+}
+
+#[test]
+fn rings_too_small_for_a_put_are_refused_at_attach() {
+    let (tiny, other) = (ring_words(16), ring_words(16));
+    let mut a = module();
+    assert_eq!(a.attach(B, &tiny, &other), Err(AttachError::RingTooSmall));
 }

@@ -741,6 +741,7 @@ fn failure_with(e: &BenchError, to: &str) -> String {
         LostReason::Left => format!("{to} left: it shut down"),
         LostReason::Restarted => format!("{to} restarted"),
         LostReason::Removed => format!("{to} was removed"),
+        LostReason::Exited => format!("{to} ended without a goodbye (killed or crashed)"),
     }
 }
 

@@ -28,6 +28,8 @@ use crate::bootstrap::{Bootstrap, BootstrapError, SharedDir, StaticPeers};
 use crate::config::sources::{
     SourceError, apply_environment, apply_file, default_param_file, warn_environment_mistakes,
 };
+#[cfg(not(loom))]
+use crate::transports::sm::{SmComponent, SmModule, SmSetup};
 use crate::transports::tcp::{TcpComponent, TcpModule, TcpSetup};
 use crate::transports::udp::{UdpComponent, UdpModule, UdpSetup};
 
@@ -36,7 +38,7 @@ use crate::transports::udp::{UdpComponent, UdpModule, UdpSetup};
 pub type SelfModule = Loopback<Pin<Box<[PoolCell]>>, Vec<u8>, 16, 256>;
 
 /// Opens a module of process `me` ([`tcp`](Self::tcp),
-/// [`udp`](Self::udp), [`loopback`](Self::loopback)).
+/// [`udp`](Self::udp), [`sm`](Self::sm), [`loopback`](Self::loopback)).
 ///
 /// Parameters come, lowest first, from their defaults, a parameter file
 /// (the one given, else `$BTL_PARAM_FILE` or `~/.config/btl/params.conf`),
@@ -176,6 +178,26 @@ impl ModuleBuilder {
                 component: "udp",
                 error,
             })
+    }
+
+    /// Opens a shared-memory module: its segment made in `/dev/shm`, and
+    /// published on this process's card, for the processes of this host.
+    #[cfg(not(loom))]
+    pub fn sm(self) -> Result<SmModule, OpenError> {
+        let setup = self.sm_setup()?;
+        let bootstrap = self.peers()?;
+        setup
+            .build(self.me, bootstrap)
+            .map_err(|e| OpenError::NotAvailable {
+                component: "sm",
+                reason: e.to_string(),
+            })
+    }
+
+    /// What a shared-memory module would be built with.
+    #[cfg(not(loom))]
+    pub fn sm_setup(&self) -> Result<SmSetup, OpenError> {
+        self.setup(&mut SmComponent::default())
     }
 
     /// What a TCP module would be built with (socket settings, pools,

@@ -13,7 +13,8 @@
 //!   by a progress thread, the network it runs on (the operating system's,
 //!   or a simulation's), and the engine's storage on the heap;
 //! - [`transports`]: the TCP and UDP components, and how they choose
-//!   interfaces;
+//!   interfaces; the shared-memory component (`sm`) for the processes of
+//!   one host;
 //! - [`bootstrap`]: how the processes of a job find each other;
 //! - [`config`]: the parameter sources a module reads (the environment, a
 //!   parameter file), for tools that list parameters as a module sees them;
@@ -46,6 +47,8 @@ pub use builder::{ModuleBuilder, OpenError, Opening, SelfModule};
 pub use config::sources::SourceError;
 pub use driver::module::{Module, ReachError, WaitError};
 pub use driver::progress_thread::{ProgressThread, Served};
+#[cfg(not(loom))]
+pub use transports::sm::SmModule;
 pub use transports::tcp::TcpModule;
 pub use transports::udp::UdpModule;
 
@@ -103,9 +106,20 @@ pub fn register_all(params: &mut dyn Params) -> Result<Vec<ComponentInfo>, Param
     tcp.register(params)?;
     let mut udp = udp::UdpComponent::default();
     udp.register(params)?;
-    Ok(vec![
+    let mut components = vec![
         ComponentInfo::of(&loopback),
         ComponentInfo::of(&tcp),
         ComponentInfo::of(&udp),
-    ])
+    ];
+    #[cfg(not(loom))]
+    {
+        let mut sm = crate::transports::sm::SmComponent::default();
+        sm.register(params)?;
+        let mut info = ComponentInfo::of(&sm);
+        info.unavailable = crate::transports::sm::segment::host_identity()
+            .err()
+            .map(|e| format!("no shared memory here ({e}): it needs Linux's /dev/shm and /proc"));
+        components.push(info);
+    }
+    Ok(components)
 }

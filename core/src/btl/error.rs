@@ -65,6 +65,10 @@ pub enum LostReason {
     /// acknowledged nothing this side sent, or never filled a gap in what
     /// it sent, while holding this side's fragments and event places.
     Stalled,
+    /// Its process ended without a goodbye (killed, crashed): a driver
+    /// that watches its peers' processes saw it go, as the shared-memory
+    /// component does for the processes of its host.
+    Exited,
 }
 
 impl LostReason {
@@ -184,6 +188,7 @@ impl LostReason {
             LostReason::Unreachable => "no connection could be made",
             LostReason::NoRoom => "it has no room for this process",
             LostReason::Stalled => "no progress within the peer timeout",
+            LostReason::Exited => "its process ended without a goodbye",
         }
     }
 }

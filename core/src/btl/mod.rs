@@ -27,6 +27,7 @@
 
 mod attributes;
 mod error;
+pub mod forward;
 pub mod memory;
 pub(crate) mod tag;
 

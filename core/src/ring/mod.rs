@@ -120,19 +120,31 @@ pub const fn words_for(capacity: usize) -> usize {
 /// of at least [`MIN_CAPACITY`] words and below 2^31. Done once, by
 /// whoever owns the memory, before either side attaches.
 pub fn init(words: &[AtomicU32]) -> Result<(), RingError> {
-    let capacity = words
-        .len()
-        .checked_sub(CONTROL_WORDS)
-        .ok_or(RingError::NotARing)?;
-    if !valid_capacity(capacity) {
-        return Err(RingError::NotARing);
-    }
+    new_capacity(words)?;
     for w in words {
         w.store(0, Ordering::Relaxed);
     }
+    init_zeroed(words)
+}
+
+/// [`init`] for words known to be zero (a fresh mapping of a new file,
+/// pages just given back to the system): writes only the capacity and
+/// the magic, so that the pages of the data area stay untouched until
+/// records reach them.
+pub fn init_zeroed(words: &[AtomicU32]) -> Result<(), RingError> {
+    let capacity = new_capacity(words)?;
     words[CAPACITY_AT].store(capacity as u32, Ordering::Relaxed);
     words[MAGIC_AT].store(MAGIC, Ordering::Release);
     Ok(())
+}
+
+/// The capacity a ring made in `words` has, if it can be one.
+fn new_capacity(words: &[AtomicU32]) -> Result<usize, RingError> {
+    words
+        .len()
+        .checked_sub(CONTROL_WORDS)
+        .filter(|&c| valid_capacity(c))
+        .ok_or(RingError::NotARing)
 }
 
 fn valid_capacity(capacity: usize) -> bool {

@@ -283,6 +283,19 @@ impl<
         let _ = self.events.push_back(Pending::Done(event));
     }
 
+    /// Why peer `endpoint` was lost, if it was (`None` too for an
+    /// endpoint never attached): the driver lets go of its memory then.
+    pub fn lost(&self, endpoint: EndpointId) -> Option<LostReason> {
+        self.peers.get(endpoint.0 as usize).and_then(|p| p.lost)
+    }
+
+    /// Whether a goodbye [`finalize`](Btl::finalize) owes a peer still
+    /// waits for room in its ring: the driver calls `progress` until it is
+    /// sent, or the peer is lost, before it lets go of the memory.
+    pub fn owes_goodbyes(&self) -> bool {
+        self.peers.iter().any(|p| p.bye_owed && p.lost.is_none())
+    }
+
     fn peer(&mut self, endpoint: EndpointId) -> Result<&mut Peer<'a>, BtlError> {
         if self.finalized {
             return Err(BtlError::Finalized);

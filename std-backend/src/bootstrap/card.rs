@@ -6,7 +6,12 @@
 //! proc 7.0
 //! tcp 10.1.0.1/24 40123
 //! udp 10.1.0.1/24 40124
+//! sm btl-sm-7-0 0b5e1d6c-5c2b-4c4e-9a51-1f0f6f3c7a10:17 4242
 //! ```
+//!
+//! The `sm` line names the process's shared-memory segment, the host it
+//! is on as same-host peers know it (its kernel's boot id and its
+//! `/dev/shm`), and its process id.
 //!
 //! A contact may also be written as an endpoint address in Motr's forms
 //! ([`btl_core::addr`]): `inet:tcp:10.1.0.1@40123` (`stream`/`tcp` for
@@ -33,6 +38,18 @@ pub struct Contact {
     pub prefix: u8,
 }
 
+/// Where a process's same-host peers find its shared memory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SegmentContact {
+    /// Its segment's name in `/dev/shm`.
+    pub segment: String,
+    /// The host as same-host peers share it: only a peer of the same
+    /// identity maps the segment.
+    pub host: String,
+    /// The process's id, which the segment's header repeats.
+    pub pid: u32,
+}
+
 /// What a process publishes about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Card {
@@ -40,6 +57,8 @@ pub struct Card {
     pub proc: ProcName,
     /// Where it listens, in order of preference.
     pub contacts: Vec<Contact>,
+    /// Its shared-memory segment, if it has one.
+    pub segment: Option<SegmentContact>,
 }
 
 /// Why a card's text did not parse.
@@ -47,7 +66,7 @@ pub struct Card {
 pub enum CardError {
     /// A line is neither a `proc` line nor a contact.
     #[error(
-        "line {line}: expected `proc JOB.RANK` or `COMPONENT ADDRESS/PREFIX PORT`, found `{text}`"
+        "line {line}: expected `proc JOB.RANK`, `COMPONENT ADDRESS/PREFIX PORT` or `sm SEGMENT HOST PID`, found `{text}`"
     )]
     Syntax {
         /// Line number, from 1.
@@ -102,6 +121,7 @@ impl Card {
         Card {
             proc,
             contacts: Vec::new(),
+            segment: None,
         }
     }
 
@@ -146,6 +166,10 @@ impl Card {
                         .contacts
                         .push(contact);
                 }
+                ["sm", segment, host, pid] => {
+                    let contact = parse_segment(segment, host, pid).ok_or_else(syntax)?;
+                    cards.last_mut().ok_or(CardError::NoProc { line })?.segment = Some(contact);
+                }
                 [component, addr, port] => {
                     let contact = parse_contact(component, addr, port).ok_or_else(syntax)?;
                     cards
@@ -174,6 +198,9 @@ impl fmt::Display for Card {
                 c.addr.port()
             )?;
         }
+        if let Some(s) = &self.segment {
+            writeln!(f, "sm {} {} {}", s.segment, s.host, s.pid)?;
+        }
         Ok(())
     }
 }
@@ -182,6 +209,20 @@ impl fmt::Display for Card {
 pub(crate) fn parse_proc(text: &str) -> Option<ProcName> {
     let (job, rank) = text.split_once('.')?;
     Some(ProcName::new(job.parse().ok()?, rank.parse().ok()?))
+}
+
+fn parse_segment(segment: &str, host: &str, pid: &str) -> Option<SegmentContact> {
+    let plain = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+    };
+    let pid = pid.parse().ok()?;
+    (plain(segment) && plain(host) && !segment.starts_with('.')).then(|| SegmentContact {
+        segment: segment.to_owned(),
+        host: host.to_owned(),
+        pid,
+    })
 }
 
 fn parse_contact(component: &str, addr: &str, port: &str) -> Option<Contact> {
@@ -226,6 +267,7 @@ mod tests {
                     prefix: 64,
                 },
             ],
+            segment: None,
         }
     }
 
@@ -235,6 +277,29 @@ mod tests {
         assert_eq!(text, "proc 7.3\ntcp 10.1.0.1/24 40123\nudp fd00::5/64 9\n");
         assert_eq!(Card::parse(&text), Ok(card()));
         assert_eq!(card().contacts_of("udp").count(), 1);
+    }
+
+    #[test]
+    fn a_segment_line_round_trips_and_a_bad_one_is_named() {
+        let mut with = card();
+        with.segment = Some(SegmentContact {
+            segment: "btl-sm-7-3".into(),
+            host: "0b5e1d6c-5c2b:17".into(),
+            pid: 4242,
+        });
+        let text = with.to_string();
+        assert!(text.ends_with("sm btl-sm-7-3 0b5e1d6c-5c2b:17 4242\n"), "{text}");
+        assert_eq!(Card::parse(&text), Ok(with));
+        for bad in [
+            "proc 7.3\nsm ../etc/passwd host 1\n",
+            "proc 7.3\nsm .hidden host 1\n",
+            "proc 7.3\nsm seg host nopid\n",
+        ] {
+            assert!(
+                matches!(Card::parse(bad), Err(CardError::Syntax { line: 2, .. })),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

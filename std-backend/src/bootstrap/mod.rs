@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 
-pub use card::{AddressError, Card, CardError, Contact};
+pub use card::{AddressError, Card, CardError, Contact, SegmentContact};
 pub use contacts::{LookupError, PeerContacts};
 pub use shared_dir::SharedDir;
 pub use static_peers::{PEERS_FILE_VAR, PEERS_VAR, StaticPeers};

@@ -24,16 +24,11 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
-use btl_core::btl::{
-    Access, Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RegisterError,
-    RemoteSlice, SendError, SendStatus, Tag, Undelivered,
-};
-use btl_core::desc::{DescFlags, Descriptor, Order};
+use btl_core::btl::{Access, Btl, BtlError, Event, MemHandle, RegisterError, Undelivered};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::driver::Io;
 use btl_core::engine::framing::Framing;
 use btl_core::engine::{Capacities, ConnectRequest, LinkId, Source, Usage};
-use btl_core::pool::PoolsRef;
 use btl_core::time;
 
 use crate::bootstrap::Card;
@@ -790,13 +785,7 @@ impl<T: Transport> Module<T> {
 impl<T: Transport> Btl for Module<T> {
     type Memory = Vec<u8>;
 
-    fn attributes(&self) -> &Attributes {
-        self.engine.attributes()
-    }
-
-    fn pools(&self) -> PoolsRef<'_> {
-        self.engine.pools()
-    }
+    btl_core::forward_btl_operations!(engine);
 
     /// Looks each process up with the transport (its card, an address
     /// that pairs with a local one) and adds those it reaches.
@@ -836,66 +825,6 @@ impl<T: Transport> Btl for Module<T> {
         self.engine.del_procs(endpoints)
     }
 
-    fn alloc(
-        &mut self,
-        endpoint: EndpointId,
-        order: Order,
-        size: usize,
-        flags: DescFlags,
-    ) -> Result<Descriptor, BtlError> {
-        self.engine.alloc(endpoint, order, size, flags)
-    }
-
-    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
-        self.engine.free(desc)
-    }
-
-    fn prepare_src(
-        &mut self,
-        endpoint: EndpointId,
-        data: &[u8],
-        reserve: usize,
-        order: Order,
-        flags: DescFlags,
-    ) -> Result<Descriptor, BtlError> {
-        self.engine
-            .prepare_src(endpoint, data, reserve, order, flags)
-    }
-
-    fn prepare_src_registered(
-        &mut self,
-        endpoint: EndpointId,
-        data: MemSlice,
-        reserve: usize,
-        order: Order,
-        flags: DescFlags,
-    ) -> Result<Descriptor, BtlError> {
-        self.engine
-            .prepare_src_registered(endpoint, data, reserve, order, flags)
-    }
-
-    fn send(
-        &mut self,
-        endpoint: EndpointId,
-        desc: Descriptor,
-        tag: Tag,
-    ) -> Result<SendStatus, SendError> {
-        self.engine.send(endpoint, desc, tag)
-    }
-
-    fn sendi(
-        &mut self,
-        endpoint: EndpointId,
-        header: &[u8],
-        payload: &[u8],
-        tag: Tag,
-        order: Order,
-        flags: DescFlags,
-    ) -> Result<(), BtlError> {
-        self.engine
-            .sendi(endpoint, header, payload, tag, order, flags)
-    }
-
     fn register_mem(
         &mut self,
         region: Vec<u8>,
@@ -910,55 +839,12 @@ impl<T: Transport> Btl for Module<T> {
         self.transport.deregister(&mut self.engine, handle)
     }
 
-    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
-        self.engine.region(handle)
-    }
-
-    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
-        self.engine.region_mut(handle)
-    }
-
-    fn put(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        self.engine.put(endpoint, local, remote, ctx)
-    }
-
-    fn put_notify(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        imm: u64,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        self.engine.put_notify(endpoint, local, remote, imm, ctx)
-    }
-
-    fn get(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        self.engine.get(endpoint, local, remote, ctx)
-    }
-
     /// Polls the sockets without waiting, then returns how many events are
     /// ready. A socket error of the poller itself is reported as an
     /// `Error` event by the engine's peers timing out; it is not expected.
     fn progress(&mut self) -> usize {
         let _ = self.pass(None);
         self.pending_events()
-    }
-
-    fn poll_event(&mut self) -> Option<Event<'_>> {
-        self.engine.poll_event()
     }
 
     /// Waits up to the engine's `linger` for what was sent to be

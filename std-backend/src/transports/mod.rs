@@ -1,10 +1,10 @@
-//! The socket transports a [`Module`](crate::driver::module::Module)
-//! drives, each a component of its own: [`tcp`] (stream framing over TCP
-//! connections) and [`udp`] (datagram framing, made reliable by the
-//! engine). Both choose the local addresses they use and pair them with a
-//! peer's by the same rules ([`interfaces`]), and listen on the
-//! [`Ports`] their parameters give. [`sm`] holds the parts of the
-//! shared-memory component built so far.
+//! The components of the build beside the loopback: the socket transports
+//! a [`Module`](crate::driver::module::Module) drives, [`tcp`] (stream
+//! framing over TCP connections) and [`udp`] (datagram framing, made
+//! reliable by the engine), which choose the local addresses they use and
+//! pair them with a peer's by the same rules ([`interfaces`]) and listen
+//! on the [`Ports`] their parameters give; and [`sm`], shared memory
+//! between the processes of one host.
 
 pub mod interfaces;
 mod listen;

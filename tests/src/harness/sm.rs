@@ -124,3 +124,110 @@ impl World for SmWorld {
         self.btls[other].lose(self.peers[other], LostReason::Refused);
     }
 }
+
+/// The shared-memory component's modules as a world: A and B are two
+/// modules in one process, as two processes of one job (names, cards in a
+/// shared directory, a segment each in `/dev/shm`), opened with the
+/// component's default parameters and joined by their `add_procs`, run at
+/// once on two threads as two processes would. The kernel is not
+/// involved once they are joined.
+///
+/// No `kill`: the survivor learns of a dead peer from its process ending,
+/// and both are this process. The two-process tests of btl-std kill one
+/// (`std-backend/tests/sm_processes.rs`).
+pub struct SmModuleWorld {
+    modules: [btl_std::SmModule; 2],
+    peers: [EndpointId; 2],
+    paused: [bool; 2],
+    _dir: TempDir,
+}
+
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl SmModuleWorld {
+    /// Two modules of a fresh job, joined.
+    pub fn new() -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static WORLDS: AtomicU32 = AtomicU32::new(0);
+        let n = WORLDS.fetch_add(1, Ordering::Relaxed);
+        let job = (u64::from(std::process::id()) << 16) | u64::from(n);
+        let dir = std::env::temp_dir().join(format!("btl-sm-world-{job:x}"));
+        let names = [ProcName::new(job, 0), ProcName::new(job, 1)];
+        let open = |me| {
+            btl_std::ModuleBuilder::new(me)
+                .ignore_environment()
+                .shared_dir(&dir)
+                .sm()
+                .expect("an sm module")
+        };
+        let (mut a, mut b) = (open(names[0]), open(names[1]));
+        let (a, b, peers) = std::thread::scope(|s| {
+            let joining = s.spawn(move || {
+                let ep = super::add_peer(&mut a, names[1]);
+                (a, ep)
+            });
+            let to_a = super::add_peer(&mut b, names[0]);
+            let (a, to_b) = joining.join().expect("A joins B");
+            (a, b, [to_b, to_a])
+        });
+        SmModuleWorld {
+            modules: [a, b],
+            peers,
+            paused: [false; 2],
+            _dir: TempDir(dir),
+        }
+    }
+}
+
+impl Default for SmModuleWorld {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl World for SmModuleWorld {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            same_btl: false,
+            max_rounds: 200_000,
+            linger_rounds: 2,
+            max_rdma_len: 16 << 20,
+            sendi_max: self.modules[0].attributes().eager_limit,
+            pause: true,
+            peer_loss: false,
+            handshake: false,
+            garbage: false,
+        }
+    }
+
+    fn btl(&mut self, side: Side) -> &mut dyn Btl<Memory = Memory> {
+        &mut self.modules[side as usize]
+    }
+
+    fn peer(&self, side: Side) -> EndpointId {
+        self.peers[side as usize]
+    }
+
+    fn progress(&mut self) {
+        for s in 0..2 {
+            if !self.paused[s] {
+                self.modules[s].progress();
+            }
+        }
+    }
+
+    fn pause(&mut self, side: Side) {
+        self.paused[side as usize] = true;
+    }
+
+    fn resume(&mut self, side: Side) {
+        self.paused[side as usize] = false;
+    }
+}

@@ -22,19 +22,28 @@
 //! | 2 | the creator's process id |
 //! | 3 | slots |
 //! | 4 | words of each ring ([`ring::words_for`] of its capacity) |
-//! | 5..16 | zero |
-//! | 16 + 16·i | slot `i`'s claim: 0 while free, else the claimant's tag |
+//! | 5 | claims made so far: a peer adds one after each claim, so that the
+//! owner looks at the claims only when it changed |
+//! | 6..16 | zero |
+//! | 16 + 16·i | slot `i`'s claim, a 64-byte line: its state (0 free, 1 being claimed, 2 claimed), the claimant's job (two words, low first), rank and process id |
 //! | 16 + 16·slots | the rings, one per slot, back to back |
+//!
+//! A slot's ring is made by the peer that claims it, in memory that is
+//! zero until then: a segment's file is sparse, so a slot no peer claimed
+//! costs its owner no memory, and a ring only the pages its records have
+//! reached.
 //!
 //! Everything in the segment is written by peers as well as its owner, so
 //! the owner reads it as untrusted, as the ring does.
 
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsFd;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use btl_core::endpoint::ProcName;
 use btl_core::ring;
 
 /// Word 0 of a segment: "btlS".
@@ -45,6 +54,12 @@ pub const VERSION: u32 = 1;
 const HEADER_WORDS: usize = 16;
 /// Words per claim: a 64-byte line each, so that claims do not share one.
 const CLAIM_WORDS: usize = 16;
+/// Where the count of claims is.
+const CLAIMS_AT: usize = 5;
+/// A claim's states.
+const FREE: u32 = 0;
+const CLAIMING: u32 = 1;
+const CLAIMED: u32 = 2;
 /// Where segments live: the same-host filesystem every process shares.
 pub const SHM_DIR: &str = "/dev/shm";
 const PAGE: usize = 4096;
@@ -105,8 +120,22 @@ pub enum SegmentError {
 #[derive(Debug)]
 pub struct Segment {
     path: PathBuf,
+    file: File,
     map: Mapping,
     owned: bool,
+    /// Slots and words per ring, as checked when made or mapped: the
+    /// header's words may be rewritten later by anyone who maps it.
+    slots: usize,
+    ring_words: usize,
+}
+
+/// Who claimed a slot, as the claim says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claimant {
+    /// The process.
+    pub proc: ProcName,
+    /// Its process id, to tell its incarnations apart and watch it.
+    pub pid: u32,
 }
 
 impl Segment {
@@ -151,20 +180,18 @@ impl Segment {
         let map = Mapping::new(&file, len).map_err(io)?;
         let segment = Segment {
             path,
+            file,
             map,
             owned: true,
+            slots,
+            ring_words,
         };
+        // The rings are made by their claimants, in memory still zero.
         let w = segment.words();
         w[1].store(VERSION, Ordering::Relaxed);
         w[2].store(std::process::id(), Ordering::Relaxed);
         w[3].store(slots as u32, Ordering::Relaxed);
         w[4].store(ring_words as u32, Ordering::Relaxed);
-        for slot in 0..slots {
-            let r = segment
-                .ring_words_of(slot)
-                .ok_or(SegmentError::BadSize { slots, ring_words })?;
-            ring::init(r).map_err(|_| SegmentError::BadSize { slots, ring_words })?;
-        }
         w[0].store(MAGIC, Ordering::Release);
         Ok(segment)
     }
@@ -190,10 +217,13 @@ impl Segment {
             return Err(SegmentError::NotASegment { path });
         }
         let map = Mapping::new(&file, len).map_err(io)?;
-        let segment = Segment {
+        let mut segment = Segment {
             path,
+            file,
             map,
             owned: false,
+            slots: 0,
+            ring_words: 0,
         };
         let w = segment.words();
         let (slots, ring_words) = (
@@ -212,6 +242,8 @@ impl Segment {
                 path: segment.path.clone(),
             });
         }
+        segment.slots = slots;
+        segment.ring_words = ring_words;
         Ok(segment)
     }
 
@@ -222,43 +254,131 @@ impl Segment {
 
     /// Inbound rings, one per slot.
     pub fn slots(&self) -> usize {
-        self.words()[3].load(Ordering::Relaxed) as usize
+        self.slots
     }
 
-    /// Claims a free slot for the peer `tag` names (never 0): the slot's
-    /// index, or `None` if all are taken. A claim is one compare-and-swap,
-    /// so two peers never get the same slot.
-    pub fn claim(&self, tag: u32) -> Option<usize> {
-        (0..self.slots()).find(|&slot| {
-            self.words()[claim_at(slot)]
-                .compare_exchange(0, tag, Ordering::AcqRel, Ordering::Relaxed)
+    /// The process that made the segment, as its header says.
+    pub fn maker(&self) -> u32 {
+        self.words()[2].load(Ordering::Relaxed)
+    }
+
+    /// How many claims peers have made: the owner looks at the claims again
+    /// when it changed.
+    pub fn claims(&self) -> u32 {
+        self.words()[CLAIMS_AT].load(Ordering::Acquire)
+    }
+
+    /// Claims a free slot for `who`, and makes its ring, empty: the
+    /// slot's index, or `None` if all are taken. A claim is one
+    /// compare-and-swap, so two peers never get the same slot; the owner
+    /// sees it once the ring is made.
+    pub fn claim(&self, who: Claimant) -> Option<usize> {
+        let w = self.words();
+        let slot = (0..self.slots()).find(|&slot| {
+            w[claim_at(slot)]
+                .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
+        })?;
+        let at = claim_at(slot);
+        let ring = self.ring_words_of(slot)?;
+        // The slot's memory is zero: never used, or given back by `reopen`.
+        if ring::init_zeroed(ring).is_err() {
+            // A segment whose header lies about its rings: the slot stays
+            // taken, and the peer finds it has no ring.
+            return None;
+        }
+        w[at + 1].store(who.proc.job as u32, Ordering::Relaxed);
+        w[at + 2].store((who.proc.job >> 32) as u32, Ordering::Relaxed);
+        w[at + 3].store(who.proc.rank, Ordering::Relaxed);
+        w[at + 4].store(who.pid, Ordering::Relaxed);
+        w[at].store(CLAIMED, Ordering::Release);
+        w[CLAIMS_AT].fetch_add(1, Ordering::Release);
+        Some(slot)
+    }
+
+    /// Who claimed slot `slot`, once its ring is made.
+    pub fn claimant(&self, slot: usize) -> Option<Claimant> {
+        if slot >= self.slots() {
+            return None;
+        }
+        let (w, at) = (self.words(), claim_at(slot));
+        if w[at].load(Ordering::Acquire) != CLAIMED {
+            return None;
+        }
+        let word = |i: usize| w[at + i].load(Ordering::Relaxed);
+        Some(Claimant {
+            proc: ProcName::new(u64::from(word(1)) | u64::from(word(2)) << 32, word(3)),
+            pid: word(4),
         })
     }
 
-    /// Who claimed slot `slot` (0: nobody).
-    pub fn claimant(&self, slot: usize) -> Option<u32> {
-        (slot < self.slots()).then(|| self.words()[claim_at(slot)].load(Ordering::Acquire))
+    /// The slots `who` claimed, most recent claims not told apart: the
+    /// owner takes the one it has not seen.
+    pub fn claimed_by(&self, proc: ProcName) -> impl Iterator<Item = (usize, Claimant)> + '_ {
+        (0..self.slots()).filter_map(move |slot| {
+            self.claimant(slot)
+                .filter(|c| c.proc == proc)
+                .map(|c| (slot, c))
+        })
     }
 
-    /// Frees slot `slot` for another peer (the owner does this once the
-    /// peer is gone and its ring drained).
-    pub fn release(&self, slot: usize) {
-        if slot < self.slots() {
-            self.words()[claim_at(slot)].store(0, Ordering::Release);
+    /// Gives slot `slot` back for another peer, its ring's memory returned
+    /// to the system (and so zero again). The owner does this once the
+    /// process that claimed it is gone.
+    pub fn reopen(&self, slot: usize) -> io::Result<()> {
+        let Some(start) = self.ring_start(slot) else {
+            return Ok(());
+        };
+        let len = self.ring_words;
+        // Whole pages only: a ring starts on a 64-byte line, so the pages
+        // it shares with its neighbours are zeroed by hand.
+        let (from, to) = (start * 4, (start + len) * 4);
+        let (inner_from, inner_to) = (from.next_multiple_of(PAGE), to / PAGE * PAGE);
+        if inner_from < inner_to {
+            rustix::fs::fallocate(
+                self.file.as_fd(),
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                inner_from as u64,
+                (inner_to - inner_from) as u64,
+            )?;
         }
+        let words = self.words();
+        let by_hand = |a: usize, b: usize| {
+            for w in &words[a / 4..b / 4] {
+                w.store(0, Ordering::Relaxed);
+            }
+        };
+        if inner_from < inner_to {
+            by_hand(from, inner_from);
+            by_hand(inner_to, to);
+        } else {
+            by_hand(from, to);
+        }
+        words[claim_at(slot)].store(FREE, Ordering::Release);
+        Ok(())
     }
 
     /// The ring of slot `slot`, as words for [`ring::Producer::attach`] or
     /// [`ring::Consumer::attach`] (which check them again).
     pub fn ring_words_of(&self, slot: usize) -> Option<&[AtomicU32]> {
-        let w = self.words();
-        let ring_words = w[4].load(Ordering::Relaxed) as usize;
+        let start = self.ring_start(slot)?;
+        self.words().get(start..start.checked_add(self.ring_words)?)
+    }
+
+    /// The word where slot `slot`'s ring starts.
+    fn ring_start(&self, slot: usize) -> Option<usize> {
         if slot >= self.slots() {
             return None;
         }
-        let start = ring_offset(self.slots()).checked_add(slot.checked_mul(ring_words)?)?;
-        w.get(start..start.checked_add(ring_words)?)
+        ring_offset(self.slots).checked_add(slot.checked_mul(self.ring_words)?)
+    }
+
+    /// Lets go of a peer's segment whose process is gone: its pages are
+    /// given back to the system, while its addresses stay mapped (to
+    /// zeros, this process's alone), so that a ring still attached there
+    /// reads as empty and writes into it go nowhere.
+    pub fn vacate(&self) -> io::Result<()> {
+        self.map.vacate()
     }
 
     /// The segment's words.
@@ -395,6 +515,25 @@ impl Mapping {
         let ptr = std::ptr::NonNull::new(ptr.cast::<AtomicU32>())
             .ok_or_else(|| io::Error::other("mmap gave a null mapping"))?;
         Ok(Mapping { ptr, len })
+    }
+
+    /// Maps private zeros over the whole mapping, in place.
+    fn vacate(&self) -> io::Result<()> {
+        use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous};
+        // SAFETY: the new mapping replaces exactly this one (`MAP_FIXED`
+        // at its address and length), so the memory every slice of
+        // `words` refers to stays mapped, readable and writable; it holds
+        // zeros instead of the file, as if another process had written
+        // them, which the atomics the words are read as allow.
+        unsafe {
+            mmap_anonymous(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED,
+            )
+        }?;
+        Ok(())
     }
 
     /// The mapping as words: page-aligned, so aligned for `AtomicU32`,

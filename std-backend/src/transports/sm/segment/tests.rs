@@ -14,17 +14,24 @@ fn a_peer_writes_into_the_segment_through_its_own_mapping() {
     let mine = Segment::create(&name("rings"), 4, 1024).expect("a segment");
     let theirs = Segment::open(&name("rings")).expect("the peer maps it");
     assert_eq!(theirs.slots(), 4);
-    let slot = theirs.claim(7).expect("a free slot");
+    let who = Claimant {
+        proc: ProcName::new(1 << 40 | 3, 7),
+        pid: 4242,
+    };
+    assert_eq!(mine.claims(), 0);
+    let slot = theirs.claim(who).expect("a free slot");
     assert_eq!(
         mine.claimant(slot),
-        Some(7),
-        "the claim is in the owner's mapping"
+        Some(who),
+        "the claim, whole, is in the owner's mapping"
     );
+    assert_eq!(mine.claims(), 1, "and counted");
     assert_eq!(
-        theirs.claim(7).map(|s| s != slot),
+        theirs.claim(who).map(|s| s != slot),
         Some(true),
         "a slot is claimed once"
     );
+    assert_eq!(mine.claimed_by(who.proc).count(), 2);
     let mut tx = Producer::attach(theirs.ring_words_of(slot).expect("a ring")).expect("a ring");
     let mut rx = Consumer::attach(mine.ring_words_of(slot).expect("a ring")).expect("a ring");
     let record = |i: u32| i.to_le_bytes().repeat((i % 50) as usize);
@@ -47,6 +54,35 @@ fn a_peer_writes_into_the_segment_through_its_own_mapping() {
     assert!(path.exists(), "a peer's mapping going removes nothing");
     drop(mine);
     assert!(!path.exists(), "the owner's segment goes with it");
+}
+
+#[test]
+fn a_slot_reopened_is_free_and_zero_and_a_vacated_mapping_reads_zero() {
+    // Rings of several pages, so that whole pages are given back.
+    let mine = Segment::create(&name("reopen"), 3, 1 << 12).expect("a segment");
+    let theirs = Segment::open(&name("reopen")).expect("mapped");
+    let who = Claimant {
+        proc: ProcName::new(5, 1),
+        pid: 1,
+    };
+    let slot = theirs.claim(who).expect("a slot");
+    let mut tx = Producer::attach(theirs.ring_words_of(slot).expect("a ring")).expect("a ring");
+    while tx.push(1, &[&[0xAB; 1000]]).is_ok() {}
+    mine.reopen(slot).expect("reopened");
+    assert_eq!(mine.claimant(slot), None, "free again");
+    assert!(
+        mine.ring_words_of(slot)
+            .expect("a ring")
+            .iter()
+            .all(|w| w.load(Ordering::Relaxed) == 0),
+        "every word of the ring is zero"
+    );
+    assert_eq!(theirs.claim(who), Some(slot), "and claimed anew");
+    let mut rx = Consumer::attach(mine.ring_words_of(slot).expect("a ring")).expect("a ring");
+    assert_eq!(rx.pop(&mut [0; 1024]), Ok(None), "an empty ring");
+    theirs.vacate().expect("vacated");
+    assert_eq!(theirs.claimant(slot), None, "the peer's view is zeros");
+    assert_eq!(mine.claimant(slot), Some(who), "the owner's is untouched");
 }
 
 #[test]
@@ -121,7 +157,12 @@ fn child_writes_records() {
         return;
     };
     let theirs = Segment::open(&segment).expect("the parent's segment");
-    let slot = theirs.claim(std::process::id()).expect("a slot");
+    let slot = theirs
+        .claim(Claimant {
+            proc: ProcName::new(1, 1),
+            pid: std::process::id(),
+        })
+        .expect("a slot");
     let mut tx = Producer::attach(theirs.ring_words_of(slot).expect("a ring")).expect("a ring");
     for i in 0..1000u32 {
         let data = i.to_le_bytes().repeat((i % 50) as usize);
@@ -148,7 +189,7 @@ fn a_child_process_writes_into_the_segment() {
         .expect("the child");
     let start = std::time::Instant::now();
     let slot = loop {
-        if let Some(slot) = (0..2).find(|&s| mine.claimant(s) == Some(child.id())) {
+        if let Some(slot) = (0..2).find(|&s| mine.claimant(s).map(|c| c.pid) == Some(child.id())) {
             break slot;
         }
         assert!(

@@ -1,0 +1,527 @@
+//! The shared-memory module: [`SharedMemory`] over the segments of this
+//! process and its same-host peers, which it joins, watches and lets go.
+
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use btl_core::btl::{
+    Access, Btl, BtlError, LostReason, MemHandle, RegisterError, Undelivered,
+};
+use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::pool::{FragmentPoolsConfig, PoolCell};
+use btl_core::sm::{AttachError, SharedMemory};
+
+use super::SmConfig;
+use super::segment::{Claimant, Segment, SegmentError, host_identity};
+use crate::bootstrap::{Bootstrap, BootstrapError, Card, SegmentContact};
+use crate::driver::heap::Heap;
+
+/// Same-host peers one module joins over its life, and slots in its
+/// segment: a peer that restarts takes another.
+pub const SM_PEERS: usize = 256;
+const REGS: usize = 16;
+const OPS: usize = 64;
+const EVENTS: usize = 2 * SM_PEERS;
+
+/// How often `progress` looks whether the peers' processes still run: a
+/// peer killed is lost within this of the next progress.
+pub const WATCH_EVERY: Duration = Duration::from_millis(10);
+/// Progress calls between two looks at the clock.
+const CLOCK_EVERY: u32 = 64;
+
+type Core = SharedMemory<'static, Pin<Box<[PoolCell]>>, Vec<u8>, SM_PEERS, REGS, OPS, EVENTS>;
+
+/// Why a shared-memory module could not be opened, or a peer joined.
+#[derive(Debug, thiserror::Error)]
+pub enum SmError {
+    /// The segment could not be made or mapped.
+    #[error(transparent)]
+    Segment(#[from] SegmentError),
+    /// The host cannot be told apart (no boot id, no `/dev/shm`).
+    #[error("sm: this host's identity cannot be read ({0}): it needs Linux's /proc and /dev/shm")]
+    Host(std::io::Error),
+    /// The card could not be published or looked up.
+    #[error("sm: {0}")]
+    Bootstrap(#[from] BootstrapError),
+    /// The pools could not be made.
+    #[error("sm: fragment pools: {0:?}")]
+    Pools(btl_core::pool::PoolError),
+}
+
+/// A shared-memory module of one process, reaching the processes of its
+/// host that have one too ([`SmComponent`](super::SmComponent)).
+///
+/// The whole [`Btl`] contract holds over it: every operation completes
+/// once, a peer that leaves is `PeerLeft`, one whose process ends without
+/// a goodbye is lost as [`LostReason::Exited`] within [`WATCH_EVERY`] of
+/// progress, one that breaks the protocol as `ProtocolViolation`.
+pub struct SmModule {
+    /// First, so that it is dropped before the memory its rings lie in;
+    /// boxed, as it holds a place for every peer (about 150 KB).
+    core: Box<Core>,
+    /// The peers joined, by endpoint.
+    joined: Vec<Joined>,
+    /// Peers whose segment this side claimed a slot in, waiting for their
+    /// claim in this one.
+    half: Vec<Half>,
+    /// What each slot of this process's segment is used for.
+    slots: Vec<SlotUse>,
+    /// The claim count of this segment last looked at.
+    claims_seen: u32,
+    mine: Segment,
+    me: ProcName,
+    card: Card,
+    bootstrap: Arc<dyn Bootstrap>,
+    config: SmConfig,
+    polls: u32,
+    next_watch: Instant,
+    finalized: bool,
+}
+
+/// A peer joined: its segment, the slot of this segment it writes, and
+/// its process, watched.
+struct Joined {
+    peer: Claimant,
+    theirs: Segment,
+    inbound: usize,
+    /// Readable once the process has ended; `None` once let go.
+    pidfd: Option<OwnedFd>,
+}
+
+/// A peer whose segment holds this side's claim, in slot `out`.
+struct Half {
+    peer: Claimant,
+    theirs: Segment,
+    out: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotUse {
+    /// Free, or claimed by a peer not looked at yet.
+    Open,
+    /// The inbound ring of a joined peer.
+    Joined,
+    /// A claim that was refused, or a peer lost while its process runs:
+    /// kept from reuse while that process could still write it.
+    Shut,
+}
+
+impl SmModule {
+    /// Makes `me`'s segment, with a ring of `config.fifo_size` bytes per
+    /// slot, and publishes it on `me`'s card.
+    pub fn open(
+        me: ProcName,
+        config: SmConfig,
+        pools: FragmentPoolsConfig,
+        bootstrap: Arc<dyn Bootstrap>,
+    ) -> Result<Self, SmError> {
+        let host = host_identity().map_err(SmError::Host)?;
+        let name = segment_name(me);
+        let mine = Segment::create(&name, SM_PEERS, config.fifo_size / 4)?;
+        let pools = Heap::<Vec<u8>>::pools(pools).map_err(SmError::Pools)?;
+        let mut card = Card::new(me);
+        card.segment = Some(SegmentContact {
+            segment: name,
+            host,
+            pid: std::process::id(),
+        });
+        bootstrap.publish(&card)?;
+        Ok(SmModule {
+            core: Box::new(SharedMemory::new(pools)),
+            joined: Vec::new(),
+            half: Vec::new(),
+            slots: vec![SlotUse::Open; mine.slots()],
+            claims_seen: 0,
+            mine,
+            me,
+            card,
+            bootstrap,
+            config,
+            polls: 0,
+            next_watch: Instant::now() + WATCH_EVERY,
+            finalized: false,
+        })
+    }
+
+    /// The card this module published.
+    pub fn card(&self) -> &Card {
+        &self.card
+    }
+
+    /// This process's segment.
+    pub fn segment(&self) -> &Segment {
+        &self.mine
+    }
+
+    /// The endpoint of `proc`, joining it first if it is not: its card
+    /// looked up, a slot claimed in its segment, and its claim in this
+    /// one waited for until `deadline`. `Ok(None)`: it is not on this
+    /// host, or has no segment.
+    fn join(&mut self, proc: ProcName, deadline: Instant) -> Result<Option<EndpointId>, String> {
+        if proc == self.me {
+            return Ok(None);
+        }
+        self.accept_claims();
+        if let Some(ep) = self.endpoint_of(proc) {
+            return Ok(Some(ep));
+        }
+        if !self.half.iter().any(|h| h.peer.proc == proc) {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let card = self.bootstrap.lookup(proc, wait).map_err(|e| e.to_string())?;
+            let Some(peer) = self.reachable(&card)? else {
+                return Ok(None);
+            };
+            let half = self.claim_in(peer, &card)?;
+            self.half.push(half);
+        }
+        loop {
+            self.accept_claims();
+            if let Some(ep) = self.endpoint_of(proc) {
+                return Ok(Some(ep));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "process {proc} did not join back within {:?}: it is to add this process, or to call progress (btl_sm_connect_timeout)",
+                    self.config.connect_timeout
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// The live endpoint of `proc`, if joined.
+    fn endpoint_of(&self, proc: ProcName) -> Option<EndpointId> {
+        self.joined
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, j)| (EndpointId(i as u32), j))
+            .find(|(ep, j)| j.peer.proc == proc && self.core.lost(*ep).is_none())
+            .map(|(ep, _)| ep)
+    }
+
+    /// The peer `card` names, if it is on this host with a segment.
+    fn reachable(&self, card: &Card) -> Result<Option<Claimant>, String> {
+        let Some(contact) = &card.segment else {
+            return Ok(None);
+        };
+        let host = self.card.segment.as_ref().map(|s| s.host.as_str());
+        if host != Some(contact.host.as_str()) {
+            return Ok(None);
+        }
+        Ok(Some(Claimant {
+            proc: card.proc,
+            pid: contact.pid,
+        }))
+    }
+
+    /// Maps `peer`'s segment and claims a slot there for this process.
+    fn claim_in(&self, peer: Claimant, card: &Card) -> Result<Half, String> {
+        let contact = card.segment.as_ref().ok_or("no segment on its card")?;
+        let theirs = Segment::open(&contact.segment).map_err(|e| e.to_string())?;
+        if theirs.maker() != peer.pid {
+            return Err(format!(
+                "its segment {} was made by process {}, not by process {} its card names: a stale card",
+                contact.segment,
+                theirs.maker(),
+                peer.pid
+            ));
+        }
+        let me = Claimant {
+            proc: self.me,
+            pid: std::process::id(),
+        };
+        let out = theirs.claim(me).ok_or_else(|| {
+            format!(
+                "its segment {} has no free slot (it has {SM_PEERS} peers)",
+                contact.segment
+            )
+        })?;
+        Ok(Half { peer, theirs, out })
+    }
+
+    /// Looks at the claims in this segment when their count changed, and
+    /// joins each new claimant: one this side claimed in already, or one
+    /// that reached this process first (its card looked up, a slot claimed
+    /// back). A claim by a peer already joined is a new start of it.
+    fn accept_claims(&mut self) {
+        let count = self.mine.claims();
+        if count == self.claims_seen {
+            return;
+        }
+        self.claims_seen = count;
+        for slot in 0..self.slots.len() {
+            if self.slots[slot] != SlotUse::Open {
+                continue;
+            }
+            let Some(claim) = self.mine.claimant(slot) else {
+                continue;
+            };
+            match self.accept(slot, claim) {
+                Ok(()) => self.slots[slot] = SlotUse::Joined,
+                Err(e) => {
+                    tracing::warn!(
+                        "sm {}: refused the claim of process {} (pid {}): {e}",
+                        self.me,
+                        claim.proc,
+                        claim.pid
+                    );
+                    self.slots[slot] = SlotUse::Shut;
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self, slot: usize, claim: Claimant) -> Result<(), String> {
+        if let Some(ep) = self.endpoint_of(claim.proc) {
+            self.core.lose(ep, LostReason::Restarted);
+            self.let_go(ep);
+        }
+        let half = match self.half.iter().position(|h| h.peer.proc == claim.proc) {
+            Some(i) => self.half.swap_remove(i),
+            None => {
+                let card = self
+                    .bootstrap
+                    .lookup(claim.proc, Duration::from_millis(100))
+                    .map_err(|e| e.to_string())?;
+                let peer = self
+                    .reachable(&card)?
+                    .ok_or("its card names no segment on this host")?;
+                self.claim_in(peer, &card)?
+            }
+        };
+        if half.peer.pid != claim.pid {
+            return Err(format!(
+                "its claim says process {}, its card {}",
+                claim.pid, half.peer.pid
+            ));
+        }
+        let words = |segment: &Segment, slot| {
+            segment
+                .ring_words_of(slot)
+                .map(|w| w as *const [AtomicU32])
+                .ok_or_else(|| "a slot without a ring".to_owned())
+        };
+        let (tx, rx) = (words(&half.theirs, half.out)?, words(&self.mine, slot)?);
+        // SAFETY: both rings lie in mappings this module keeps until it
+        // drops: `rx` in `mine`, `tx` in `half.theirs`, which moves into
+        // `joined` below (moving a `Segment` does not move its mapping; a
+        // lost peer's is vacated, never unmapped, before then). `core`,
+        // which holds them, is the module's first field, so it is dropped
+        // before either mapping.
+        let (tx, rx) = unsafe { (&*tx, &*rx) };
+        let ep = match self.core.attach(claim.proc, tx, rx) {
+            Ok(ep) => ep,
+            Err(AttachError::Full) => return Err(format!("this module has {SM_PEERS} peers")),
+            Err(e) => return Err(format!("its rings cannot be used: {e:?}")),
+        };
+        debug_assert_eq!(ep.0 as usize, self.joined.len(), "endpoints in order");
+        // A peer that joined first can be answered before it is added.
+        let mut one = [None];
+        let mut word = [0u64];
+        let _ = self
+            .core
+            .add_procs(&[claim.proc], &mut one, &mut Reachability::new(&mut word));
+        let pidfd = rustix::process::Pid::from_raw(claim.pid as i32).and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK).ok()
+        });
+        self.joined.push(Joined {
+            peer: claim,
+            theirs: half.theirs,
+            inbound: slot,
+            pidfd,
+        });
+        Ok(())
+    }
+
+    /// Loses each peer whose process has ended, and lets go of every peer
+    /// lost since the last look.
+    fn watch(&mut self) {
+        let mut ended = Vec::new();
+        {
+            let fds: Vec<_> = self
+                .joined
+                .iter()
+                .enumerate()
+                .filter_map(|(i, j)| j.pidfd.as_ref().map(|fd| (i, fd)))
+                .collect();
+            let mut polled: Vec<_> = fds
+                .iter()
+                .map(|(_, fd)| rustix::event::PollFd::new(*fd, rustix::event::PollFlags::IN))
+                .collect();
+            let zero = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            if !polled.is_empty()
+                && rustix::event::poll(&mut polled, Some(&zero)).is_ok_and(|n| n > 0)
+            {
+                for (p, (i, _)) in polled.iter().zip(&fds) {
+                    if !p.revents().is_empty() {
+                        ended.push(*i);
+                    }
+                }
+            }
+        }
+        for i in ended {
+            self.core.lose(EndpointId(i as u32), LostReason::Exited);
+        }
+        for i in 0..self.joined.len() {
+            if self.joined[i].pidfd.is_some() && self.core.lost(EndpointId(i as u32)).is_some() {
+                self.let_go(EndpointId(i as u32));
+            }
+        }
+    }
+
+    /// Lets go of lost peer `ep`: its segment vacated, and its slot here
+    /// reopened once its process cannot write it any more (it ended, or
+    /// left).
+    fn let_go(&mut self, ep: EndpointId) {
+        let reason = self.core.lost(ep);
+        let Some(j) = self.joined.get_mut(ep.0 as usize) else {
+            return;
+        };
+        if j.pidfd.take().is_none() {
+            return;
+        }
+        if let Err(e) = j.theirs.vacate() {
+            tracing::warn!("sm {}: letting go of {}: {e}", self.me, j.theirs.path().display());
+        }
+        let done = matches!(reason, Some(LostReason::Exited | LostReason::Left));
+        self.slots[j.inbound] = if done && self.mine.reopen(j.inbound).is_ok() {
+            SlotUse::Open
+        } else {
+            SlotUse::Shut
+        };
+    }
+
+    /// Moves the rings forward and, every [`CLOCK_EVERY`] calls, looks at
+    /// the clock to watch the peers every [`WATCH_EVERY`].
+    fn housekeeping(&mut self) {
+        self.accept_claims();
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls.is_multiple_of(CLOCK_EVERY) {
+            let now = Instant::now();
+            if now >= self.next_watch {
+                self.next_watch = now + WATCH_EVERY;
+                self.watch();
+            }
+        }
+    }
+}
+
+impl Btl for SmModule {
+    type Memory = Vec<u8>;
+
+    btl_core::forward_btl_operations!(core);
+
+    /// Joins each process of this host: its card looked up, and its claim
+    /// in this segment waited for, up to `btl_sm_connect_timeout` in all.
+    /// A process of another host, or without a segment, is unreachable
+    /// here; one that does not join back in time too, with a warning.
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        let deadline = Instant::now() + self.config.connect_timeout;
+        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
+            *ep = None;
+            match self.join(*proc, deadline) {
+                Ok(Some(_)) => {
+                    let mut one = [None];
+                    let mut word = [0u64];
+                    self.core.add_procs(
+                        core::slice::from_ref(proc),
+                        &mut one,
+                        &mut Reachability::new(&mut word),
+                    )?;
+                    if one[0].is_some() && reachable.set(i) {
+                        *ep = one[0];
+                    }
+                }
+                Ok(None) => {
+                    tracing::debug!("sm {}: process {proc} is not on this host", self.me);
+                }
+                Err(e) => tracing::warn!("sm {}: process {proc} is not reachable: {e}", self.me),
+            }
+        }
+        Ok(())
+    }
+
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        self.core.del_procs(endpoints)
+    }
+
+    fn register_mem(
+        &mut self,
+        region: Vec<u8>,
+        access: Access,
+    ) -> Result<MemHandle, RegisterError<Vec<u8>>> {
+        self.core.register_mem(region, access)
+    }
+
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<Vec<u8>, BtlError> {
+        self.core.deregister_mem(handle)
+    }
+
+    /// Reads every peer's ring once, carries puts and gets on, joins peers
+    /// that reached this process, and watches the peers' processes; no
+    /// system call but the watch's, every [`WATCH_EVERY`].
+    fn progress(&mut self) -> usize {
+        self.housekeeping();
+        self.core.progress()
+    }
+
+    /// Fails what is under way and says goodbye to every peer, waiting up
+    /// to a second for a full ring to take it.
+    fn finalize(&mut self) -> Undelivered {
+        self.finalized = true;
+        let undelivered = self.core.finalize();
+        let start = Instant::now();
+        while self.core.owes_goodbyes() && start.elapsed() < Duration::from_secs(1) {
+            self.housekeeping();
+            self.core.progress();
+            std::thread::yield_now();
+        }
+        undelivered
+    }
+}
+
+impl Drop for SmModule {
+    /// Finalizes a module dropped without it, so that its peers hear the
+    /// goodbye, and takes its card back; the segment goes with the module.
+    fn drop(&mut self) {
+        let _ = self.finalize();
+        let _ = self.bootstrap.withdraw(&self.card);
+    }
+}
+
+impl std::fmt::Debug for SmModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmModule")
+            .field("me", &self.me)
+            .field("segment", &self.mine.path())
+            .field("joined", &self.joined.len())
+            .field("half", &self.half.len())
+            .finish()
+    }
+}
+
+/// The segment of process `me`: the user's, the job's and the rank's, so
+/// that the next start of the same process finds what a crash left.
+fn segment_name(me: ProcName) -> String {
+    format!(
+        "btl-{}-{}-{}",
+        rustix::process::geteuid().as_raw(),
+        me.job,
+        me.rank
+    )
+}

@@ -120,6 +120,16 @@ pub fn verbs_module(
     Err("verbs: this build has no RDMA support (build btl with `--features rdma`)".to_owned())
 }
 
+/// A shared-memory module of process `me`.
+pub fn sm_module(
+    sources: &ParamSources,
+    me: ProcName,
+    bootstrap: Arc<dyn Bootstrap>,
+) -> Result<btl_std::SmModule, String> {
+    let builder = sources.builder(me).bootstrap(bootstrap);
+    builder.sm().map_err(|e| e.to_string())
+}
+
 /// The loopback module of process `me`.
 pub fn self_module(sources: &ParamSources, me: ProcName) -> Result<SelfModule, String> {
     sources.builder(me).loopback().map_err(|e| e.to_string())

@@ -11,7 +11,7 @@ use std::time::Duration;
 use btl_cli::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
 use btl_cli::info::{Filter, Report};
 use btl_cli::launch::{
-    ParamSources, RunDir, reach, self_module, tcp_module, udp_module, verbs_module,
+    ParamSources, RunDir, reach, self_module, sm_module, tcp_module, udp_module, verbs_module,
 };
 use btl_core::btl::{Btl, BtlError, LostReason};
 use btl_core::endpoint::{EndpointId, ProcName};
@@ -64,6 +64,8 @@ enum Which {
     /// RDMA verbs: reliable-connected queue pairs of an InfiniBand or RoCE
     /// device (a build with the feature `rdma`, on a host with a device).
     Verbs,
+    /// Shared memory between two processes of this host.
+    Sm,
     /// Within the process (no second process).
     #[value(name = "self")]
     SelfBtl,
@@ -116,9 +118,10 @@ struct RunArgs {
     /// Read parameters from this file.
     #[arg(long, value_name = "PATH")]
     param_file: Option<PathBuf>,
-    /// Also run the same measurement over a plain TCP socket (one write
-    /// per message) between the same two processes, and print the ratios
-    /// (tcp only).
+    /// Also run the same measurement over a plain socket (one write per
+    /// message) between the same two processes, and print the ratios: a
+    /// TCP connection for tcp, a Unix stream socket and one thread's
+    /// memcpy for sm.
     #[arg(long)]
     baseline: bool,
     /// With --baseline: draw both as an SVG chart at this path.
@@ -519,6 +522,7 @@ fn which_name(which: Which) -> &'static str {
         Which::Tcp => "tcp",
         Which::Udp => "udp",
         Which::Verbs => "verbs",
+        Which::Sm => "sm",
         Which::SelfBtl => "self",
     }
 }
@@ -597,9 +601,14 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
             .map(|_| ())
             .map_err(|e| Failure::Run(e.to_string()));
     }
-    if args.baseline && args.which != Which::Tcp {
+    if args.baseline && !matches!(args.which, Which::Tcp | Which::Sm) {
         return Err(Failure::Usage(
-            "--baseline compares with plain TCP: use it with --btl tcp".into(),
+            "--baseline compares with a plain socket: use it with --btl tcp or --btl sm".into(),
+        ));
+    }
+    if args.which == Which::Sm && args.wait == WaitMode::Block {
+        return Err(Failure::Usage(
+            "--btl sm waits by polling only: a blocking wait for shared memory is not built yet (use --wait poll)".into(),
         ));
     }
     let _load = Load::start(args.load)?;
@@ -682,6 +691,12 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
             Some(m) => measure(m, peer_name, &to, &plan, &args, &title),
             None => unreachable!("opened above"),
         },
+        Which::Sm => {
+            let mut m = sm_module(&sources, me, boot)?;
+            reach(&mut m, peer_name).and_then(|ep| {
+                lead(&mut m, ep, &plan, &args, &title).map_err(|e| failure_with(&e, &to))
+            })
+        }
         Which::SelfBtl => unreachable!("handled above"),
     };
     let result = match result {
@@ -748,8 +763,13 @@ fn failure_with(e: &BenchError, to: &str) -> String {
 /// Where the second process of a `--baseline` run tells its raw port.
 const RAW_PORT_FILE: &str = "raw.port";
 
+/// Where the second process of a `--baseline` run over shared memory
+/// listens on a Unix stream socket.
+const RAW_SOCKET_FILE: &str = "raw.sock";
+
 /// The raw-socket half of a `--baseline` run, after the BTL's: the same
-/// plan over a plain TCP connection to the peer process, then the ratios.
+/// plan over a plain socket to the peer process (TCP, or a Unix stream
+/// socket for `sm`, with one thread's memcpy beside it), then the ratios.
 fn baseline(
     plan: &Plan,
     args: &RunArgs,
@@ -757,37 +777,53 @@ fn baseline(
     btl_rows: &[bench::Row],
     title: &str,
 ) -> Result<(), String> {
-    let file = dir.join(RAW_PORT_FILE);
-    let start = std::time::Instant::now();
-    let port: u16 = loop {
-        if let Some(p) = std::fs::read_to_string(&file)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            break p;
-        }
-        if start.elapsed() > PEER_START {
-            return Err("the peer process never opened its raw socket".into());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
-    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    if !args.json {
-        say("# the same over a plain TCP socket, one write per message".into());
-    }
-    let raw_rows = btl_cli::raw::lead(stream, plan, args.wait.into(), |r| {
+    let print = |r: &bench::Row| {
         if !args.json {
             say(format!(
                 "  {:>9} {:>7} {:>12.2} {:>12.2} {:>12.1} {:>12.0}",
                 r.size, r.iters, r.median_us, r.p99_us, r.mib_per_s, r.msgs_per_s
             ));
         }
-    })
-    .map_err(|e| format!("raw socket: {e}"))?;
-    if args.json {
-        say(serde_json::json!({ "baseline": "raw tcp", "rows": raw_rows }).to_string());
+    };
+    let (name, raw_rows) = if args.which == Which::Sm {
+        let stream = wait_for_peer(|| {
+            std::os::unix::net::UnixStream::connect(dir.join(RAW_SOCKET_FILE)).ok()
+        })?;
+        if !args.json {
+            say("# the same over a Unix stream socket, one write per message".into());
+        }
+        let rows = btl_cli::raw::lead(stream, plan, args.wait.into(), print);
+        ("raw unix", rows)
     } else {
-        say("# btl / raw: latency (lower is better), bandwidth and rate (higher is better)".into());
+        let file = dir.join(RAW_PORT_FILE);
+        let port: u16 = wait_for_peer(|| {
+            std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+        })?;
+        let stream =
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        if !args.json {
+            say("# the same over a plain TCP socket, one write per message".into());
+        }
+        let rows = btl_cli::raw::lead(stream, plan, args.wait.into(), print);
+        ("raw tcp", rows)
+    };
+    let raw_rows = raw_rows.map_err(|e| format!("raw socket: {e}"))?;
+    let copies = (args.which == Which::Sm).then(|| btl_cli::raw::memcpy(plan));
+    if args.json {
+        say(serde_json::json!({ "baseline": name, "rows": raw_rows }).to_string());
+        if let Some(rows) = &copies {
+            say(serde_json::json!({ "baseline": "memcpy", "rows": rows }).to_string());
+        }
+    } else {
+        if let Some(rows) = &copies {
+            say("# one thread's memcpy of each size, as often: the time of one copy".into());
+            rows.iter().for_each(print);
+        }
+        say(format!(
+            "# btl / {name}: latency (lower is better), bandwidth and rate (higher is better)"
+        ));
         say(format!(
             "# {:>9} {:>12} {:>12} {:>12}",
             "size", "latency", "MiB/s", "msg/s"
@@ -836,6 +872,54 @@ impl Drop for Load {
     }
 }
 
+/// What `found` finds once the peer process has opened its raw socket,
+/// tried until [`PEER_START`] has passed.
+fn wait_for_peer<T>(mut found: impl FnMut() -> Option<T>) -> Result<T, String> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(t) = found() {
+            return Ok(t);
+        }
+        if start.elapsed() > PEER_START {
+            return Err("the peer process never opened its raw socket".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The raw socket of a `--baseline` run's peer process.
+enum RawListener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+impl RawListener {
+    /// Listens as `which`'s baseline does, and says where through the
+    /// run's directory.
+    fn open(which: Which, dir: &std::path::Path) -> Result<Self, String> {
+        if which == Which::Sm {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+            let listener = std::os::unix::net::UnixListener::bind(dir.join(RAW_SOCKET_FILE))
+                .map_err(|e| e.to_string())?;
+            return Ok(RawListener::Unix(listener));
+        }
+        raw_listener(dir).map(RawListener::Tcp)
+    }
+
+    /// Answers the lead's baseline run.
+    fn answer(&self, wait: Waiting) -> Result<(), String> {
+        let answered = match self {
+            RawListener::Tcp(l) => l
+                .accept()
+                .and_then(|(stream, _)| btl_cli::raw::answer(stream, wait)),
+            RawListener::Unix(l) => l
+                .accept()
+                .and_then(|(stream, _)| btl_cli::raw::answer(stream, wait)),
+        };
+        answered.map_err(|e| format!("raw socket: {e}"))
+    }
+}
+
 /// Opens the raw socket of a `--baseline` run and tells its port through
 /// the run's directory.
 fn raw_listener(dir: &std::path::Path) -> Result<std::net::TcpListener, String> {
@@ -853,7 +937,10 @@ fn peer(args: PeerArgs) -> Result<(), String> {
     if let Some(cpu) = args.cpu {
         pin_to(cpu)?;
     }
-    let raw = args.baseline.then(|| raw_listener(&args.dir)).transpose()?;
+    let raw = args
+        .baseline
+        .then(|| RawListener::open(args.which, &args.dir))
+        .transpose()?;
     let sources = ParamSources::new(args.param_file, true);
     let boot = Arc::new(SharedDir::new(&args.dir));
     let me = ProcName::new(args.job, 1);
@@ -875,11 +962,15 @@ fn peer(args: PeerArgs) -> Result<(), String> {
             m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
             bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
         }
+        Which::Sm => {
+            let mut m = sm_module(&sources, me, boot)?;
+            reach(&mut m, lead_name)?;
+            bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
+        }
         Which::SelfBtl => return Err("a self run has no peer process".into()),
     }
     if let Some(listener) = raw {
-        let (stream, _) = listener.accept().map_err(|e| e.to_string())?;
-        btl_cli::raw::answer(stream, wait).map_err(|e| format!("raw socket: {e}"))?;
+        listener.answer(wait)?;
     }
     Ok(())
 }
@@ -918,7 +1009,9 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     match args.which {
         Which::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, printed_key, &stop),
         Which::Udp => serve_on(udp_module(&sources, me, boot)?, &args, printed_key, &stop),
-        Which::SelfBtl | Which::Verbs => Err(Failure::Usage("serve needs tcp or udp".into())),
+        Which::SelfBtl | Which::Verbs | Which::Sm => {
+            Err(Failure::Usage("serve needs tcp or udp".into()))
+        }
     }
 }
 
@@ -996,7 +1089,9 @@ fn serve_tap(
             announce(&[line("udp")]);
             serve_driven(server, args, stop)
         }
-        Which::SelfBtl | Which::Verbs => Err(Failure::Usage("serve needs tcp or udp".into())),
+        Which::SelfBtl | Which::Verbs | Which::Sm => {
+            Err(Failure::Usage("serve needs tcp or udp".into()))
+        }
     }
 }
 
@@ -1116,7 +1211,7 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
             &run,
             &title,
         ),
-        Which::SelfBtl | Which::Verbs => {
+        Which::SelfBtl | Which::Verbs | Which::Sm => {
             return Err(Failure::Usage("connect needs tcp or udp".into()));
         }
     };

@@ -1,13 +1,15 @@
 //! The baseline the `btl` command compares against: the same measurements
-//! over a plain `std::net` TCP connection, one `write` per message, as a
-//! program without a BTL would do it. Busy-polling reads spin on a
-//! non-blocking socket; blocking reads block.
+//! over a plain socket, one `write` per message, as a program without a
+//! BTL would do it: a TCP connection for the network BTLs, a Unix stream
+//! socket for shared memory. Busy-polling reads spin on a non-blocking
+//! socket; blocking reads block.
 //!
 //! Before each size the lead sends a 17-byte header (test, size, window,
 //! rounds); a size of `u64::MAX` ends the run.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use crate::bench::{Plan, Row, Test, Waiting, row};
@@ -27,8 +29,28 @@ fn test_code(t: Test) -> u8 {
     }
 }
 
+/// A socket the baseline runs over.
+pub trait Stream: Read + Write {
+    /// Makes it ready for `waiting`: non-blocking to busy-poll, and for
+    /// TCP without Nagle's delay.
+    fn prepare(&self, waiting: Waiting) -> io::Result<()>;
+}
+
+impl Stream for TcpStream {
+    fn prepare(&self, waiting: Waiting) -> io::Result<()> {
+        self.set_nodelay(true)?;
+        self.set_nonblocking(waiting == Waiting::Poll)
+    }
+}
+
+impl Stream for UnixStream {
+    fn prepare(&self, waiting: Waiting) -> io::Result<()> {
+        self.set_nonblocking(waiting == Waiting::Poll)
+    }
+}
+
 /// Reads exactly `buf.len()` bytes, spinning on a non-blocking socket.
-fn read_all(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
+fn read_all(s: &mut impl Stream, buf: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
@@ -49,7 +71,7 @@ fn read_all(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
 }
 
 /// Writes all of `buf`, spinning on a non-blocking socket.
-fn write_all(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
+fn write_all(s: &mut impl Stream, buf: &[u8]) -> io::Result<()> {
     let mut put = 0;
     while put < buf.len() {
         match s.write(&buf[put..]) {
@@ -68,19 +90,14 @@ fn write_all(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-fn prepare(s: &TcpStream, waiting: Waiting) -> io::Result<()> {
-    s.set_nodelay(true)?;
-    s.set_nonblocking(waiting == Waiting::Poll)
-}
-
 /// Runs `plan` over `stream` against [`answer`] at the other end.
 pub fn lead(
-    mut stream: TcpStream,
+    mut stream: impl Stream,
     plan: &Plan,
     waiting: Waiting,
     mut on_row: impl FnMut(&Row),
 ) -> io::Result<Vec<Row>> {
-    prepare(&stream, waiting)?;
+    stream.prepare(waiting)?;
     let max = plan.sizes.iter().copied().max().unwrap_or(1).max(1);
     let mut buf = vec![0x5au8; max];
     let mut rows = Vec::new();
@@ -132,8 +149,8 @@ pub fn lead(
 
 /// Answers [`lead`] until it is done: echoes ping-pongs, acknowledges each
 /// window with one byte.
-pub fn answer(mut stream: TcpStream, waiting: Waiting) -> io::Result<()> {
-    prepare(&stream, waiting)?;
+pub fn answer(mut stream: impl Stream, waiting: Waiting) -> io::Result<()> {
+    stream.prepare(waiting)?;
     let mut buf = vec![0u8; 1];
     loop {
         let mut head = [0u8; HEAD];
@@ -167,4 +184,33 @@ pub fn answer(mut stream: TcpStream, waiting: Waiting) -> io::Result<()> {
             }
         }
     }
+}
+
+/// One-thread `memcpy` of each size of `plan` into a second buffer, as
+/// many times as a ping-pong of that size has iterations: the bandwidth
+/// the copy alone reaches (hot in cache up to the cache's size), which a
+/// shared-memory transport's copies are measured against.
+pub fn memcpy(plan: &Plan) -> Vec<Row> {
+    let max = plan.sizes.iter().copied().max().unwrap_or(1).max(1);
+    let (from, mut to) = (vec![0x5au8; max], vec![0u8; max]);
+    plan.sizes
+        .iter()
+        .map(|&size| {
+            let (iters, warmup) = plan.iterations(size);
+            let mut samples = Vec::with_capacity(iters as usize);
+            let mut timed_from = Instant::now();
+            for i in 0..warmup + iters {
+                let t = Instant::now();
+                to[..size].copy_from_slice(std::hint::black_box(&from[..size]));
+                std::hint::black_box(&mut to);
+                if i >= warmup {
+                    samples.push(t.elapsed());
+                }
+                if i + 1 == warmup {
+                    timed_from = Instant::now();
+                }
+            }
+            row(Test::Bandwidth, 1, size, &mut samples, timed_from.elapsed())
+        })
+        .collect()
 }

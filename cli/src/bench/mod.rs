@@ -134,6 +134,20 @@ impl<R: btl_core::pool::Region, const REGS: usize, const QUEUE: usize> Driven
     }
 }
 
+/// Shared memory waits by polling: a blocking wait is not built yet, and
+/// the command refuses `--wait block` for it.
+impl Driven for btl_std::SmModule {
+    type Btl = Self;
+
+    fn btl(&mut self) -> &mut Self {
+        self
+    }
+
+    fn step(&mut self, _waiting: Waiting) {
+        self.progress();
+    }
+}
+
 impl<T: Transport> Driven for Module<T> {
     type Btl = Self;
 

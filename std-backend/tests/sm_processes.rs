@@ -1,99 +1,76 @@
-//! The shared-memory BTL between two processes, each with its own segment
-//! in `/dev/shm` holding the ring the other writes: a put of 1 MiB with a
-//! notice, checked by its target; a get of it back, checked by the
-//! getter; messages both ways; and the goodbye when one finalizes.
+//! The shared-memory component between processes, each with its module
+//! and its segment in `/dev/shm`, joined through a shared directory: a
+//! put of 1 MiB with a notice, checked by its target; a get of it back,
+//! checked by the getter; messages both ways; the goodbye when one
+//! finalizes. Then the faults: a peer killed (SIGKILL) is lost as
+//! `Exited` within the watch's period, and a new start of it under the
+//! same name is joined again as a new endpoint.
 
-use std::pin::Pin;
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteKey, RemoteSlice, Tag};
+use btl_core::btl::{
+    Access, Btl, BtlError, Event, LostReason, MemSlice, RemoteKey, RemoteSlice, Tag,
+};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig, PoolCell};
-use btl_core::sm::SharedMemory;
-use btl_std::driver::heap::Heap;
-use btl_std::transports::sm::segment::Segment;
+use btl_std::{ModuleBuilder, SmModule};
 
-type Sm<'a> = SharedMemory<'a, Pin<Box<[PoolCell]>>, Vec<u8>, 2, 4, 8, 64>;
+type Sm = SmModule;
 
 const LEN: usize = 1 << 20;
 const KEY: Tag = Tag(0x80);
 const CHECKED: Tag = Tag(0x81);
 const DONE: Tag = Tag(0x82);
+const HELLO: Tag = Tag(0x83);
 const DEADLINE: Duration = Duration::from_secs(20);
 
 fn pattern(i: usize) -> u8 {
     (i % 251) as u8
 }
 
-fn segment_name(job: u32, rank: u32) -> String {
-    format!("btl-test-sm-{job}-{rank}")
+/// The job's shared directory.
+fn dir(job: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("btl-test-sm-processes-{job}"))
 }
 
-/// This process's segment, the peer's, and the slot this side claimed in
-/// the peer's (its ring to the peer) and the one the peer claimed in this
-/// side's (the ring from it).
-fn join(job: u32, rank: u32) -> (Segment, Segment, usize, usize) {
-    let mine = Segment::create(&segment_name(job, rank), 1, 1 << 14).expect("this segment");
-    let start = Instant::now();
-    let theirs = loop {
-        if let Ok(s) = Segment::open(&segment_name(job, 1 - rank)) {
-            break s;
-        }
-        assert!(start.elapsed() < DEADLINE, "the peer's segment never came");
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    let out = theirs
-        .claim(rank + 1)
-        .expect("a slot in the peer's segment");
-    let inbound = loop {
-        if mine.claimant(0) == Some(2 - rank) {
-            break 0;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the peer never claimed its slot"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    (mine, theirs, out, inbound)
+/// The module of rank `rank` of job `job`.
+fn open(job: u32, rank: u32) -> Sm {
+    ModuleBuilder::new(ProcName::new(u64::from(job), rank))
+        .ignore_environment()
+        .shared_dir(dir(job))
+        .sm()
+        .expect("an sm module")
 }
 
-fn module<'a>(
-    mine: &'a Segment,
-    theirs: &'a Segment,
-    out: usize,
-    inbound: usize,
-    peer: ProcName,
-) -> (Sm<'a>, EndpointId) {
-    let class = |fragment_size| FragmentPoolConfig {
-        fragment_size,
-        num: 16,
-        max: 16,
-        inc: 4,
-    };
-    let pools = Heap::<Vec<u8>>::pools(FragmentPoolsConfig {
-        small: class(256),
-        eager: class(4096),
-        max: class(32 << 10),
-    })
-    .expect("pools");
-    let mut sm: Sm<'a> = SharedMemory::new(pools);
-    sm.attach(
-        peer,
-        theirs.ring_words_of(out).expect("a ring"),
-        mine.ring_words_of(inbound).expect("a ring"),
-    )
-    .expect("attach");
+/// `proc`'s endpoint, once it has joined.
+fn reach(sm: &mut Sm, proc: ProcName) -> EndpointId {
     let mut eps = [None];
     let mut words = [0u64];
-    sm.add_procs(&[peer], &mut eps, &mut Reachability::new(&mut words))
+    sm.add_procs(&[proc], &mut eps, &mut Reachability::new(&mut words))
         .expect("add");
-    (sm, eps[0].expect("reachable"))
+    eps[0].expect("reachable")
+}
+
+/// This test binary as rank `rank`'s process, running the ignored test
+/// `which`.
+fn start(which: &str, job: u32, rank: u32) -> Child {
+    Command::new(std::env::current_exe().expect("this test"))
+        .args(["--exact", which, "--ignored", "--nocapture"])
+        .env("BTL_SM_JOB", job.to_string())
+        .env("BTL_SM_RANK", rank.to_string())
+        .spawn()
+        .expect("the child")
+}
+
+/// The job and rank a child was started as, if it was.
+fn started_as() -> Option<(u32, u32)> {
+    let var = |v| std::env::var(v).ok()?.parse().ok();
+    Some((var("BTL_SM_JOB")?, var("BTL_SM_RANK")?))
 }
 
 /// Serves `sm` until `take` takes an event.
-fn wait<R>(sm: &mut Sm<'_>, mut take: impl FnMut(Event<'_>) -> Option<R>) -> R {
+fn wait<R>(sm: &mut Sm, mut take: impl FnMut(Event<'_>) -> Option<R>) -> R {
     let start = Instant::now();
     loop {
         sm.progress();
@@ -112,18 +89,11 @@ fn wait<R>(sm: &mut Sm<'_>, mut take: impl FnMut(Event<'_>) -> Option<R>) -> R {
 #[test]
 #[ignore = "run by the test below as its child"]
 fn child() {
-    let Ok(job) = std::env::var("BTL_SM_JOB") else {
+    let Some((job, rank)) = started_as() else {
         return;
     };
-    let job: u32 = job.parse().expect("a job");
-    let (mine, theirs, out, inbound) = join(job, 1);
-    let (mut sm, parent) = module(
-        &mine,
-        &theirs,
-        out,
-        inbound,
-        ProcName::new(u64::from(job), 0),
-    );
+    let mut sm = open(job, rank);
+    let parent = reach(&mut sm, ProcName::new(u64::from(job), 0));
     let lent = sm
         .register_mem(vec![0u8; LEN], Access::REMOTE_WRITE | Access::REMOTE_READ)
         .expect("lent");
@@ -160,19 +130,9 @@ fn child() {
 #[test]
 fn two_processes_put_get_and_talk_through_their_segments() {
     let job = std::process::id();
-    let mut child = Command::new(std::env::current_exe().expect("this test"))
-        .args(["--exact", "child", "--ignored", "--nocapture"])
-        .env("BTL_SM_JOB", job.to_string())
-        .spawn()
-        .expect("the child");
-    let (mine, theirs, out, inbound) = join(job, 0);
-    let (mut sm, peer) = module(
-        &mine,
-        &theirs,
-        out,
-        inbound,
-        ProcName::new(u64::from(job), 1),
-    );
+    let mut child = start("child", job, 1);
+    let mut sm = open(job, 0);
+    let peer = reach(&mut sm, ProcName::new(u64::from(job), 1));
     let key = wait(&mut sm, |e| match e {
         Event::Received(m) if m.tag == KEY => {
             Some(RemoteKey(u64::from_le_bytes(m.data.try_into().ok()?)))
@@ -236,4 +196,68 @@ fn two_processes_put_get_and_talk_through_their_segments() {
         matches!(e, Event::PeerLeft { .. }).then_some(())
     });
     assert!(child.wait().expect("it ends").success());
+    let _ = std::fs::remove_dir_all(dir(job));
+}
+
+/// A child that joins rank 0, says hello, and then waits to be killed.
+#[test]
+#[ignore = "run by the test below as its child"]
+fn child_to_be_killed() {
+    let Some((job, rank)) = started_as() else {
+        return;
+    };
+    let mut sm = open(job, rank);
+    let parent = reach(&mut sm, ProcName::new(u64::from(job), 0));
+    while sm.send_copy(parent, HELLO, &rank.to_le_bytes()).is_err() {
+        sm.progress();
+    }
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        sm.progress();
+        while sm.poll_event().is_some() {}
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_killed_peer_is_lost_at_once_and_its_new_start_joined_again() {
+    let job = std::process::id() ^ 0x5a5a;
+    let peer = ProcName::new(u64::from(job), 1);
+    let mut sm = open(job, 0);
+    let mut child = start("child_to_be_killed", job, 1);
+    let first = reach(&mut sm, peer);
+    wait(&mut sm, |e| match e {
+        Event::Received(m) if m.tag == HELLO => Some(()),
+        _ => None,
+    });
+    child.kill().expect("SIGKILL");
+    let killed = Instant::now();
+    child.wait().expect("reaped");
+    let reason = wait(&mut sm, |e| match e {
+        Event::Error(err) if err.endpoint == Some(first) => Some(err.error),
+        _ => None,
+    });
+    let noticed = killed.elapsed();
+    assert_eq!(reason, BtlError::PeerLost(LostReason::Exited));
+    eprintln!("the killed peer was lost {noticed:?} after SIGKILL");
+    assert!(
+        noticed < Duration::from_millis(500),
+        "lost within the watch's 10 ms period of progress, not {noticed:?}"
+    );
+    assert_eq!(
+        sm.send_copy(first, HELLO, &[]),
+        Err(BtlError::PeerLost(LostReason::Exited)),
+        "sends to it fail as lost"
+    );
+    // The same rank again: its new segment replaces the one the kill left.
+    let mut again = start("child_to_be_killed", job, 1);
+    let second = reach(&mut sm, peer);
+    assert_ne!(second, first, "a new start is a new endpoint");
+    wait(&mut sm, |e| match e {
+        Event::Received(m) if m.tag == HELLO && m.from == second => Some(()),
+        _ => None,
+    });
+    again.kill().expect("SIGKILL");
+    again.wait().expect("reaped");
+    let _ = std::fs::remove_dir_all(dir(job));
 }

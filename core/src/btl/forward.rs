@@ -82,10 +82,7 @@ macro_rules! forward_btl_operations {
                 .sendi(endpoint, header, payload, tag, order, flags)
         }
 
-        fn region(
-            &self,
-            handle: $crate::btl::MemHandle,
-        ) -> Result<&[u8], $crate::btl::BtlError> {
+        fn region(&self, handle: $crate::btl::MemHandle) -> Result<&[u8], $crate::btl::BtlError> {
             self.$inner.region(handle)
         }
 

@@ -288,7 +288,10 @@ mod tests {
             pid: 4242,
         });
         let text = with.to_string();
-        assert!(text.ends_with("sm btl-sm-7-3 0b5e1d6c-5c2b:17 4242\n"), "{text}");
+        assert!(
+            text.ends_with("sm btl-sm-7-3 0b5e1d6c-5c2b:17 4242\n"),
+            "{text}"
+        );
         assert_eq!(Card::parse(&text), Ok(with));
         for bad in [
             "proc 7.3\nsm ../etc/passwd host 1\n",

@@ -14,15 +14,10 @@
 //!   unacknowledged until their retries are spent, its queue pair fails,
 //!   and its CPC's new attempts go unanswered until the peer timeout.
 
-use btl_core::btl::{
-    Access, Attributes, Btl, BtlError, Event, MemHandle, MemSlice, OpId, RegisterError,
-    RemoteSlice, SendError, SendStatus, Tag,
-};
-use btl_core::desc::{DescFlags, Descriptor, Order};
+use btl_core::btl::{Access, Btl, BtlError, MemHandle, RegisterError};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::{Capacities, Stream};
 use btl_core::mca::{Params, Registry};
-use btl_core::pool::PoolsRef;
 use btl_core::time::{Duration, Instant};
 use btl_core::wire::NONCE_LEN;
 use btl_std::driver::heap::{Heap, HeapEngine};
@@ -105,13 +100,7 @@ struct Proc {
 impl Btl for Proc {
     type Memory = Memory;
 
-    fn attributes(&self) -> &Attributes {
-        self.engine.attributes()
-    }
-
-    fn pools(&self) -> PoolsRef<'_> {
-        self.engine.pools()
-    }
+    btl_core::forward_btl_operations!(engine);
 
     fn add_procs(
         &mut self,
@@ -124,66 +113,6 @@ impl Btl for Proc {
 
     fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
         self.engine.del_procs(endpoints)
-    }
-
-    fn alloc(
-        &mut self,
-        endpoint: EndpointId,
-        order: Order,
-        size: usize,
-        flags: DescFlags,
-    ) -> Result<Descriptor, BtlError> {
-        self.engine.alloc(endpoint, order, size, flags)
-    }
-
-    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
-        self.engine.free(desc)
-    }
-
-    fn prepare_src(
-        &mut self,
-        endpoint: EndpointId,
-        data: &[u8],
-        reserve: usize,
-        order: Order,
-        flags: DescFlags,
-    ) -> Result<Descriptor, BtlError> {
-        self.engine
-            .prepare_src(endpoint, data, reserve, order, flags)
-    }
-
-    fn prepare_src_registered(
-        &mut self,
-        endpoint: EndpointId,
-        data: MemSlice,
-        reserve: usize,
-        order: Order,
-        flags: DescFlags,
-    ) -> Result<Descriptor, BtlError> {
-        self.engine
-            .prepare_src_registered(endpoint, data, reserve, order, flags)
-    }
-
-    fn send(
-        &mut self,
-        endpoint: EndpointId,
-        desc: Descriptor,
-        tag: Tag,
-    ) -> Result<SendStatus, SendError> {
-        self.engine.send(endpoint, desc, tag)
-    }
-
-    fn sendi(
-        &mut self,
-        endpoint: EndpointId,
-        header: &[u8],
-        payload: &[u8],
-        tag: Tag,
-        order: Order,
-        flags: DescFlags,
-    ) -> Result<(), BtlError> {
-        self.engine
-            .sendi(endpoint, header, payload, tag, order, flags)
     }
 
     fn register_mem(
@@ -206,51 +135,8 @@ impl Btl for Proc {
         }
     }
 
-    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
-        self.engine.region(handle)
-    }
-
-    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
-        self.engine.region_mut(handle)
-    }
-
-    fn put(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        self.engine.put(endpoint, local, remote, ctx)
-    }
-
-    fn put_notify(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        imm: u64,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        self.engine.put_notify(endpoint, local, remote, imm, ctx)
-    }
-
-    fn get(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        self.engine.get(endpoint, local, remote, ctx)
-    }
-
     fn progress(&mut self) -> usize {
         self.engine.progress()
-    }
-
-    fn poll_event(&mut self) -> Option<Event<'_>> {
-        self.engine.poll_event()
     }
 
     fn finalize(&mut self) -> btl_core::btl::Undelivered {

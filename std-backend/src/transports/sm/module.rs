@@ -7,15 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
-use btl_core::btl::{
-    Access, Btl, BtlError, LostReason, MemHandle, RegisterError, Undelivered,
-};
+use btl_core::btl::{Access, Btl, BtlError, LostReason, MemHandle, RegisterError, Undelivered};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::pool::{FragmentPoolsConfig, PoolCell};
 use btl_core::sm::{AttachError, SharedMemory};
 
 use super::SmConfig;
-use super::segment::{Claimant, Segment, SegmentError, host_identity};
+use super::segment::{Claimant, Segment, SegmentError, host_identity, running};
 use crate::bootstrap::{Bootstrap, BootstrapError, Card, SegmentContact};
 use crate::driver::heap::Heap;
 
@@ -169,8 +167,7 @@ impl SmModule {
             return Ok(Some(ep));
         }
         if !self.half.iter().any(|h| h.peer.proc == proc) {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let card = self.bootstrap.lookup(proc, wait).map_err(|e| e.to_string())?;
+            let card = self.live_card(proc, deadline)?;
             let Some(peer) = self.reachable(&card)? else {
                 return Ok(None);
             };
@@ -189,6 +186,31 @@ impl SmModule {
                 ));
             }
             std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// `proc`'s card, looked up again until the process it names runs: a
+    /// process killed leaves its card behind until its next start
+    /// replaces it.
+    fn live_card(&self, proc: ProcName, deadline: Instant) -> Result<Card, String> {
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let card = self
+                .bootstrap
+                .lookup(proc, wait)
+                .map_err(|e| e.to_string())?;
+            match &card.segment {
+                Some(s) if !running(s.pid) => {
+                    if Instant::now() >= deadline {
+                        return Err(format!(
+                            "its card names process {}, which has ended, and no new start replaced it",
+                            s.pid
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                _ => return Ok(card),
+            }
         }
     }
 
@@ -281,8 +303,13 @@ impl SmModule {
             self.let_go(ep);
         }
         let half = match self.half.iter().position(|h| h.peer.proc == claim.proc) {
-            Some(i) => self.half.swap_remove(i),
-            None => {
+            Some(i) if self.half[i].peer.pid == claim.pid => self.half.swap_remove(i),
+            stale => {
+                // A claim made in an earlier start's segment waits for
+                // nothing now.
+                if let Some(i) = stale {
+                    self.half.swap_remove(i);
+                }
                 let card = self
                     .bootstrap
                     .lookup(claim.proc, Duration::from_millis(100))
@@ -388,7 +415,11 @@ impl SmModule {
             return;
         }
         if let Err(e) = j.theirs.vacate() {
-            tracing::warn!("sm {}: letting go of {}: {e}", self.me, j.theirs.path().display());
+            tracing::warn!(
+                "sm {}: letting go of {}: {e}",
+                self.me,
+                j.theirs.path().display()
+            );
         }
         let done = matches!(reason, Some(LostReason::Exited | LostReason::Left));
         self.slots[j.inbound] = if done && self.mine.reopen(j.inbound).is_ok() {

@@ -37,8 +37,8 @@
 //! the owner reads it as untrusted, as the ring does.
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsFd;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -467,7 +467,7 @@ pub fn host_identity() -> io::Result<String> {
 }
 
 /// Whether process `pid` runs (this one counts).
-fn running(pid: u32) -> bool {
+pub fn running(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)

@@ -5,3 +5,16 @@
 use btl_tests::harness::sm::SmModuleWorld;
 
 btl_tests::conformance_suite!(SmModuleWorld::new, gated: [pause]);
+
+/// The limits the book's getting-started table gives for `sm`.
+#[test]
+fn the_default_limits_are_the_books() {
+    use btl_core::btl::Btl;
+    use btl_tests::world::{Side, World};
+    let mut world = SmModuleWorld::new();
+    let attributes = world.btl(Side::A).attributes();
+    assert_eq!(attributes.eager_limit, 4 << 10);
+    assert_eq!(attributes.max_send_size, 32 << 10);
+    assert_eq!(attributes.put_limit, u64::MAX >> 1);
+    assert_eq!(attributes.get_limit, u64::MAX >> 1);
+}

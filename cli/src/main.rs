@@ -606,11 +606,6 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
             "--baseline compares with a plain socket: use it with --btl tcp or --btl sm".into(),
         ));
     }
-    if args.which == Which::Sm && args.wait == WaitMode::Block {
-        return Err(Failure::Usage(
-            "--btl sm waits by polling only: a blocking wait for shared memory is not built yet (use --wait poll)".into(),
-        ));
-    }
     let _load = Load::start(args.load)?;
     let pinning = args.pinning();
     if let Some((lead, peer)) = pinning {

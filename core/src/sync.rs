@@ -2,6 +2,6 @@
 //! under `--cfg loom` so that the loom models explore every interleaving.
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{AtomicU32, Ordering};
+pub(crate) use core::sync::atomic::{AtomicU32, Ordering, fence};
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU32, Ordering, fence};

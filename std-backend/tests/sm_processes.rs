@@ -261,3 +261,88 @@ fn a_killed_peer_is_lost_at_once_and_its_new_start_joined_again() {
     again.wait().expect("reaped");
     let _ = std::fs::remove_dir_all(dir(job));
 }
+
+/// CPU time this process has run, from `/proc/thread-self/schedstat`.
+fn cpu_time() -> Duration {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+    let ns = text
+        .split_whitespace()
+        .next()
+        .and_then(|t| t.parse().ok())
+        .expect("time on CPU");
+    Duration::from_nanos(ns)
+}
+
+/// A child that joins rank 0, then waits, asleep, for its message, and
+/// answers with the CPU time and the time it waited, and how often its
+/// peers rang its bell.
+#[test]
+#[ignore = "run by the test below as its child"]
+fn child_sleeper() {
+    let Some((job, rank)) = started_as() else {
+        return;
+    };
+    let mut sm = open(job, rank);
+    let parent = reach(&mut sm, ProcName::new(u64::from(job), 0));
+    let (cpu, start) = (cpu_time(), Instant::now());
+    sm.wait_for(DEADLINE, |e| match e {
+        Event::Received(m) if m.tag == HELLO => Some(()),
+        _ => None,
+    })
+    .expect("woken by the message");
+    let (cpu, waited) = (cpu_time() - cpu, start.elapsed());
+    let rung = sm
+        .segment()
+        .bell_words()
+        .1
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let mut answer = [0u8; 20];
+    answer[..8].copy_from_slice(&(cpu.as_nanos() as u64).to_le_bytes());
+    answer[8..16].copy_from_slice(&(waited.as_nanos() as u64).to_le_bytes());
+    answer[16..].copy_from_slice(&rung.to_le_bytes());
+    while sm.send_copy(parent, CHECKED, &answer).is_err() {
+        sm.progress();
+    }
+    let _ = sm.finalize();
+}
+
+#[test]
+fn a_module_waiting_asleep_is_woken_by_a_push_and_spends_no_cpu_meanwhile() {
+    let job = std::process::id() ^ 0x1ee9;
+    let mut sm = open(job, 0);
+    let mut child = start("child_sleeper", job, 1);
+    let peer = reach(&mut sm, ProcName::new(u64::from(job), 1));
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    while sm.send_copy(peer, HELLO, &[]).is_err() {
+        sm.progress();
+    }
+    let answer = wait(&mut sm, |e| match e {
+        Event::Received(m) if m.tag == CHECKED => m.data.try_into().ok().map(|a: [u8; 20]| a),
+        _ => None,
+    });
+    let round_trip = sent.elapsed();
+    let field = |r: std::ops::Range<usize>| {
+        Duration::from_nanos(u64::from_le_bytes(answer[r].try_into().expect("8 bytes")))
+    };
+    let (cpu, waited) = (field(0..8), field(8..16));
+    let rung = u32::from_le_bytes(answer[16..].try_into().expect("4 bytes"));
+    assert!(rung >= 1, "the parent's push rang the child's bell");
+    eprintln!(
+        "the child waited {waited:?} using {cpu:?} of CPU; the answer came {round_trip:?} after the message"
+    );
+    assert!(
+        waited >= Duration::from_millis(200),
+        "it waited for the message: {waited:?}"
+    );
+    assert!(
+        cpu < waited / 10,
+        "it slept while it waited: {cpu:?} of CPU in {waited:?}"
+    );
+    assert!(
+        round_trip < Duration::from_millis(100),
+        "woken by the push, not by its 10 ms naps alone: {round_trip:?}"
+    );
+    assert!(child.wait().expect("it ends").success());
+    let _ = std::fs::remove_dir_all(dir(job));
+}

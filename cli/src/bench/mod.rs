@@ -134,8 +134,6 @@ impl<R: btl_core::pool::Region, const REGS: usize, const QUEUE: usize> Driven
     }
 }
 
-/// Shared memory waits by polling: a blocking wait is not built yet, and
-/// the command refuses `--wait block` for it.
 impl Driven for btl_std::SmModule {
     type Btl = Self;
 
@@ -143,8 +141,15 @@ impl Driven for btl_std::SmModule {
         self
     }
 
-    fn step(&mut self, _waiting: Waiting) {
-        self.progress();
+    fn step(&mut self, waiting: Waiting) {
+        match waiting {
+            Waiting::Poll => {
+                self.progress();
+            }
+            Waiting::Block => {
+                self.wait(Duration::from_millis(10));
+            }
+        }
     }
 }
 
@@ -633,26 +638,56 @@ impl Side {
         n: u64,
         waiting: Waiting,
     ) -> Result<(), BenchError> {
-        let mut last = Instant::now();
-        let mut idle: u32 = 0;
+        let mut patience = Patience::new(STALL);
         while self.counted[k] < n {
             let moved = self.take(btl.btl(), true)?;
             self.reply(btl.btl(), true)?;
-            // The clock is read only now and then: this loop is what a
-            // latency measurement spins in.
-            idle = if moved { 0 } else { idle + 1 };
-            if idle == 0 || idle.is_multiple_of(4096) {
-                if idle == 0 {
-                    last = Instant::now();
-                } else if last.elapsed() > STALL {
-                    return Err(BenchError::Stalled(STALL));
-                }
+            if moved {
+                patience.moved();
+            } else if patience.idle() {
+                return Err(BenchError::Stalled(STALL));
             }
             if self.counted[k] < n {
                 btl.step(waiting);
             }
         }
         Ok(())
+    }
+}
+
+/// How long a loop that spins for arrivals waits before it gives up,
+/// checked without reading the clock on every step: the loop is what a
+/// latency measurement spins in, so the clock is read once every 4,096
+/// idle steps, and not at all while things arrive.
+struct Patience {
+    limit: Duration,
+    idle: u32,
+    since: Option<Instant>,
+}
+
+impl Patience {
+    fn new(limit: Duration) -> Self {
+        Patience {
+            limit,
+            idle: 0,
+            since: None,
+        }
+    }
+
+    /// Something arrived: the wait starts again.
+    fn moved(&mut self) {
+        self.idle = 0;
+        self.since = None;
+    }
+
+    /// Nothing arrived this step; whether the wait has run out.
+    fn idle(&mut self) -> bool {
+        self.idle = self.idle.wrapping_add(1);
+        if !self.idle.is_multiple_of(4096) {
+            return false;
+        }
+        let now = Instant::now();
+        now.duration_since(*self.since.get_or_insert(now)) > self.limit
     }
 }
 
@@ -719,11 +754,11 @@ pub fn answer<B: Driven>(
     patience: Duration,
 ) -> Result<(), BenchError> {
     let mut side = Side::new(btl.btl(), max_message, 1)?;
-    let mut last = Instant::now();
+    let mut waited = Patience::new(patience);
     while side.runs() == 0 {
         if side.serve_once(btl, waiting) {
-            last = Instant::now();
-        } else if last.elapsed() > patience {
+            waited.moved();
+        } else if waited.idle() {
             return Err(BenchError::Stalled(patience));
         }
     }

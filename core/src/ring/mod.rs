@@ -59,6 +59,10 @@
 //!   ring empty; the producer reads it with `Acquire` only when the room
 //!   it last saw is not enough.
 
+mod bell;
+
+pub use bell::Bell;
+
 use crate::sync::{AtomicU32, Ordering};
 
 /// Word 0 of a ring: "btlR".

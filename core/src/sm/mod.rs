@@ -26,7 +26,7 @@ use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName, Reachability};
 use crate::mca::Exclusivity;
 use crate::pool::{Fragment, FragmentPools, PoolsRef, Region};
-use crate::ring::{Consumer, PopError, Producer, PushError};
+use crate::ring::{Bell, Consumer, PopError, Producer, PushError};
 use crate::sync::AtomicU32;
 
 use record::Record;
@@ -56,6 +56,19 @@ struct Peer<'a> {
     wanted: Option<Wanted>,
     /// This side finalized and owes the peer its goodbye.
     bye_owed: bool,
+    /// How to wake the peer if it sleeps, once the driver gave it.
+    bell: Option<Bell<'a>>,
+}
+
+impl Peer<'_> {
+    /// Pushes a record to the peer, and wakes it if it sleeps.
+    fn push(&mut self, kind: u8, parts: &[&[u8]]) -> Result<(), PushError> {
+        self.tx.push(kind, parts)?;
+        if let Some(bell) = &self.bell {
+            bell.ring();
+        }
+        Ok(())
+    }
 }
 
 /// What refusals for room lacked, each as its check tested it.
@@ -135,6 +148,9 @@ pub struct SharedMemory<
     regs: Registrations<M, [RegSlot<M>; REGS]>,
     peers: Vec<Peer<'a>, PEERS>,
     ops: [Option<Op>; OPS],
+    /// How many of `ops` are under way: `progress` looks at them only
+    /// then.
+    live_ops: usize,
     next_op: u64,
     events: Deque<Pending, EVENTS>,
     /// The received message the last `poll_event` handed out.
@@ -196,6 +212,7 @@ impl<
             regs: Registrations::inline(),
             peers: Vec::new(),
             ops: [None; OPS],
+            live_ops: 0,
             next_op: 0,
             events: Deque::new(),
             delivered: None,
@@ -238,6 +255,7 @@ impl<
                 serving: None,
                 wanted: None,
                 bye_owed: false,
+                bell: None,
             })
             .map_err(|_| AttachError::Full)?;
         self.attributes.eager_limit = self.attributes.eager_limit.min(most);
@@ -261,12 +279,13 @@ impl<
         if reason != LostReason::Left {
             // Best effort: a peer given up for what it did hears of it, and
             // its operations to this side end rather than wait.
-            let _ = peer.tx.push(record::BYE, &[]);
+            let _ = peer.push(record::BYE, &[]);
         }
         let error = BtlError::PeerLost(reason);
         for slot in &mut self.ops {
             if let Some(op) = slot.filter(|op| op.peer == endpoint) {
                 *slot = None;
+                self.live_ops -= 1;
                 let _ = self.events.push_back(Pending::Done(done(op, Err(error))));
             }
         }
@@ -281,6 +300,14 @@ impl<
         };
         // The queue keeps room for losses: see `has_room`.
         let _ = self.events.push_back(Pending::Done(event));
+    }
+
+    /// Wakes peer `endpoint` through `bell` after every record pushed to
+    /// it, for a peer that sleeps when it has nothing to do.
+    pub fn set_bell(&mut self, endpoint: EndpointId, bell: Bell<'a>) {
+        if let Some(peer) = self.peers.get_mut(endpoint.0 as usize) {
+            peer.bell = Some(bell);
+        }
     }
 
     /// Why peer `endpoint` was lost, if it was (`None` too for an
@@ -314,7 +341,8 @@ impl<
     /// Whether `n` more events may be promised: a place per peer stays
     /// free for its loss, and one per operation under way for its end.
     fn has_room(&self, n: usize) -> bool {
-        self.events.len() + n + self.peers.len() + self.ops.iter().flatten().count() <= EVENTS
+        debug_assert_eq!(self.live_ops, self.ops.iter().flatten().count());
+        self.events.len() + n + self.peers.len() + self.live_ops <= EVENTS
     }
 
     /// A message of `len` bytes fits one record.
@@ -440,6 +468,7 @@ impl<
             return Ok(OpId(id));
         }
         self.ops[i] = Some(op);
+        self.live_ops += 1;
         self.move_ops();
         Ok(OpId(id))
     }
@@ -448,8 +477,20 @@ impl<
     /// answer and served get of every peer.
     fn move_ops(&mut self) {
         for p in 0..self.peers.len() {
-            self.answer_owed(EndpointId(p as u32));
-            self.serve(EndpointId(p as u32));
+            let peer = &self.peers[p];
+            let (owing, serving) = (
+                peer.bye_owed || !peer.owed.is_empty(),
+                peer.serving.is_some(),
+            );
+            if owing {
+                self.answer_owed(EndpointId(p as u32));
+            }
+            if serving {
+                self.serve(EndpointId(p as u32));
+            }
+        }
+        if self.live_ops == 0 {
+            return;
         }
         let mut corrupt = None;
         for i in 0..OPS {
@@ -461,7 +502,7 @@ impl<
             match op.kind {
                 Kind::Get { asked: false } => {
                     let ask = record::get(op.id, op.remote.key, op.remote.offset, op.remote.len);
-                    match peer.tx.push(record::GET, &[&ask]) {
+                    match peer.push(record::GET, &[&ask]) {
                         Ok(()) => op.kind = Kind::Get { asked: true },
                         Err(PushError::Corrupt) => corrupt = Some(op.peer),
                         Err(_) => {}
@@ -505,7 +546,7 @@ impl<
                             imm.unwrap_or(0),
                             flags,
                         );
-                        match peer.tx.push(record::PUT, &[&head, bytes]) {
+                        match peer.push(record::PUT, &[&head, bytes]) {
                             Ok(()) => {}
                             Err(PushError::Corrupt) => {
                                 corrupt = Some(op.peer);
@@ -537,7 +578,7 @@ impl<
         };
         let mut corrupt = false;
         while let Some((kind, body)) = peer.owed.front().copied() {
-            match peer.tx.push(kind, &[&body]) {
+            match peer.push(kind, &[&body]) {
                 Ok(()) => drop(peer.owed.pop_front()),
                 Err(e) => {
                     corrupt = e == PushError::Corrupt;
@@ -545,7 +586,7 @@ impl<
                 }
             }
         }
-        if peer.bye_owed && peer.owed.is_empty() && peer.tx.push(record::BYE, &[]).is_ok() {
+        if peer.bye_owed && peer.owed.is_empty() && peer.push(record::BYE, &[]).is_ok() {
             peer.bye_owed = false;
         }
         if corrupt {
@@ -562,7 +603,7 @@ impl<
         let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
             return true;
         };
-        if peer.owed.is_empty() && peer.tx.push(kind, &[&body]).is_ok() {
+        if peer.owed.is_empty() && peer.push(kind, &[&body]).is_ok() {
             return true;
         }
         peer.owed.push_back((kind, body)).is_ok()
@@ -593,7 +634,7 @@ impl<
                 return;
             };
             let head = record::get_data_head(s.op, s.sent, last);
-            match peer.tx.push(record::GET_DATA, &[&head, bytes]) {
+            match peer.push(record::GET_DATA, &[&head, bytes]) {
                 Ok(()) => {}
                 Err(PushError::Corrupt) => {
                     self.lose(endpoint, LostReason::ProtocolViolation);
@@ -623,7 +664,7 @@ fn push_message(peer: &mut Peer<'_>, tag: Tag, parts: &[&[u8]]) -> Result<(), Bt
     for (slot, part) in all[1..].iter_mut().zip(parts) {
         *slot = part;
     }
-    match peer.tx.push(record::MESSAGE, &all[..=parts.len().min(3)]) {
+    match peer.push(record::MESSAGE, &all[..=parts.len().min(3)]) {
         Ok(()) => Ok(()),
         Err(PushError::Full) => Err(BtlError::OutOfResource),
         Err(PushError::TooLarge | PushError::ReservedKind) => Err(BtlError::TooLarge {
@@ -866,6 +907,7 @@ impl<
                         return false;
                     }
                     self.ops[i] = None;
+                    self.live_ops -= 1;
                     let _ = self.events.push_back(Pending::Done(done(o, Ok(()))));
                 }
                 true
@@ -900,6 +942,7 @@ impl<
         let Some(o) = self.ops[i].take() else {
             return false;
         };
+        self.live_ops -= 1;
         let result = match code {
             0 if put => Ok(()),
             c => Err(BtlError::Rejected(RejectCode::from(c))),
@@ -1215,6 +1258,7 @@ impl<
             return crate::btl::Undelivered::default();
         }
         let outstanding = self.ops.iter().flatten().count();
+        self.live_ops = 0;
         for slot in &mut self.ops {
             if let Some(op) = slot.take() {
                 let _ = self

@@ -66,6 +66,8 @@ pub struct SmConfig {
     pub fifo_size: usize,
     /// How long `add_procs` waits for a peer.
     pub connect_timeout: Duration,
+    /// How long [`SmModule::wait`] polls before it sleeps.
+    pub spin: Duration,
 }
 
 impl Default for SmConfig {
@@ -73,6 +75,7 @@ impl Default for SmConfig {
         SmConfig {
             fifo_size: 256 << 10,
             connect_timeout: Duration::from_secs(10),
+            spin: Duration::from_micros(50),
         }
     }
 }
@@ -149,6 +152,7 @@ impl Component for SmComponent {
         let sm = SmConfig {
             fifo_size,
             connect_timeout: Duration::from_millis(u64::try_from(timeout).unwrap_or(0)),
+            ..SmConfig::default()
         };
         let mut modules = Modules::new();
         let _ = modules.push(SmSetup { sm, pools });

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use btl_core::btl::{Access, Btl, BtlError, LostReason, MemHandle, RegisterError, Undelivered};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::pool::{FragmentPoolsConfig, PoolCell};
+use btl_core::ring::Bell;
 use btl_core::sm::{AttachError, SharedMemory};
 
 use super::SmConfig;
@@ -346,6 +347,12 @@ impl SmModule {
             Err(e) => return Err(format!("its rings cannot be used: {e:?}")),
         };
         debug_assert_eq!(ep.0 as usize, self.joined.len(), "endpoints in order");
+        let (state, sequence) = half.theirs.bell_words();
+        let (state, sequence) = (state as *const AtomicU32, sequence as *const AtomicU32);
+        // SAFETY: as for the rings above: the words lie in `half.theirs`'s
+        // mapping, kept until after `core`, which holds them, is dropped.
+        let (state, sequence) = unsafe { (&*state, &*sequence) };
+        self.core.set_bell(ep, Bell::new(state, sequence, wake));
         // A peer that joined first can be answered before it is added.
         let mut one = [None];
         let mut word = [0u64];
@@ -429,17 +436,92 @@ impl SmModule {
         };
     }
 
-    /// Moves the rings forward and, every [`CLOCK_EVERY`] calls, looks at
-    /// the clock to watch the peers every [`WATCH_EVERY`].
-    fn housekeeping(&mut self) {
+    /// Joins peers that reached this process and, every [`CLOCK_EVERY`]
+    /// calls (or at once when `now`), looks at the clock to watch the
+    /// peers every [`WATCH_EVERY`].
+    fn housekeeping(&mut self, now: bool) {
         self.accept_claims();
         self.polls = self.polls.wrapping_add(1);
-        if self.polls.is_multiple_of(CLOCK_EVERY) {
+        if now || self.polls.is_multiple_of(CLOCK_EVERY) {
             let now = Instant::now();
             if now >= self.next_watch {
                 self.next_watch = now + WATCH_EVERY;
                 self.watch();
             }
+        }
+    }
+
+    /// Moves the module forward until an event is ready or `timeout` has
+    /// passed; how many events are ready. It polls for up to
+    /// `SmConfig::spin` (50 µs), then sleeps until a peer pushes a record
+    /// to it: the peers' pushes wake it (a futex on a word of its
+    /// segment), and it wakes every [`WATCH_EVERY`] to watch the peers'
+    /// processes. A module that never waits costs its peers nothing: they
+    /// wake only one that has slept.
+    pub fn wait(&mut self, timeout: Duration) -> usize {
+        let start = Instant::now();
+        let (state, sequence) = self.mine.bell_words();
+        let (state, sequence) = (state as *const AtomicU32, sequence as *const AtomicU32);
+        // SAFETY: the words lie in this module's own segment, mapped for
+        // as long as `self` lives, and are only read and written as
+        // atomics; the borrow of `self.mine` is given up so that `self`
+        // can be moved forward meanwhile.
+        let bell = Bell::new(unsafe { &*state }, unsafe { &*sequence }, wake);
+        bell.awake();
+        loop {
+            let ready = self.progress();
+            if ready > 0 {
+                return ready;
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return 0;
+            }
+            if waited < self.config.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            let seen = bell.going_to_sleep();
+            let ready = self.progress();
+            if ready > 0 {
+                bell.awake();
+                return ready;
+            }
+            let nap = (timeout - waited).min(WATCH_EVERY);
+            let nap = rustix::thread::futex::Timespec {
+                tv_sec: nap.as_secs() as i64,
+                tv_nsec: i64::from(nap.subsec_nanos()),
+            };
+            let _ = rustix::thread::futex::wait(
+                bell.sequence(),
+                rustix::thread::futex::Flags::empty(),
+                seen,
+                Some(&nap),
+            );
+            bell.awake();
+            self.housekeeping(true);
+        }
+    }
+
+    /// Waits up to `timeout` for an event that `take` takes, handing it
+    /// every event until then (as [`Module::wait_for`](crate::Module::wait_for)).
+    pub fn wait_for<R>(
+        &mut self,
+        timeout: Duration,
+        mut take: impl FnMut(btl_core::btl::Event<'_>) -> Option<R>,
+    ) -> Result<R, crate::WaitError> {
+        let start = Instant::now();
+        loop {
+            while let Some(event) = self.poll_event() {
+                if let Some(taken) = take(event) {
+                    return Ok(taken);
+                }
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(crate::WaitError::TimedOut(waited));
+            }
+            self.wait(timeout - waited);
         }
     }
 }
@@ -507,7 +589,7 @@ impl Btl for SmModule {
     /// that reached this process, and watches the peers' processes; no
     /// system call but the watch's, every [`WATCH_EVERY`].
     fn progress(&mut self) -> usize {
-        self.housekeeping();
+        self.housekeeping(false);
         self.core.progress()
     }
 
@@ -518,7 +600,7 @@ impl Btl for SmModule {
         let undelivered = self.core.finalize();
         let start = Instant::now();
         while self.core.owes_goodbyes() && start.elapsed() < Duration::from_secs(1) {
-            self.housekeeping();
+            self.housekeeping(false);
             self.core.progress();
             std::thread::yield_now();
         }
@@ -544,6 +626,12 @@ impl std::fmt::Debug for SmModule {
             .field("half", &self.half.len())
             .finish()
     }
+}
+
+/// Wakes the process sleeping on `sequence`, a word of its segment (a
+/// futex of memory shared between processes, so not a private one).
+fn wake(sequence: &AtomicU32) {
+    let _ = rustix::thread::futex::wake(sequence, rustix::thread::futex::Flags::empty(), 1);
 }
 
 /// The segment of process `me`: the user's, the job's and the rank's, so

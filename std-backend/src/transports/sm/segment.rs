@@ -24,7 +24,9 @@
 //! | 4 | words of each ring ([`ring::words_for`] of its capacity) |
 //! | 5 | claims made so far: a peer adds one after each claim, so that the
 //! owner looks at the claims only when it changed |
-//! | 6..16 | zero |
+//! | 6 | the owner's sleep state ([`ring::Bell`]): 0 it polls, 1 it may sleep, 2 it sleeps |
+//! | 7 | the owner's wake sequence, which it sleeps on (a futex) |
+//! | 8..16 | zero |
 //! | 16 + 16·i | slot `i`'s claim, a 64-byte line: its state (0 free, 1 being claimed, 2 claimed), the claimant's job (two words, low first), rank and process id |
 //! | 16 + 16·slots | the rings, one per slot, back to back |
 //!
@@ -56,6 +58,9 @@ const HEADER_WORDS: usize = 16;
 const CLAIM_WORDS: usize = 16;
 /// Where the count of claims is.
 const CLAIMS_AT: usize = 5;
+/// Where the owner's sleep state and wake sequence are.
+const SLEEP_AT: usize = 6;
+const SEQUENCE_AT: usize = 7;
 /// A claim's states.
 const FREE: u32 = 0;
 const CLAIMING: u32 = 1;
@@ -260,6 +265,14 @@ impl Segment {
     /// The process that made the segment, as its header says.
     pub fn maker(&self) -> u32 {
         self.words()[2].load(Ordering::Relaxed)
+    }
+
+    /// The owner's sleep state and wake sequence, for a
+    /// [`ring::Bell`]: the owner sleeps on the sequence, and its peers
+    /// wake it when it says it sleeps.
+    pub fn bell_words(&self) -> (&AtomicU32, &AtomicU32) {
+        let w = self.words();
+        (&w[SLEEP_AT], &w[SEQUENCE_AT])
     }
 
     /// How many claims peers have made: the owner looks at the claims again

@@ -9,7 +9,6 @@ btl_tests::conformance_suite!(SmModuleWorld::new, gated: [pause]);
 /// The limits the book's getting-started table gives for `sm`.
 #[test]
 fn the_default_limits_are_the_books() {
-    use btl_core::btl::Btl;
     use btl_tests::world::{Side, World};
     let mut world = SmModuleWorld::new();
     let attributes = world.btl(Side::A).attributes();

@@ -580,9 +580,27 @@ fn sm_input() -> Seeds {
         rec(record::BYE, &[]),
     ]
     .concat();
+    let one_copy = [
+        rec(
+            record::PUT_ONE,
+            &record::put_one(5, key, 0, 64, 0x1000, 3, record::NOTIFY),
+        ),
+        rec(record::GET_ONE, &record::get_one(6, key, 0, 64, 0x2000)),
+        rec(
+            record::PUT_DONE,
+            &record::answer(1, record::ONE_COPY_REFUSED),
+        ),
+        rec(record::GET_FAIL, &record::answer(2, 0)),
+        rec(
+            record::GET_FAIL,
+            &record::answer(2, record::ONE_COPY_REFUSED),
+        ),
+    ]
+    .concat();
     vec![
         ("message".into(), rec(record::MESSAGE, &message)),
         ("an-exchange".into(), exchange),
+        ("one-copy".into(), one_copy),
     ]
 }
 

@@ -189,6 +189,20 @@ fn two_processes_put_get_and_talk_through_their_segments() {
             .enumerate()
             .all(|(i, &b)| b == pattern(i))
     );
+    let transfers = sm.transfers();
+    if cross_memory_allowed() {
+        assert_eq!(
+            (transfers.one_copy, transfers.rings, transfers.fell_back),
+            (2, 0, 0),
+            "the child copied the put and the get in one go each"
+        );
+    } else {
+        assert_eq!(
+            (transfers.one_copy, transfers.rings),
+            (0, 2),
+            "{transfers:?}"
+        );
+    }
     while sm.send_copy(peer, DONE, &[]).is_err() {
         sm.progress();
     }
@@ -197,6 +211,14 @@ fn two_processes_put_get_and_talk_through_their_segments() {
     });
     assert!(child.wait().expect("it ends").success());
     let _ = std::fs::remove_dir_all(dir(job));
+}
+
+/// Whether this host lets a process copy into another of its user
+/// (`process_vm_writev`): no Yama, a `ptrace_scope` of 0, or root.
+fn cross_memory_allowed() -> bool {
+    rustix::process::geteuid().is_root()
+        || std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+            .map_or(true, |scope| scope.trim() == "0")
 }
 
 /// A child that joins rank 0, says hello, and then waits to be killed.

@@ -58,6 +58,11 @@ struct Peer<'a> {
     bye_owed: bool,
     /// How to wake the peer if it sleeps, once the driver gave it.
     bell: Option<Bell<'a>>,
+    /// How this side copies straight from and into the peer's memory,
+    /// for its puts and gets in one copy.
+    cross: Option<CrossCopy>,
+    /// The peer copies this side's puts and gets in one go.
+    copies_for_me: bool,
 }
 
 impl Peer<'_> {
@@ -113,6 +118,8 @@ struct Op {
     remote: RemoteSlice,
     /// Bytes pushed (a put) or received (a get).
     done: u64,
+    /// The target copies it in one go (see [`CrossCopy`]).
+    one: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,11 +158,45 @@ pub struct SharedMemory<
     /// How many of `ops` are under way: `progress` looks at them only
     /// then.
     live_ops: usize,
+    /// Puts and gets at least this long go in one copy, to a peer that
+    /// copies.
+    one_copy_min: u64,
+    transfers: Transfers,
     next_op: u64,
     events: Deque<Pending, EVENTS>,
     /// The received message the last `poll_event` handed out.
     delivered: Option<Fragment>,
     finalized: bool,
+}
+
+/// How this side copies straight between its memory and a peer's,
+/// without the rings (Linux's cross-memory attach, `process_vm_readv` and
+/// `process_vm_writev`): the driver's functions, given the peer's
+/// `process`. Each returns whether the copy was made; one that was not
+/// (the kernel refused, an address the peer gave was wrong) is answered
+/// so that the peer moves it through the rings instead.
+#[derive(Debug, Clone, Copy)]
+pub struct CrossCopy {
+    /// The peer's process, as the functions take it.
+    pub process: u32,
+    /// Copies the peer's bytes at an address into a buffer of this side's.
+    pub read: fn(process: u32, address: u64, into: &mut [u8]) -> bool,
+    /// Copies a buffer of this side's to the peer's bytes at an address.
+    pub write: fn(process: u32, address: u64, from: &[u8]) -> bool,
+}
+
+/// How this side's puts and gets went, counted as they started: through
+/// the rings in pieces (two copies: in, and out), or copied in one go by
+/// the peer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transfers {
+    /// Puts and gets moved in pieces through the rings.
+    pub rings: u64,
+    /// Puts and gets the peer copied in one go.
+    pub one_copy: u64,
+    /// Of those asked in one copy, the ones the peer could not copy, then
+    /// moved through the rings (and counted there too).
+    pub fell_back: u64,
 }
 
 /// What the driver's attach refused.
@@ -213,6 +254,8 @@ impl<
             peers: Vec::new(),
             ops: [None; OPS],
             live_ops: 0,
+            one_copy_min: u64::MAX,
+            transfers: Transfers::default(),
             next_op: 0,
             events: Deque::new(),
             delivered: None,
@@ -256,6 +299,8 @@ impl<
                 wanted: None,
                 bye_owed: false,
                 bell: None,
+                cross: None,
+                copies_for_me: false,
             })
             .map_err(|_| AttachError::Full)?;
         self.attributes.eager_limit = self.attributes.eager_limit.min(most);
@@ -308,6 +353,34 @@ impl<
         if let Some(peer) = self.peers.get_mut(endpoint.0 as usize) {
             peer.bell = Some(bell);
         }
+    }
+
+    /// Puts and gets of at least `len` bytes go in one copy to the peers
+    /// that copy ([`set_cross_copy`](Self::set_cross_copy)); none do
+    /// until this is set.
+    pub fn set_one_copy_min(&mut self, len: u64) {
+        self.one_copy_min = len;
+    }
+
+    /// How this side copies across to peer `endpoint` (`None`: it does
+    /// not, and refuses the peer's puts and gets in one copy), and
+    /// whether the peer copies across to this side (`peer_copies`), so
+    /// that this side's large puts and gets to it go in one copy.
+    pub fn set_cross_copy(
+        &mut self,
+        endpoint: EndpointId,
+        cross: Option<CrossCopy>,
+        peer_copies: bool,
+    ) {
+        if let Some(peer) = self.peers.get_mut(endpoint.0 as usize) {
+            peer.cross = cross;
+            peer.copies_for_me = peer_copies;
+        }
+    }
+
+    /// How this side's puts and gets have gone so far.
+    pub fn transfers(&self) -> Transfers {
+        self.transfers
     }
 
     /// Why peer `endpoint` was lost, if it was (`None` too for an
@@ -459,6 +532,7 @@ impl<
             local,
             remote,
             done: 0,
+            one: local.len >= self.one_copy_min && self.peers[endpoint.0 as usize].copies_for_me,
         };
         if remote.offset.checked_add(remote.len).is_none() {
             // A range that wraps around u64 is outside any region: refused
@@ -469,6 +543,11 @@ impl<
         }
         self.ops[i] = Some(op);
         self.live_ops += 1;
+        if op.one {
+            self.transfers.one_copy += 1;
+        } else {
+            self.transfers.rings += 1;
+        }
         self.move_ops();
         Ok(OpId(id))
     }
@@ -500,6 +579,47 @@ impl<
                 continue;
             };
             match op.kind {
+                Kind::Put { imm } if op.one => {
+                    if op.done > 0 {
+                        self.ops[i] = Some(op);
+                        continue;
+                    }
+                    let Ok(bytes) = self.regs.slice(op.local) else {
+                        continue;
+                    };
+                    let flags = if imm.is_some() { record::NOTIFY } else { 0 };
+                    let ask = record::put_one(
+                        op.id,
+                        op.remote.key,
+                        op.remote.offset,
+                        op.local.len,
+                        bytes.as_ptr() as u64,
+                        imm.unwrap_or(0),
+                        flags,
+                    );
+                    match peer.push(record::PUT_ONE, &[&ask]) {
+                        Ok(()) => op.done = op.local.len + 1,
+                        Err(PushError::Corrupt) => corrupt = Some(op.peer),
+                        Err(_) => {}
+                    }
+                }
+                Kind::Get { asked: false } if op.one => {
+                    let Ok(bytes) = self.regs.slice_mut(op.local) else {
+                        continue;
+                    };
+                    let ask = record::get_one(
+                        op.id,
+                        op.remote.key,
+                        op.remote.offset,
+                        op.local.len,
+                        bytes.as_mut_ptr() as u64,
+                    );
+                    match peer.push(record::GET_ONE, &[&ask]) {
+                        Ok(()) => op.kind = Kind::Get { asked: true },
+                        Err(PushError::Corrupt) => corrupt = Some(op.peer),
+                        Err(_) => {}
+                    }
+                }
                 Kind::Get { asked: false } => {
                     let ask = record::get(op.id, op.remote.key, op.remote.offset, op.remote.len);
                     match peer.push(record::GET, &[&ask]) {
@@ -736,7 +856,10 @@ impl<
         let busy = record.kind == record::GET && peer.serving.is_some();
         // A put's last piece or a get is answered: it waits while the
         // answers this side owes the peer are all it may keep.
-        let owing = matches!(record.kind, record::PUT | record::GET) && peer.owed.is_full();
+        let owing = matches!(
+            record.kind,
+            record::PUT | record::GET | record::PUT_ONE | record::GET_ONE
+        ) && peer.owed.is_full();
         if busy || owing || !self.has_room(1) {
             return false;
         }
@@ -856,6 +979,56 @@ impl<
                 }
                 self.owe(from, record::PUT_DONE, record::answer(op, code))
             }
+            Record::PutOne {
+                op,
+                key,
+                offset,
+                len,
+                address,
+                imm,
+                flags,
+            } => {
+                let at = RemoteSlice { key, offset, len };
+                let cross = self.peers.get(from.0 as usize).and_then(|p| p.cross);
+                let code = match (cross, self.regs.remote_write(at)) {
+                    (_, Err(e)) => record::code(RejectCode::from(e)),
+                    (Some(c), Ok(dst)) => {
+                        if (c.read)(c.process, address, dst) {
+                            0
+                        } else {
+                            record::ONE_COPY_REFUSED
+                        }
+                    }
+                    (None, Ok(_)) => record::ONE_COPY_REFUSED,
+                };
+                if code == 0
+                    && flags & record::NOTIFY != 0
+                    && let Ok(slice) = self.regs.check_remote(at, Access::REMOTE_WRITE)
+                {
+                    let _ = self.events.push_back(Pending::Done(Completion::PutArrived {
+                        from,
+                        slice,
+                        imm,
+                    }));
+                }
+                self.owe(from, record::PUT_DONE, record::answer(op, code))
+            }
+            Record::GetOne {
+                op,
+                key,
+                offset,
+                len,
+                address,
+            } => {
+                let at = RemoteSlice { key, offset, len };
+                let cross = self.peers.get(from.0 as usize).and_then(|p| p.cross);
+                let code = match (cross, self.regs.remote_read(at)) {
+                    (_, Err(e)) => record::code(RejectCode::from(e)),
+                    (Some(c), Ok(src)) if (c.write)(c.process, address, src) => 0,
+                    _ => record::ONE_COPY_REFUSED,
+                };
+                self.owe(from, record::GET_FAIL, record::answer(op, code))
+            }
             Record::PutDone { op, code } => self.finish(from, op, true, code),
             Record::GetFail { op, code } => self.finish(from, op, false, code),
             Record::Get {
@@ -934,17 +1107,37 @@ impl<
         })
     }
 
-    /// Ends operation `op` with `code` (0: done).
+    /// Ends operation `op` with `code` (0: done), or moves it through the
+    /// rings when the peer could not copy it in one go.
     fn finish(&mut self, from: EndpointId, op: u64, put: bool, code: u8) -> bool {
         let Some(i) = self.find(from, op, put) else {
             return false;
         };
-        let Some(o) = self.ops[i].take() else {
+        let Some(mut o) = self.ops[i] else {
             return false;
         };
+        if o.one && code == record::ONE_COPY_REFUSED {
+            o.one = false;
+            o.done = 0;
+            if !put {
+                o.kind = Kind::Get { asked: false };
+            }
+            self.ops[i] = Some(o);
+            self.transfers.fell_back += 1;
+            self.transfers.rings += 1;
+            if let Some(peer) = self.peers.get_mut(from.0 as usize) {
+                peer.copies_for_me = false;
+            }
+            return true;
+        }
+        if code == 0 && !put && !o.one {
+            // Only a get in one copy ends without its data.
+            return false;
+        }
+        self.ops[i] = None;
         self.live_ops -= 1;
         let result = match code {
-            0 if put => Ok(()),
+            0 => Ok(()),
             c => Err(BtlError::Rejected(RejectCode::from(c))),
         };
         let _ = self.events.push_back(Pending::Done(done(o, result)));

@@ -13,6 +13,14 @@
 //! | 5 | get data | op (8), at (8), last (1) |
 //! | 6 | get refusal | op (8), code (1) |
 //! | 7 | goodbye | (none) |
+//! | 8 | put in one copy | op (8), key (8), offset (8), len (8), address (8), imm (8), flags (1: bit 1 notify) |
+//! | 9 | get in one copy | op (8), key (8), offset (8), len (8), address (8) |
+//!
+//! A put or get in one copy asks the target to copy the bytes itself,
+//! straight from or into the asker's memory at `address` (Linux's
+//! cross-memory attach), and is answered as a put (3) or a get refused
+//! (6, code 0 when done). The answer [`ONE_COPY_REFUSED`] says the target
+//! could not copy across, and the asker moves it in pieces instead.
 
 use crate::btl::{RejectCode, RemoteKey, Tag};
 
@@ -30,6 +38,18 @@ pub const GET_DATA: u8 = 5;
 pub const GET_FAIL: u8 = 6;
 /// The peer leaves.
 pub const BYE: u8 = 7;
+/// A put the target copies in one go from the putter's memory.
+pub const PUT_ONE: u8 = 8;
+/// A get the target copies in one go into the getter's memory.
+pub const GET_ONE: u8 = 9;
+
+/// The answer to a put or get in one copy that the target could not copy
+/// across: the asker moves it through the rings.
+pub const ONE_COPY_REFUSED: u8 = 0xFF;
+/// Bytes of a put in one copy.
+pub const PUT_ONE_LEN: usize = 49;
+/// Bytes of a get in one copy.
+pub const GET_ONE_LEN: usize = 40;
 
 /// Bytes before a message's own.
 pub const MESSAGE_HEAD: usize = 1;
@@ -110,6 +130,36 @@ pub enum Record<'a> {
     },
     /// The peer leaves.
     Bye,
+    /// A put into this side's memory, to copy from the putter's.
+    PutOne {
+        /// The putter's operation.
+        op: u64,
+        /// Where it goes.
+        key: RemoteKey,
+        /// Where in the region.
+        offset: u64,
+        /// How much.
+        len: u64,
+        /// Where the bytes are in the putter's memory.
+        address: u64,
+        /// The value a notified put carries.
+        imm: u64,
+        /// [`NOTIFY`].
+        flags: u8,
+    },
+    /// A get from this side's memory, to copy into the getter's.
+    GetOne {
+        /// The getter's operation.
+        op: u64,
+        /// What it reads.
+        key: RemoteKey,
+        /// From where in the region.
+        offset: u64,
+        /// How much.
+        len: u64,
+        /// Where the bytes go in the getter's memory.
+        address: u64,
+    },
 }
 
 fn u64_at(bytes: &[u8], at: usize) -> Result<u64, Malformed> {
@@ -158,6 +208,22 @@ impl<'a> Record<'a> {
                 code: u8_at(bytes, 8)?,
             },
             BYE => Record::Bye,
+            PUT_ONE if bytes.len() == PUT_ONE_LEN => Record::PutOne {
+                op: u64_at(bytes, 0)?,
+                key: RemoteKey(u64_at(bytes, 8)?),
+                offset: u64_at(bytes, 16)?,
+                len: u64_at(bytes, 24)?,
+                address: u64_at(bytes, 32)?,
+                imm: u64_at(bytes, 40)?,
+                flags: u8_at(bytes, 48)?,
+            },
+            GET_ONE if bytes.len() == GET_ONE_LEN => Record::GetOne {
+                op: u64_at(bytes, 0)?,
+                key: RemoteKey(u64_at(bytes, 8)?),
+                offset: u64_at(bytes, 16)?,
+                len: u64_at(bytes, 24)?,
+                address: u64_at(bytes, 32)?,
+            },
             _ => return Err(Malformed),
         })
     }
@@ -189,6 +255,36 @@ pub fn get(op: u64, key: RemoteKey, offset: u64, len: u64) -> [u8; 32] {
     h[8..16].copy_from_slice(&key.0.to_le_bytes());
     h[16..24].copy_from_slice(&offset.to_le_bytes());
     h[24..32].copy_from_slice(&len.to_le_bytes());
+    h
+}
+
+/// A put in one copy of `len` bytes at `address`.
+pub fn put_one(
+    op: u64,
+    key: RemoteKey,
+    offset: u64,
+    len: u64,
+    address: u64,
+    imm: u64,
+    flags: u8,
+) -> [u8; PUT_ONE_LEN] {
+    let mut h = [0u8; PUT_ONE_LEN];
+    for (i, v) in [op, key.0, offset, len, address, imm]
+        .into_iter()
+        .enumerate()
+    {
+        h[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    h[48] = flags;
+    h
+}
+
+/// A get in one copy of `len` bytes into `address`.
+pub fn get_one(op: u64, key: RemoteKey, offset: u64, len: u64, address: u64) -> [u8; GET_ONE_LEN] {
+    let mut h = [0u8; GET_ONE_LEN];
+    for (i, v) in [op, key.0, offset, len, address].into_iter().enumerate() {
+        h[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
     h
 }
 
@@ -251,6 +347,31 @@ mod tests {
             })
         );
         assert_eq!(
+            Record::parse(
+                PUT_ONE,
+                &put_one(9, key, 4, 1 << 20, 0xdead_0000, 5, NOTIFY)
+            ),
+            Ok(Record::PutOne {
+                op: 9,
+                key,
+                offset: 4,
+                len: 1 << 20,
+                address: 0xdead_0000,
+                imm: 5,
+                flags: NOTIFY
+            })
+        );
+        assert_eq!(
+            Record::parse(GET_ONE, &get_one(10, key, 8, 64, 0xbeef_0000)),
+            Ok(Record::GetOne {
+                op: 10,
+                key,
+                offset: 8,
+                len: 64,
+                address: 0xbeef_0000
+            })
+        );
+        assert_eq!(
             Record::parse(MESSAGE, &[0x80, 1, 2]),
             Ok(Record::Message {
                 tag: Tag(0x80),
@@ -265,5 +386,13 @@ mod tests {
         assert_eq!(Record::parse(MESSAGE, &[]), Err(Malformed));
         assert_eq!(Record::parse(GET, &[0; 31]), Err(Malformed));
         assert_eq!(Record::parse(99, &[]), Err(Malformed));
+        assert_eq!(
+            Record::parse(PUT_ONE, &[0; PUT_ONE_LEN + 1]),
+            Err(Malformed)
+        );
+        assert_eq!(
+            Record::parse(GET_ONE, &[0; GET_ONE_LEN - 1]),
+            Err(Malformed)
+        );
     }
 }

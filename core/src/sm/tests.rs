@@ -408,3 +408,103 @@ fn rings_too_small_for_a_put_are_refused_at_attach() {
     let mut a = module();
     assert_eq!(a.attach(B, &tiny, &other), Err(AttachError::RingTooSmall));
 }
+
+#[test]
+fn puts_and_gets_a_peer_cannot_copy_in_one_go_move_through_the_rings() {
+    fn refuse_read(_: u32, _: u64, _: &mut [u8]) -> bool {
+        false
+    }
+    fn refuse_write(_: u32, _: u64, _: &[u8]) -> bool {
+        false
+    }
+    // B copies for A as far as A knows, but B's copies fail (first
+    // round), or B has no way to copy at all (second).
+    for cross in [
+        Some(CrossCopy {
+            process: 1,
+            read: refuse_read,
+            write: refuse_write,
+        }),
+        None,
+    ] {
+        let (ab, ba) = (ring_words(256), ring_words(256));
+        let (mut a, mut b, b_at_a, a_at_b) = pair(&ab, &ba);
+        a.set_one_copy_min(1000);
+        a.set_cross_copy(b_at_a, None, true);
+        b.set_cross_copy(a_at_b, cross, false);
+        let data: Vec<u8> = (0..10_000u32).map(|x| (x % 249) as u8).collect();
+        let src = a.register_mem(data.clone(), Access::empty()).expect("src");
+        let dst = b
+            .register_mem(vec![0; 10_000], Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .expect("dst");
+        let remote = RemoteSlice {
+            key: dst.remote_key(),
+            offset: 0,
+            len: 10_000,
+        };
+        let whole = |handle| MemSlice {
+            handle,
+            offset: 0,
+            len: 10_000,
+        };
+        a.put_notify(b_at_a, whole(src), remote, 7, 1).expect("put");
+        let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
+        for _ in 0..200 {
+            at_a.extend(drain(&mut a));
+            at_b.extend(drain(&mut b));
+        }
+        assert_eq!(at_a, ["put 1 Ok(())"], "{cross:?}");
+        assert_eq!(at_b, ["arrived 7 10000"], "told once, after the pieces");
+        assert_eq!(b.region(dst).expect("dst"), &data[..]);
+        assert_eq!(
+            a.transfers(),
+            Transfers {
+                rings: 1,
+                one_copy: 1,
+                fell_back: 1
+            }
+        );
+        // The peer is known not to copy now: the get goes in pieces at once.
+        let back = a
+            .register_mem(vec![0; 10_000], Access::empty())
+            .expect("back");
+        a.get(b_at_a, whole(back), remote, 2).expect("get");
+        let mut at_a = Vec::new();
+        for _ in 0..200 {
+            at_a.extend(drain(&mut a));
+            drain(&mut b);
+        }
+        assert_eq!(at_a, ["get 2 Ok(())"]);
+        assert_eq!(a.region(back).expect("back"), &data[..]);
+        assert_eq!(a.transfers().rings, 2);
+        assert_eq!(a.transfers().fell_back, 1);
+    }
+}
+
+#[test]
+fn a_get_answered_done_without_being_asked_in_one_copy_breaks_the_protocol() {
+    let (ab, ba) = (ring_words(256), ring_words(256));
+    let (mut a, _b, b_at_a, _) = pair(&ab, &ba);
+    let back = a.register_mem(vec![0; 100], Access::empty()).expect("back");
+    let remote = RemoteSlice {
+        key: crate::btl::RemoteKey(1),
+        offset: 0,
+        len: 100,
+    };
+    let local = MemSlice {
+        handle: back,
+        offset: 0,
+        len: 100,
+    };
+    let op = a.get(b_at_a, local, remote, 3).expect("get");
+    // B's side of the ring, written by hand: "done" for a get in pieces.
+    let mut forged = Producer::attach(&ba).expect("ring");
+    forged
+        .push(record::GET_FAIL, &[&record::answer(op.0, 0)])
+        .expect("room");
+    let events = drain(&mut a);
+    assert!(
+        events.contains(&"get 3 Err(PeerLost(ProtocolViolation))".into()),
+        "{events:?}"
+    );
+}

@@ -50,13 +50,16 @@ pub static SM_POOL_PARAMS: [ParamSpec; 6] = pool_param_specs(
 );
 
 /// The shared-memory component's own parameters.
-pub static SM_PARAMS: [ParamSpec; 2] = [
+pub static SM_PARAMS: [ParamSpec; 3] = [
     ParamSpec::new(BTL_FRAMEWORK, NAME, "fifo_size", ParamKind::Size { min: 4096, max: 1 << 30 }, "256k")
         .help("Bytes of the ring each same-host peer writes into this process's segment, rounded down to a power of two; a message, or a piece of a put or get, is at most half of it. A ring takes memory only as its records reach its pages, and only for a peer that talks")
         .level(4),
     ParamSpec::new(BTL_FRAMEWORK, NAME, "connect_timeout", ParamKind::Int { min: 0, max: 3_600_000 }, "10000")
         .help("Milliseconds add_procs waits for a same-host peer's card, and for the peer to join back (in its own add_procs or its progress)")
         .level(5),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "single_copy_limit", ParamKind::Size { min: 0, max: 1 << 40 }, "32k")
+        .help("Puts and gets at least this large move in one copy: the target copies straight from or into the initiator's memory (Linux cross-memory attach), where the kernel allows it (one user, Yama ptrace_scope 0), else through the rings in two; 0 moves every one through the rings")
+        .level(4),
 ];
 
 /// What a shared-memory module is built with, read from the parameters.
@@ -68,6 +71,8 @@ pub struct SmConfig {
     pub connect_timeout: Duration,
     /// How long [`SmModule::wait`] polls before it sleeps.
     pub spin: Duration,
+    /// Puts and gets at least this long go in one copy; 0: none.
+    pub single_copy_limit: usize,
 }
 
 impl Default for SmConfig {
@@ -76,6 +81,7 @@ impl Default for SmConfig {
             fifo_size: 256 << 10,
             connect_timeout: Duration::from_secs(10),
             spin: Duration::from_micros(50),
+            single_copy_limit: 32 << 10,
         }
     }
 }
@@ -101,7 +107,7 @@ impl SmSetup {
 /// The shared-memory component.
 #[derive(Debug, Default)]
 pub struct SmComponent {
-    ids: Option<(PoolParams, Registered<2>)>,
+    ids: Option<(PoolParams, Registered<3>)>,
 }
 
 impl Component for SmComponent {
@@ -149,9 +155,13 @@ impl Component for SmComponent {
         let fifo = params.size(own.id("fifo_size")).map_err(|e| na(&e))?;
         let fifo_size = 1usize << (usize::try_from(fifo).unwrap_or(1 << 30).ilog2());
         let timeout = params.int(own.id("connect_timeout")).map_err(|e| na(&e))?;
+        let single = params
+            .size(own.id("single_copy_limit"))
+            .map_err(|e| na(&e))?;
         let sm = SmConfig {
             fifo_size,
             connect_timeout: Duration::from_millis(u64::try_from(timeout).unwrap_or(0)),
+            single_copy_limit: usize::try_from(single).unwrap_or(usize::MAX),
             ..SmConfig::default()
         };
         let mut modules = Modules::new();

@@ -11,7 +11,7 @@ use btl_core::btl::{Access, Btl, BtlError, LostReason, MemHandle, RegisterError,
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::pool::{FragmentPoolsConfig, PoolCell};
 use btl_core::ring::Bell;
-use btl_core::sm::{AttachError, SharedMemory};
+use btl_core::sm::{AttachError, CrossCopy, SharedMemory, Transfers};
 
 use super::SmConfig;
 use super::segment::{Claimant, Segment, SegmentError, host_identity, running};
@@ -128,8 +128,12 @@ impl SmModule {
             pid: std::process::id(),
         });
         bootstrap.publish(&card)?;
+        let mut core = Box::new(SharedMemory::new(pools));
+        if config.single_copy_limit > 0 {
+            core.set_one_copy_min(config.single_copy_limit as u64);
+        }
         Ok(SmModule {
-            core: Box::new(SharedMemory::new(pools)),
+            core,
             joined: Vec::new(),
             half: Vec::new(),
             slots: vec![SlotUse::Open; mine.slots()],
@@ -153,6 +157,12 @@ impl SmModule {
     /// This process's segment.
     pub fn segment(&self) -> &Segment {
         &self.mine
+    }
+
+    /// How this module's puts and gets have gone: through the rings, or
+    /// in one copy by the peer (cross-memory attach).
+    pub fn transfers(&self) -> Transfers {
+        self.core.transfers()
     }
 
     /// The endpoint of `proc`, joining it first if it is not: its card
@@ -238,6 +248,7 @@ impl SmModule {
         Ok(Some(Claimant {
             proc: card.proc,
             pid: contact.pid,
+            cross: false,
         }))
     }
 
@@ -253,9 +264,11 @@ impl SmModule {
                 peer.pid
             ));
         }
+        let cross = self.config.single_copy_limit > 0 && self.may_copy_into(peer, &theirs);
         let me = Claimant {
             proc: self.me,
             pid: std::process::id(),
+            cross,
         };
         let out = theirs.claim(me).ok_or_else(|| {
             format!(
@@ -263,7 +276,32 @@ impl SmModule {
                 contact.segment
             )
         })?;
-        Ok(Half { peer, theirs, out })
+        Ok(Half {
+            peer: Claimant { cross, ..peer },
+            theirs,
+            out,
+        })
+    }
+
+    /// Whether this process may copy straight into and out of `peer`'s
+    /// memory: it reads the first word of the peer's own mapping of its
+    /// segment, which must be the segment's magic. Says why not, once per
+    /// peer, when the kernel refuses.
+    fn may_copy_into(&self, peer: Claimant, theirs: &Segment) -> bool {
+        let mut word = [0u8; 4];
+        if cross_read(peer.pid, theirs.home_address(), &mut word) {
+            return u32::from_le_bytes(word) == super::segment::MAGIC;
+        }
+        let error = std::io::Error::last_os_error();
+        let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+            .map(|s| format!("; kernel.yama.ptrace_scope is {}", s.trim()))
+            .unwrap_or_default();
+        tracing::info!(
+            "sm {}: no cross-memory attach to process {} ({error}{yama}): its large puts and gets go through the rings, in two copies (a ptrace_scope of 0 allows it between processes of one user)",
+            self.me,
+            peer.proc
+        );
+        false
     }
 
     /// Looks at the claims in this segment when their count changed, and
@@ -353,6 +391,12 @@ impl SmModule {
         // mapping, kept until after `core`, which holds them, is dropped.
         let (state, sequence) = unsafe { (&*state, &*sequence) };
         self.core.set_bell(ep, Bell::new(state, sequence, wake));
+        let cross = half.peer.cross.then_some(CrossCopy {
+            process: claim.pid,
+            read: cross_read,
+            write: cross_write,
+        });
+        self.core.set_cross_copy(ep, cross, claim.cross);
         // A peer that joined first can be answered before it is added.
         let mut one = [None];
         let mut word = [0u64];
@@ -626,6 +670,58 @@ impl std::fmt::Debug for SmModule {
             .field("half", &self.half.len())
             .finish()
     }
+}
+
+/// Copies `into.len()` bytes at `address` in process `pid` into `into`
+/// (`process_vm_readv`); whether they all came.
+fn cross_read(pid: u32, address: u64, into: &mut [u8]) -> bool {
+    let mut done = 0;
+    while done < into.len() {
+        let rest = &mut into[done..];
+        let local = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: address.wrapping_add(done as u64) as usize as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: `local` is `rest`, memory this function may write for
+        // its whole length; `remote` is only an address in the other
+        // process, which the kernel checks (a wrong one fails, EFAULT).
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+/// Copies `from` to `address` in process `pid` (`process_vm_writev`);
+/// whether it all went.
+fn cross_write(pid: u32, address: u64, from: &[u8]) -> bool {
+    let mut done = 0;
+    while done < from.len() {
+        let rest = &from[done..];
+        let local = libc::iovec {
+            iov_base: rest.as_ptr().cast_mut().cast(),
+            iov_len: rest.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: address.wrapping_add(done as u64) as usize as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: `local` is `rest`, which the kernel only reads (the
+        // pointer is not written through despite its type); `remote` is an
+        // address in the other process, which the kernel checks.
+        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
 }
 
 /// Wakes the process sleeping on `sequence`, a word of its segment (a

@@ -26,8 +26,9 @@
 //! owner looks at the claims only when it changed |
 //! | 6 | the owner's sleep state ([`ring::Bell`]): 0 it polls, 1 it may sleep, 2 it sleeps |
 //! | 7 | the owner's wake sequence, which it sleeps on (a futex) |
-//! | 8..16 | zero |
-//! | 16 + 16·i | slot `i`'s claim, a 64-byte line: its state (0 free, 1 being claimed, 2 claimed), the claimant's job (two words, low first), rank and process id |
+//! | 8, 9 | where the owner maps the segment (low word first): a peer reads word 0 there with cross-memory attach to learn whether it may copy straight into and out of the owner's memory |
+//! | 10..16 | zero |
+//! | 16 + 16·i | slot `i`'s claim, a 64-byte line: its state (0 free, 1 being claimed, 2 claimed), the claimant's job (two words, low first), rank and process id, and 1 if the claimant may copy across into the owner's memory |
 //! | 16 + 16·slots | the rings, one per slot, back to back |
 //!
 //! A slot's ring is made by the peer that claims it, in memory that is
@@ -61,6 +62,8 @@ const CLAIMS_AT: usize = 5;
 /// Where the owner's sleep state and wake sequence are.
 const SLEEP_AT: usize = 6;
 const SEQUENCE_AT: usize = 7;
+/// Where the owner's own mapping of the segment is.
+const HOME_AT: usize = 8;
 /// A claim's states.
 const FREE: u32 = 0;
 const CLAIMING: u32 = 1;
@@ -141,6 +144,8 @@ pub struct Claimant {
     pub proc: ProcName,
     /// Its process id, to tell its incarnations apart and watch it.
     pub pid: u32,
+    /// It may copy straight into and out of the owner's memory (it tried).
+    pub cross: bool,
 }
 
 impl Segment {
@@ -197,6 +202,9 @@ impl Segment {
         w[2].store(std::process::id(), Ordering::Relaxed);
         w[3].store(slots as u32, Ordering::Relaxed);
         w[4].store(ring_words as u32, Ordering::Relaxed);
+        let home = w.as_ptr() as u64;
+        w[HOME_AT].store(home as u32, Ordering::Relaxed);
+        w[HOME_AT + 1].store((home >> 32) as u32, Ordering::Relaxed);
         w[0].store(MAGIC, Ordering::Release);
         Ok(segment)
     }
@@ -262,6 +270,14 @@ impl Segment {
         self.slots
     }
 
+    /// Where the segment's owner maps it, as its header says: word 0 there
+    /// is [`MAGIC`] in the owner's memory.
+    pub fn home_address(&self) -> u64 {
+        let w = self.words();
+        u64::from(w[HOME_AT].load(Ordering::Relaxed))
+            | u64::from(w[HOME_AT + 1].load(Ordering::Relaxed)) << 32
+    }
+
     /// The process that made the segment, as its header says.
     pub fn maker(&self) -> u32 {
         self.words()[2].load(Ordering::Relaxed)
@@ -304,6 +320,7 @@ impl Segment {
         w[at + 2].store((who.proc.job >> 32) as u32, Ordering::Relaxed);
         w[at + 3].store(who.proc.rank, Ordering::Relaxed);
         w[at + 4].store(who.pid, Ordering::Relaxed);
+        w[at + 5].store(u32::from(who.cross), Ordering::Relaxed);
         w[at].store(CLAIMED, Ordering::Release);
         w[CLAIMS_AT].fetch_add(1, Ordering::Release);
         Some(slot)
@@ -322,6 +339,7 @@ impl Segment {
         Some(Claimant {
             proc: ProcName::new(u64::from(word(1)) | u64::from(word(2)) << 32, word(3)),
             pid: word(4),
+            cross: word(5) == 1,
         })
     }
 

@@ -17,6 +17,7 @@ fn a_peer_writes_into_the_segment_through_its_own_mapping() {
     let who = Claimant {
         proc: ProcName::new(1 << 40 | 3, 7),
         pid: 4242,
+        cross: true,
     };
     assert_eq!(mine.claims(), 0);
     let slot = theirs.claim(who).expect("a free slot");
@@ -64,6 +65,7 @@ fn a_slot_reopened_is_free_and_zero_and_a_vacated_mapping_reads_zero() {
     let who = Claimant {
         proc: ProcName::new(5, 1),
         pid: 1,
+        cross: false,
     };
     let slot = theirs.claim(who).expect("a slot");
     let mut tx = Producer::attach(theirs.ring_words_of(slot).expect("a ring")).expect("a ring");
@@ -161,6 +163,7 @@ fn child_writes_records() {
         .claim(Claimant {
             proc: ProcName::new(1, 1),
             pid: std::process::id(),
+            cross: false,
         })
         .expect("a slot");
     let mut tx = Producer::attach(theirs.ring_words_of(slot).expect("a ring")).expect("a ring");

@@ -822,17 +822,21 @@ impl<
     const EVENTS: usize,
 > SharedMemory<'a, R, M, PEERS, REGS, OPS, EVENTS>
 {
-    /// Reads what every peer sent, while there is room for what it brings.
-    fn read_all(&mut self) {
+    /// Reads what every peer sent, while there is room for what it
+    /// brings, up to 64 records each, so that one busy peer does not keep
+    /// the others out; whether any was read.
+    fn read_all(&mut self) -> bool {
+        let mut any = false;
         for p in 0..self.peers.len() {
             let from = EndpointId(p as u32);
-            // Bounded, so that one busy peer does not keep the others out.
             for _ in 0..64 {
                 if !self.read_one(from) {
                     break;
                 }
+                any = true;
             }
         }
+        any
     }
 
     /// Takes one record of `from`'s; whether one was taken.
@@ -1417,8 +1421,9 @@ impl<
             return self.events.len();
         }
         self.move_ops();
-        self.read_all();
-        self.move_ops();
+        if self.read_all() {
+            self.move_ops();
+        }
         self.events.len()
     }
 

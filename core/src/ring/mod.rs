@@ -301,21 +301,24 @@ fn meta(kind: u8, len: usize) -> u32 {
 }
 
 /// Writes the bytes of `parts`, one after the other, into `words`, four
-/// to a word, the last word padded with zeros.
+/// to a word, the last word padded with zeros. A word that straddles two
+/// parts is gathered in a register, not in memory: bytes stored one by one
+/// and read back as a word would stall the store.
 fn write_payload(words: &[AtomicU32], parts: &[&[u8]]) {
     let mut at = 0;
-    let mut partial = [0u8; 4];
-    let mut filled = 0;
+    let mut partial: u32 = 0;
+    let mut filled: u32 = 0;
     for part in parts {
         let mut bytes = *part;
         // Complete a word begun by the part before.
         while filled > 0 && !bytes.is_empty() {
-            partial[filled] = bytes[0];
+            partial |= u32::from(bytes[0]) << (8 * filled);
             bytes = &bytes[1..];
-            filled = (filled + 1) % 4;
-            if filled == 0 {
-                words[at].store(u32::from_le_bytes(partial), Ordering::Relaxed);
+            filled += 1;
+            if filled == 4 {
+                words[at].store(partial, Ordering::Relaxed);
                 at += 1;
+                (partial, filled) = (0, 0);
             }
         }
         let mut chunks = bytes.chunks_exact(4);
@@ -325,13 +328,12 @@ fn write_payload(words: &[AtomicU32], parts: &[&[u8]]) {
             at += 1;
         }
         for &b in chunks.remainder() {
-            partial[filled] = b;
+            partial |= u32::from(b) << (8 * filled);
             filled += 1;
         }
     }
     if filled > 0 {
-        partial[filled..].fill(0);
-        words[at].store(u32::from_le_bytes(partial), Ordering::Relaxed);
+        words[at].store(partial, Ordering::Relaxed);
     }
 }
 

@@ -379,7 +379,8 @@ impl Side {
             window: self.window,
         };
         let mut sent = 0;
-        let start = Instant::now();
+        // The clock is read only once the BTL has no room.
+        let mut refused_since = None;
         loop {
             match self.source.send_piece(btl.btl(), to, tag, &header, sent) {
                 Ok(n) => {
@@ -389,7 +390,8 @@ impl Side {
                     }
                 }
                 Err(BtlError::OutOfResource) => {
-                    if start.elapsed() > STALL {
+                    let since = *refused_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > STALL {
                         return Err(BenchError::Stalled(STALL));
                     }
                     btl.step(waiting);

@@ -774,21 +774,21 @@ impl<
     }
 }
 
-/// Pushes a message of `tag` whose bytes are `parts` to `peer`: a ring
-/// that is full is `OutOfResource`, one whose consumer broke the protocol
-/// loses the peer (the caller marks it).
-fn push_message(peer: &mut Peer<'_>, tag: Tag, parts: &[&[u8]]) -> Result<(), BtlError> {
-    let mut all: [&[u8]; 4] = [&[], &[], &[], &[]];
+/// Pushes a message of `tag` whose bytes are `header`, then `payload`, to
+/// `peer`: a ring that is full is `OutOfResource`, one whose consumer
+/// broke the protocol loses the peer (the caller marks it).
+fn push_message(
+    peer: &mut Peer<'_>,
+    tag: Tag,
+    header: &[u8],
+    payload: &[u8],
+) -> Result<(), BtlError> {
     let tag = [tag.0];
-    all[0] = &tag;
-    for (slot, part) in all[1..].iter_mut().zip(parts) {
-        *slot = part;
-    }
-    match peer.push(record::MESSAGE, &all[..=parts.len().min(3)]) {
+    match peer.push(record::MESSAGE, &[&tag, header, payload]) {
         Ok(()) => Ok(()),
         Err(PushError::Full) => Err(BtlError::OutOfResource),
         Err(PushError::TooLarge | PushError::ReservedKind) => Err(BtlError::TooLarge {
-            len: parts.iter().map(|p| p.len() as u64).sum(),
+            len: (header.len() + payload.len()) as u64,
             max: peer.tx.max_payload().saturating_sub(record::MESSAGE_HEAD) as u64,
             whose: Limit::Here,
         }),
@@ -1295,7 +1295,7 @@ impl<
         }
         let pushed = match desc.fragment_bytes(self.pools.view()) {
             // The ring copies: the bytes are free again once it took them.
-            Ok(bytes) => push_message(&mut self.peers[endpoint.0 as usize], tag, &[bytes]),
+            Ok(bytes) => push_message(&mut self.peers[endpoint.0 as usize], tag, &[], bytes),
             Err(e) => Err(BtlError::from(e)),
         };
         if pushed == Err(BtlError::PeerLost(LostReason::ProtocolViolation)) {
@@ -1347,7 +1347,7 @@ impl<
             });
         }
         let peer = self.peer(endpoint)?;
-        let pushed = push_message(peer, tag, &[header, payload]);
+        let pushed = push_message(peer, tag, header, payload);
         if pushed == Err(BtlError::PeerLost(LostReason::ProtocolViolation)) {
             self.lose(endpoint, LostReason::ProtocolViolation);
         }

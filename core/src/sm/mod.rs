@@ -56,6 +56,9 @@ struct Peer<'a> {
     wanted: Option<Wanted>,
     /// This side finalized and owes the peer its goodbye.
     bye_owed: bool,
+    /// A message of the peer's waits at the head of its ring for
+    /// `poll_event`: its later records wait behind it.
+    held: bool,
     /// How to wake the peer if it sleeps, once the driver gave it.
     bell: Option<Bell<'a>>,
     /// How this side copies straight from and into the peer's memory,
@@ -130,10 +133,10 @@ enum Kind {
 
 #[derive(Debug)]
 enum Pending {
-    Received {
+    /// A message of `from`'s waits at the head of its ring: it is read
+    /// from there when polled.
+    Message {
         from: EndpointId,
-        frag: Fragment,
-        len: usize,
     },
     Done(Completion),
 }
@@ -164,8 +167,10 @@ pub struct SharedMemory<
     transfers: Transfers,
     next_op: u64,
     events: Deque<Pending, EVENTS>,
-    /// The received message the last `poll_event` handed out.
-    delivered: Option<Fragment>,
+    /// Where `poll_event` reads a message out of its ring, kept while
+    /// more events wait (a burst of messages costs one fragment) and
+    /// given back when none do.
+    scratch: Option<Fragment>,
     finalized: bool,
 }
 
@@ -258,7 +263,7 @@ impl<
             transfers: Transfers::default(),
             next_op: 0,
             events: Deque::new(),
-            delivered: None,
+            scratch: None,
             finalized: false,
         }
     }
@@ -298,6 +303,7 @@ impl<
                 serving: None,
                 wanted: None,
                 bye_owed: false,
+                held: false,
                 bell: None,
                 cross: None,
                 copies_for_me: false,
@@ -822,6 +828,47 @@ impl<
     const EVENTS: usize,
 > SharedMemory<'a, R, M, PEERS, REGS, OPS, EVENTS>
 {
+    /// Reads the message of `from`'s that waits at the head of its ring
+    /// into the scratch fragment, then what follows it there: its length
+    /// with the tag; `None` while no fragment can be had for the scratch;
+    /// `Err` if there is no message to read (the peer was lost, or broke
+    /// the protocol by rewriting it).
+    fn take_message(&mut self, from: EndpointId) -> Result<Option<usize>, ()> {
+        let pools = self.pools.view();
+        if self.scratch.is_none() {
+            let largest = pools.class_size(crate::pool::FragmentClass::Max);
+            match pools.alloc(largest) {
+                Ok(frag) => self.scratch = Some(frag),
+                Err(_) => return Ok(None),
+            }
+        }
+        let peer = self.peers.get_mut(from.0 as usize).ok_or(())?;
+        peer.held = false;
+        if peer.lost.is_some() {
+            return Err(());
+        }
+        let taken = match self.scratch.as_mut().map(|f| pools.bytes_mut(f)) {
+            Some(Ok(bytes)) => peer.rx.pop(bytes),
+            _ => Err(PopError::Corrupt),
+        };
+        match taken {
+            Ok(Some(r)) if r.kind == record::MESSAGE && r.len >= record::MESSAGE_HEAD => {
+                // What follows it, so that a burst is polled without
+                // another progress.
+                for _ in 0..64 {
+                    if !self.read_one(from) {
+                        break;
+                    }
+                }
+                Ok(Some(r.len))
+            }
+            _ => {
+                self.lose(from, LostReason::ProtocolViolation);
+                Err(())
+            }
+        }
+    }
+
     /// Reads what every peer sent, while there is room for what it
     /// brings, up to 64 records each, so that one busy peer does not keep
     /// the others out; whether any was read.
@@ -844,7 +891,7 @@ impl<
         let Some(peer) = self.peers.get_mut(from.0 as usize) else {
             return false;
         };
-        if peer.lost.is_some() {
+        if peer.lost.is_some() || peer.held {
             return false;
         }
         let record = match peer.rx.peek() {
@@ -874,6 +921,16 @@ impl<
             self.lose(from, LostReason::ProtocolViolation);
             return false;
         }
+        if record.kind == record::MESSAGE {
+            if record.len < record::MESSAGE_HEAD {
+                self.lose(from, LostReason::ProtocolViolation);
+                return false;
+            }
+            // Read when polled, straight into the scratch fragment.
+            peer.held = true;
+            let _ = self.events.push_back(Pending::Message { from });
+            return true;
+        }
         let Ok(mut frag) = pools.alloc(record.len.max(1)) else {
             return false;
         };
@@ -887,19 +944,6 @@ impl<
             let _ = pools.free(frag);
             self.lose(from, LostReason::ProtocolViolation);
             return false;
-        }
-        if record.kind == record::MESSAGE {
-            if record.len < record::MESSAGE_HEAD {
-                let _ = pools.free(frag);
-                self.lose(from, LostReason::ProtocolViolation);
-                return false;
-            }
-            let _ = self.events.push_back(Pending::Received {
-                from,
-                frag,
-                len: record.len,
-            });
-            return true;
         }
         let kept = self.handle(from, record.kind, &frag, record.len);
         let _ = self.pools.view().free(frag);
@@ -1428,26 +1472,41 @@ impl<
     }
 
     fn poll_event(&mut self) -> Option<Event<'_>> {
-        if let Some(frag) = self.delivered.take() {
-            let _ = self.pools.view().free(frag);
-        }
-        let Some(pending) = self.events.pop_front() else {
-            // Nothing else: a peer refused for room whose refusal would
-            // now be taken may try again.
-            return self.poll_room();
-        };
-        match pending {
-            Pending::Received { from, frag, len } => {
-                self.delivered = Some(frag);
-                let frag = self.delivered.as_ref()?;
-                let bytes = self.pools.view().bytes(frag).ok()?.get(..len)?;
-                Some(Event::Received(Incoming {
-                    from,
-                    tag: Tag(bytes[0]),
-                    data: &bytes[record::MESSAGE_HEAD..],
-                }))
+        loop {
+            let Some(pending) = self.events.pop_front() else {
+                // The message handed out last is done with.
+                if let Some(frag) = self.scratch.take() {
+                    let _ = self.pools.view().free(frag);
+                }
+                // Nothing else: a peer refused for room whose refusal would
+                // now be taken may try again.
+                return self.poll_room();
+            };
+            let from = match pending {
+                Pending::Done(c) => return Some(c.into()),
+                Pending::Message { from } => from,
+            };
+            match self.take_message(from) {
+                Ok(Some(len)) => {
+                    let bytes = self
+                        .scratch
+                        .as_ref()
+                        .and_then(|f| self.pools.view().bytes(f).ok())
+                        .and_then(|b| b.get(..len))?;
+                    return Some(Event::Received(Incoming {
+                        from,
+                        tag: Tag(bytes[0]),
+                        data: &bytes[record::MESSAGE_HEAD..],
+                    }));
+                }
+                Ok(None) => {
+                    // No fragment to read it into yet: it waits.
+                    let _ = self.events.push_front(Pending::Message { from });
+                    return None;
+                }
+                // The peer was lost meanwhile, or rewrote its message.
+                Err(()) => continue,
             }
-            Pending::Done(c) => Some(c.into()),
         }
     }
 

@@ -6,11 +6,14 @@
 //! shape fits: every call does its work at once, or refuses with
 //! `OutOfResource` and says [`Event::Room`] when it may go.
 //!
-//! Messages are one record each (see [`record`]); puts and gets move in
-//! pieces of at most what one record holds, carried on by
-//! [`Btl::progress`] as the peer's ring has room. Everything a peer writes
-//! is checked: a record that does not parse, or a ring that breaks its
-//! protocol, loses that peer (`ProtocolViolation`), never the process.
+//! Messages are one record each (see [`record`]), left at the head of
+//! their ring until [`Btl::poll_event`] reads them out; puts and gets
+//! move in pieces of at most what one record holds, carried on by
+//! [`Btl::progress`] as the peer's ring has room, or, when the driver
+//! gives a way to copy across ([`CrossCopy`]), in one copy made by the
+//! target. Everything a peer writes is checked: a record that does not
+//! parse, or a ring that breaks its protocol, loses that peer
+//! (`ProtocolViolation`), never the process.
 //!
 
 pub mod record;

@@ -658,8 +658,12 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         let _ = child.kill();
         return Err(Failure::Run(e));
     }
+    let place = match args.which {
+        Which::Sm => "2 processes of one host",
+        _ => "2 processes on loopback",
+    };
     let title = format!(
-        "btl {} over {}, 2 processes on loopback, {mode}, {}",
+        "btl {} over {}, {place}, {mode}, {}",
         test_name(test),
         which_name(args.which),
         placement(pinning)
@@ -834,7 +838,13 @@ fn baseline(
         }
     }
     if let Some(path) = &args.svg {
-        btl_cli::plot::compare(path, title, plan.test, btl_rows, &raw_rows)
+        let btl_name = format!("btl {}", which_name(args.which));
+        btl_cli::plot::compare(
+            path,
+            title,
+            plan.test,
+            [(&btl_name, btl_rows), (name, &raw_rows)],
+        )
             .map_err(|e| format!("drawing {}: {e}", path.display()))?;
     }
     Ok(())

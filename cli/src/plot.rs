@@ -16,14 +16,15 @@ fn value(test: Test, r: &Row) -> f64 {
     }
 }
 
-/// Draws `btl` against `raw` (same sizes) into an SVG file at `path`.
+/// Draws `btl` against `raw` (same sizes) into an SVG file at `path`,
+/// their lines named as `names` says (`["btl tcp", "raw tcp"]`).
 pub fn compare(
     path: &Path,
     title: &str,
     test: Test,
-    btl: &[Row],
-    raw: &[Row],
+    [btl, raw]: [(&str, &[Row]); 2],
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let ((btl_name, btl), (raw_name, raw)) = (btl, raw);
     let points = |rows: &[Row]| -> Vec<(f64, f64)> {
         rows.iter()
             .map(|r| (r.size.max(1) as f64, value(test, r).max(1e-3)))
@@ -58,7 +59,7 @@ pub fn compare(
         .x_desc("message size (bytes)")
         .y_desc(y_label)
         .draw()?;
-    for (name, series, color) in [("btl tcp", &b, &BLUE), ("raw socket", &r, &RED)] {
+    for (name, series, color) in [(btl_name, &b, &BLUE), (raw_name, &r, &RED)] {
         chart
             .draw_series(LineSeries::new(series.iter().copied(), color))?
             .label(name)

@@ -845,7 +845,7 @@ fn baseline(
             plan.test,
             [(&btl_name, btl_rows), (name, &raw_rows)],
         )
-            .map_err(|e| format!("drawing {}: {e}", path.display()))?;
+        .map_err(|e| format!("drawing {}: {e}", path.display()))?;
     }
     Ok(())
 }

@@ -188,21 +188,7 @@ pub struct VerbsComponent {
 impl Component for VerbsComponent {
     type Module = VerbsFound;
 
-    fn framework(&self) -> &'static str {
-        BTL_FRAMEWORK
-    }
-
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn version(&self) -> Version {
-        VERSION
-    }
-
-    fn framework_version(&self) -> Version {
-        FRAMEWORK_VERSION
-    }
+    btl_core::btl_component_identity!(NAME, VERSION);
 
     fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
         self.ids = Some(register(params)?);

@@ -4,10 +4,7 @@
 
 use super::Loopback;
 use crate::endpoint::ProcName;
-use crate::mca::{
-    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamSpec, Params,
-    RegisterError, Version,
-};
+use crate::mca::{Component, Modules, NotAvailable, ParamSpec, Params, RegisterError, Version};
 use crate::pool::{
     FragmentPools, FragmentPoolsConfig, PoolDefaults, PoolError, PoolParams, Region,
     pool_param_specs,
@@ -65,21 +62,7 @@ impl LoopbackSetup {
 impl Component for SelfComponent {
     type Module = LoopbackSetup;
 
-    fn framework(&self) -> &'static str {
-        BTL_FRAMEWORK
-    }
-
-    fn name(&self) -> &'static str {
-        "self"
-    }
-
-    fn version(&self) -> Version {
-        Version::new(0, 1, 0)
-    }
-
-    fn framework_version(&self) -> Version {
-        BTL_FRAMEWORK_VERSION
-    }
+    crate::btl_component_identity!("self", Version::new(0, 1, 0));
 
     fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
         self.pool_params = Some(PoolParams::register(params, &SELF_POOL_PARAMS)?);

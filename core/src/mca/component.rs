@@ -79,6 +79,31 @@ impl fmt::Display for NotAvailable {
 
 impl core::error::Error for NotAvailable {}
 
+/// Inside an `impl Component` of the BTL framework, the four methods that
+/// say what the component is: its framework (`btl`), `$name`, its own
+/// `$version`, and the framework interface it implements
+/// ([`BTL_FRAMEWORK_VERSION`](crate::mca::BTL_FRAMEWORK_VERSION)).
+#[macro_export]
+macro_rules! btl_component_identity {
+    ($name:expr, $version:expr) => {
+        fn framework(&self) -> &'static str {
+            $crate::mca::BTL_FRAMEWORK
+        }
+
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        fn version(&self) -> $crate::mca::Version {
+            $version
+        }
+
+        fn framework_version(&self) -> $crate::mca::Version {
+            $crate::mca::BTL_FRAMEWORK_VERSION
+        }
+    };
+}
+
 /// A component of a framework (for the BTL framework: a transport such as
 /// `self`, `tcp` or `verbs`).
 ///

@@ -271,6 +271,30 @@ pub enum WaitError {
     Io(#[from] io::Error),
 }
 
+/// Hands `btl`'s events to `take` until it takes one, waiting with `wait`
+/// (for at most the time left) while none is there, up to `timeout`: the
+/// loop of every module's `wait_for`.
+pub(crate) fn wait_for_event<B: Btl + ?Sized, R>(
+    btl: &mut B,
+    timeout: Duration,
+    mut take: impl FnMut(Event<'_>) -> Option<R>,
+    mut wait: impl FnMut(&mut B, Duration) -> Result<(), WaitError>,
+) -> Result<R, WaitError> {
+    let start = Instant::now();
+    loop {
+        while let Some(event) = btl.poll_event() {
+            if let Some(taken) = take(event) {
+                return Ok(taken);
+            }
+        }
+        let waited = start.elapsed();
+        if waited >= timeout {
+            return Err(WaitError::TimedOut(waited));
+        }
+        wait(btl, timeout - waited)?;
+    }
+}
+
 /// What was outstanding in a module at one moment
 /// ([`Module::flush_mark`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -763,22 +787,12 @@ impl<T: Transport> Module<T> {
     pub fn wait_for<R>(
         &mut self,
         timeout: Duration,
-        mut take: impl FnMut(Event<'_>) -> Option<R>,
+        take: impl FnMut(Event<'_>) -> Option<R>,
     ) -> Result<R, WaitError> {
-        let start = Instant::now();
-        loop {
-            self.progress();
-            while let Some(event) = self.poll_event() {
-                if let Some(taken) = take(event) {
-                    return Ok(taken);
-                }
-            }
-            let waited = start.elapsed();
-            if waited >= timeout {
-                return Err(WaitError::TimedOut(waited));
-            }
-            self.wait(timeout - waited)?;
-        }
+        self.progress();
+        wait_for_event(self, timeout, take, |m, left| {
+            m.wait(left).map(drop).map_err(WaitError::from)
+        })
     }
 }
 

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
 use btl_core::mca::{
-    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind, ParamSpec,
-    Params, RegisterError, Version,
+    BTL_FRAMEWORK, Component, Modules, NotAvailable, ParamKind, ParamSpec, Params, RegisterError,
+    Version,
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, PoolParams, pool_param_specs};
 
@@ -113,21 +113,7 @@ pub struct SmComponent {
 impl Component for SmComponent {
     type Module = SmSetup;
 
-    fn framework(&self) -> &'static str {
-        BTL_FRAMEWORK
-    }
-
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn version(&self) -> Version {
-        Version::new(0, 1, 0)
-    }
-
-    fn framework_version(&self) -> Version {
-        BTL_FRAMEWORK_VERSION
-    }
+    btl_core::btl_component_identity!(NAME, Version::new(0, 1, 0));
 
     fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
         self.ids = Some((

@@ -554,21 +554,12 @@ impl SmModule {
     pub fn wait_for<R>(
         &mut self,
         timeout: Duration,
-        mut take: impl FnMut(btl_core::btl::Event<'_>) -> Option<R>,
+        take: impl FnMut(btl_core::btl::Event<'_>) -> Option<R>,
     ) -> Result<R, crate::WaitError> {
-        let start = Instant::now();
-        loop {
-            while let Some(event) = self.poll_event() {
-                if let Some(taken) = take(event) {
-                    return Ok(taken);
-                }
-            }
-            let waited = start.elapsed();
-            if waited >= timeout {
-                return Err(crate::WaitError::TimedOut(waited));
-            }
-            self.wait(timeout - waited);
-        }
+        crate::driver::module::wait_for_event(self, timeout, take, |m, left| {
+            m.wait(left);
+            Ok(())
+        })
     }
 }
 
@@ -677,47 +668,57 @@ impl std::fmt::Debug for SmModule {
 /// Copies `into.len()` bytes at `address` in process `pid` into `into`
 /// (`process_vm_readv`); whether they all came.
 fn cross_read(pid: u32, address: u64, into: &mut [u8]) -> bool {
-    let mut done = 0;
-    while done < into.len() {
-        let rest = &mut into[done..];
-        let local = libc::iovec {
-            iov_base: rest.as_mut_ptr().cast(),
-            iov_len: rest.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: address.wrapping_add(done as u64) as usize as *mut libc::c_void,
-            iov_len: rest.len(),
-        };
-        // SAFETY: `local` is `rest`, memory this function may write for
-        // its whole length; `remote` is only an address in the other
-        // process, which the kernel checks (a wrong one fails, EFAULT).
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n <= 0 {
-            return false;
-        }
-        done += n as usize;
-    }
-    true
+    cross(
+        pid,
+        address,
+        into.as_mut_ptr(),
+        into.len(),
+        libc::process_vm_readv,
+    )
 }
 
 /// Copies `from` to `address` in process `pid` (`process_vm_writev`);
-/// whether it all went.
+/// whether it all went. The kernel only reads `from`.
 fn cross_write(pid: u32, address: u64, from: &[u8]) -> bool {
+    cross(
+        pid,
+        address,
+        from.as_ptr().cast_mut(),
+        from.len(),
+        libc::process_vm_writev,
+    )
+}
+
+/// The signature `process_vm_readv` and `process_vm_writev` share.
+type CrossCall = unsafe extern "C" fn(
+    libc::pid_t,
+    *const libc::iovec,
+    libc::c_ulong,
+    *const libc::iovec,
+    libc::c_ulong,
+    libc::c_ulong,
+) -> libc::ssize_t;
+
+/// Moves `len` bytes between `local` in this process and `address` in
+/// process `pid` with `call`, as many calls as a partial copy takes;
+/// whether they all moved.
+fn cross(pid: u32, address: u64, local: *mut u8, len: usize, call: CrossCall) -> bool {
     let mut done = 0;
-    while done < from.len() {
-        let rest = &from[done..];
-        let local = libc::iovec {
-            iov_base: rest.as_ptr().cast_mut().cast(),
-            iov_len: rest.len(),
+    while done < len {
+        let here = libc::iovec {
+            iov_base: local.wrapping_add(done).cast(),
+            iov_len: len - done,
         };
-        let remote = libc::iovec {
+        let there = libc::iovec {
             iov_base: address.wrapping_add(done as u64) as usize as *mut libc::c_void,
-            iov_len: rest.len(),
+            iov_len: len - done,
         };
-        // SAFETY: `local` is `rest`, which the kernel only reads (the
-        // pointer is not written through despite its type); `remote` is an
-        // address in the other process, which the kernel checks.
-        let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        // SAFETY: `here` is the rest of the `len` bytes at `local`, a
+        // buffer the caller borrows for this call (mutably for a read,
+        // which writes it; a write only reads it); `there` is only an
+        // address in the other process, which the kernel checks (a wrong
+        // one fails with EFAULT).
+        let n = unsafe { call(pid as libc::pid_t, &here, 1, &there, 1, 0) };
         if n <= 0 {
             return false;
         }

@@ -21,8 +21,8 @@ use btl_core::engine::{
     Stranger,
 };
 use btl_core::mca::{
-    BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Component, Modules, NotAvailable, ParamKind, ParamName,
-    ParamSpec, Params, RegisterError, Version,
+    BTL_FRAMEWORK, Component, Modules, NotAvailable, ParamKind, ParamName, ParamSpec, Params,
+    RegisterError, Version,
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 use btl_core::time::Instant;
@@ -712,21 +712,7 @@ impl UdpSetup {
 impl Component for UdpComponent {
     type Module = UdpSetup;
 
-    fn framework(&self) -> &'static str {
-        BTL_FRAMEWORK
-    }
-
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn version(&self) -> Version {
-        Version::new(0, 1, 0)
-    }
-
-    fn framework_version(&self) -> Version {
-        BTL_FRAMEWORK_VERSION
-    }
+    btl_core::btl_component_identity!(NAME, Version::new(0, 1, 0));
 
     fn register(&mut self, params: &mut dyn Params) -> Result<(), RegisterError> {
         self.ids = Some(UdpIds {

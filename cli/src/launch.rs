@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::endpoint::{EndpointId, ProcName};
 
 use btl_std::bootstrap::Bootstrap;
 use btl_std::{ModuleBuilder, SelfModule, TcpModule, UdpModule};
@@ -140,11 +140,9 @@ pub fn reach<B: btl_core::btl::Btl + ?Sized>(
     btl: &mut B,
     proc: ProcName,
 ) -> Result<EndpointId, String> {
-    let mut ep = [None];
-    let mut words = [0u64];
-    btl.add_procs(&[proc], &mut ep, &mut Reachability::new(&mut words))
-        .map_err(|e| format!("adding {proc}: {e:?}"))?;
-    ep[0].ok_or_else(|| format!("process {proc} is not reachable"))
+    btl_core::btl::add_proc(btl, proc)
+        .map_err(|e| format!("adding {proc}: {e:?}"))?
+        .ok_or_else(|| format!("process {proc} is not reachable"))
 }
 
 /// A scratch directory for a local run's bootstrap, removed when dropped.

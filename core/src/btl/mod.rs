@@ -477,6 +477,19 @@ pub trait Btl {
     fn finalize(&mut self) -> Undelivered;
 }
 
+/// Adds the one process `proc` to `btl` ([`Btl::add_procs`]): its endpoint,
+/// or `None` where `btl` does not reach it. For drivers that join their
+/// peers one at a time.
+pub fn add_proc<B: Btl + ?Sized>(
+    btl: &mut B,
+    proc: ProcName,
+) -> Result<Option<EndpointId>, BtlError> {
+    let mut endpoint = [None];
+    let mut word = [0u64];
+    btl.add_procs(&[proc], &mut endpoint, &mut Reachability::new(&mut word))?;
+    Ok(endpoint[0])
+}
+
 /// What [`Btl::finalize`] could not deliver: the sends, puts and gets
 /// still outstanding when it shut the module down, each failed with
 /// `Finalized` (the events of those that owe one are queued; the others,

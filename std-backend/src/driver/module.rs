@@ -821,15 +821,9 @@ impl<T: Transport> Btl for Module<T> {
                 continue;
             }
             self.unreachable.remove(proc);
-            let mut one = [None];
-            let mut word = [0u64];
-            self.engine.add_procs(
-                core::slice::from_ref(proc),
-                &mut one,
-                &mut Reachability::new(&mut word),
-            )?;
-            if one[0].is_some() && reachable.set(i) {
-                *ep = one[0];
+            let one = btl_core::btl::add_proc(&mut self.engine, *proc)?;
+            if one.is_some() && reachable.set(i) {
+                *ep = one;
             }
         }
         Ok(())

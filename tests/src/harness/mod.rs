@@ -13,7 +13,7 @@ pub mod stream_pair;
 pub mod verbs;
 
 use btl_core::btl::Btl;
-use btl_core::endpoint::{EndpointId, ProcName, Reachability};
+use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
 use btl_core::engine::rtt::RttConfig;
@@ -55,9 +55,7 @@ pub fn engine_config(me: ProcName, key: &[u8], tick: Duration, max_rto_ticks: u6
 
 /// Makes `proc` known to `btl` (`add_procs`); its endpoint.
 pub fn add_peer<B: Btl + ?Sized>(btl: &mut B, proc: ProcName) -> EndpointId {
-    let mut endpoint = [None];
-    let mut words = [0u64];
-    btl.add_procs(&[proc], &mut endpoint, &mut Reachability::new(&mut words))
-        .expect("add_procs");
-    endpoint[0].expect("the engine reaches the other process")
+    btl_core::btl::add_proc(btl, proc)
+        .expect("add_procs")
+        .expect("the engine reaches the other process")
 }

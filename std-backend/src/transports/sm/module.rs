@@ -398,11 +398,7 @@ impl SmModule {
         });
         self.core.set_cross_copy(ep, cross, claim.cross);
         // A peer that joined first can be answered before it is added.
-        let mut one = [None];
-        let mut word = [0u64];
-        let _ = self
-            .core
-            .add_procs(&[claim.proc], &mut one, &mut Reachability::new(&mut word));
+        let _ = btl_core::btl::add_proc(self.core.as_mut(), claim.proc);
         let pidfd = rustix::process::Pid::from_raw(claim.pid as i32).and_then(|pid| {
             rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK).ok()
         });
@@ -586,15 +582,9 @@ impl Btl for SmModule {
             *ep = None;
             match self.join(*proc, deadline) {
                 Ok(Some(_)) => {
-                    let mut one = [None];
-                    let mut word = [0u64];
-                    self.core.add_procs(
-                        core::slice::from_ref(proc),
-                        &mut one,
-                        &mut Reachability::new(&mut word),
-                    )?;
-                    if one[0].is_some() && reachable.set(i) {
-                        *ep = one[0];
+                    let one = btl_core::btl::add_proc(self.core.as_mut(), *proc)?;
+                    if one.is_some() && reachable.set(i) {
+                        *ep = one;
                     }
                 }
                 Ok(None) => {

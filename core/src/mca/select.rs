@@ -18,6 +18,9 @@ pub struct Exclusivity(pub u32);
 impl Exclusivity {
     /// Transports that always win when they reach a peer: `self`.
     pub const HIGH: Exclusivity = Exclusivity(65536);
+    /// Shared memory between the processes of one host: above every
+    /// network, below `self` (Open MPI ranks its `sm` so too).
+    pub const SHARED_MEMORY: Exclusivity = Exclusivity(65535);
     /// Fast fabrics: verbs.
     pub const DEFAULT: Exclusivity = Exclusivity(1024);
     /// Fallback transports: tcp and udp, usually `LOW.plus(100)`.

@@ -251,7 +251,7 @@ impl<
                 put_alignment: 1,
                 get_limit: u64::MAX >> 1,
                 get_alignment: 1,
-                exclusivity: Exclusivity::HIGH.plus(0),
+                exclusivity: Exclusivity::SHARED_MEMORY,
                 latency_us: 1,
                 bandwidth_mbps: 80_000,
                 flags: BtlFlags::SEND | BtlFlags::PUT | BtlFlags::GET,

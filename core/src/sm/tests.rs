@@ -508,3 +508,39 @@ fn a_get_answered_done_without_being_asked_in_one_copy_breaks_the_protocol() {
         "{events:?}"
     );
 }
+
+#[test]
+fn shared_memory_ranks_below_self_and_above_every_network() {
+    let sm = module();
+    let loopback = crate::loopback::Loopback::<&'static [PoolCell], Vec<u8>, 4, 16>::new(
+        A,
+        FragmentPools::new(
+            std::boxed::Box::leak(vec![0u8; 1 << 20].into_boxed_slice()),
+            FragmentPoolsConfig {
+                small: FragmentPoolConfig {
+                    fragment_size: 256,
+                    num: 4,
+                    max: 4,
+                    inc: 1,
+                },
+                eager: FragmentPoolConfig {
+                    fragment_size: 1024,
+                    num: 4,
+                    max: 4,
+                    inc: 1,
+                },
+                max: FragmentPoolConfig {
+                    fragment_size: 4096,
+                    num: 4,
+                    max: 4,
+                    inc: 1,
+                },
+            },
+        )
+        .expect("pools"),
+    );
+    let ours = sm.attributes().exclusivity;
+    assert!(ours < loopback.attributes().exclusivity);
+    assert!(ours > Exclusivity::DEFAULT, "above verbs");
+    assert!(ours > Exclusivity::LOW.plus(100), "above tcp and udp");
+}

@@ -218,3 +218,39 @@ fn a_child_process_writes_into_the_segment() {
     }
     assert!(child.wait().expect("it ends").success());
 }
+
+#[test]
+fn a_segment_takes_memory_only_for_the_rings_peers_write() {
+    use std::os::unix::fs::MetadataExt;
+    // 256 slots of 256 KiB rings: 64 MiB of file, most of it never touched.
+    let mine = Segment::create(&name("memory"), 256, 1 << 16).expect("a segment");
+    let held = || std::fs::metadata(mine.path()).expect("the file").blocks() * 512;
+    assert!(held() <= 32 << 10, "made: {} bytes held", held());
+    let theirs = Segment::open(&name("memory")).expect("mapped");
+    let who = Claimant {
+        proc: ProcName::new(9, 1),
+        pid: 1,
+        cross: false,
+    };
+    let slot = theirs.claim(who).expect("a slot");
+    let mut tx = Producer::attach(theirs.ring_words_of(slot).expect("a ring")).expect("a ring");
+    let mut rx = Consumer::attach(mine.ring_words_of(slot).expect("a ring")).expect("a ring");
+    // Two laps of the ring.
+    let mut out = [0u8; 4096];
+    for _ in 0..256 {
+        while tx.push(1, &[&[7u8; 4000]]).is_err() {
+            while rx.pop(&mut out).expect("sound").is_some() {}
+        }
+    }
+    let busy = held();
+    assert!(
+        busy <= (32 << 10) + (256 << 10) + 4096,
+        "one busy peer holds its ring and no more: {busy} bytes"
+    );
+    mine.reopen(slot).expect("reopened");
+    assert!(
+        held() <= 32 << 10,
+        "its ring given back: {} bytes held",
+        held()
+    );
+}

@@ -368,3 +368,19 @@ fn a_module_waiting_asleep_is_woken_by_a_push_and_spends_no_cpu_meanwhile() {
     assert!(child.wait().expect("it ends").success());
     let _ = std::fs::remove_dir_all(dir(job));
 }
+
+#[test]
+fn reaching_a_process_that_is_not_there_says_why() {
+    let job = std::process::id() ^ 0x7ea;
+    let mut sm = open(job, 0);
+    let missing = sm
+        .reach(ProcName::new(u64::from(job), 5), Duration::from_millis(50))
+        .expect_err("nobody is rank 5");
+    assert!(missing.to_string().contains("no card"), "{missing}");
+    let me = sm
+        .reach(ProcName::new(u64::from(job), 0), Duration::from_millis(50))
+        .expect_err("this process");
+    assert!(me.to_string().contains("self BTL"), "{me}");
+    drop(sm);
+    let _ = std::fs::remove_dir_all(dir(job));
+}

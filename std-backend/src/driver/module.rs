@@ -249,6 +249,15 @@ pub enum ReachError {
         /// Why.
         error: BtlError,
     },
+    /// The shared-memory module could not join it: not on this host, no
+    /// segment, or it did not join back in time.
+    #[error("joining process {proc}: {reason}")]
+    Join {
+        /// The process.
+        proc: ProcName,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl<T: Transport> std::fmt::Debug for Module<T> {
@@ -432,19 +441,12 @@ impl<T: Transport> Module<T> {
     pub fn reach(&mut self, proc: ProcName, timeout: Duration) -> Result<EndpointId, ReachError> {
         self.transport.resolve(proc, timeout)?;
         self.unreachable.remove(&proc);
-        let mut one = [None];
-        let mut word = [0u64];
-        self.engine
-            .add_procs(
-                core::slice::from_ref(&proc),
-                &mut one,
-                &mut Reachability::new(&mut word),
-            )
-            .map_err(|error| ReachError::Btl { proc, error })?;
-        one[0].ok_or(ReachError::Btl {
-            proc,
-            error: BtlError::Unreachable,
-        })
+        btl_core::btl::add_proc(&mut self.engine, proc)
+            .map_err(|error| ReachError::Btl { proc, error })?
+            .ok_or(ReachError::Btl {
+                proc,
+                error: BtlError::Unreachable,
+            })
     }
 
     /// Why [`Btl::add_procs`] found `proc` unreachable, if it did (and no

@@ -159,6 +159,35 @@ impl SmModule {
         &self.mine
     }
 
+    /// Joins `proc` (as `add_procs` does, waiting up to `timeout`) and
+    /// hands back its endpoint, or says why it cannot: not on this host,
+    /// no segment, or it did not join back in time.
+    pub fn reach(
+        &mut self,
+        proc: ProcName,
+        timeout: Duration,
+    ) -> Result<EndpointId, crate::ReachError> {
+        let join = |reason: String| crate::ReachError::Join { proc, reason };
+        if self.finalized {
+            return Err(crate::ReachError::Btl {
+                proc,
+                error: BtlError::Finalized,
+            });
+        }
+        if proc == self.me {
+            return Err(join("it is this process: the self BTL reaches it".into()));
+        }
+        match self.join(proc, Instant::now() + timeout) {
+            Ok(Some(_)) => btl_core::btl::add_proc(self.core.as_mut(), proc)
+                .map_err(|error| crate::ReachError::Btl { proc, error })?
+                .ok_or_else(|| join("it was lost meanwhile".into())),
+            Ok(None) => Err(join(
+                "it is not on this host, or has no shared-memory segment (its card has no sm line, or names another host)".into(),
+            )),
+            Err(reason) => Err(join(reason)),
+        }
+    }
+
     /// How this module's puts and gets have gone: through the rings, or
     /// in one copy by the peer (cross-memory attach).
     pub fn transfers(&self) -> Transfers {

@@ -692,9 +692,11 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         },
         Which::Sm => {
             let mut m = sm_module(&sources, me, boot)?;
-            reach(&mut m, peer_name).and_then(|ep| {
-                lead(&mut m, ep, &plan, &args, &title).map_err(|e| failure_with(&e, &to))
-            })
+            m.reach(peer_name, PEER_START)
+                .map_err(|e| e.to_string())
+                .and_then(|ep| {
+                    lead(&mut m, ep, &plan, &args, &title).map_err(|e| failure_with(&e, &to))
+                })
         }
         Which::SelfBtl => unreachable!("handled above"),
     };
@@ -969,7 +971,7 @@ fn peer(args: PeerArgs) -> Result<(), String> {
         }
         Which::Sm => {
             let mut m = sm_module(&sources, me, boot)?;
-            reach(&mut m, lead_name)?;
+            m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
             bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
         }
         Which::SelfBtl => return Err("a self run has no peer process".into()),

@@ -57,7 +57,7 @@ fn pingpong_over_tcp_prints_a_row_per_size() {
 
 #[test]
 fn every_btl_and_test_reports_json() {
-    for which in ["tcp", "udp", "self"] {
+    for which in ["tcp", "udp", "sm", "self"] {
         for test in ["pingpong", "bw", "rate"] {
             let out = run(&[
                 test,
@@ -224,5 +224,54 @@ fn baseline_runs_the_same_plan_over_a_raw_socket_and_draws_it() {
     assert_eq!(docs[1]["rows"].as_array().map(Vec::len), Some(7));
     let drawn = std::fs::read_to_string(&svg).expect("the chart");
     assert!(drawn.starts_with("<svg"), "an SVG");
+    assert!(
+        drawn.contains("btl tcp") && drawn.contains("raw tcp"),
+        "named lines"
+    );
     let _ = std::fs::remove_file(svg);
+}
+
+#[test]
+fn an_sm_baseline_runs_over_a_unix_socket_beside_memcpy_and_waits_asleep_too() {
+    let out = run(&[
+        "pingpong",
+        "--btl",
+        "sm",
+        "--baseline",
+        "--max-size",
+        "64",
+        "--iters",
+        "10",
+        "--json",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let docs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(docs.len(), 3, "{text}");
+    assert!(
+        docs[0]["btl"]
+            .as_str()
+            .is_some_and(|t| t.contains("over sm, 2 processes of one host")),
+        "{text}"
+    );
+    assert_eq!(docs[1]["baseline"], "raw unix");
+    assert_eq!(docs[2]["baseline"], "memcpy");
+    for doc in &docs {
+        assert_eq!(doc["rows"].as_array().map(Vec::len), Some(7), "{doc}");
+    }
+    let asleep = run(&[
+        "pingpong",
+        "--btl",
+        "sm",
+        "--wait",
+        "block",
+        "--max-size",
+        "1k",
+        "--iters",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(rows(&asleep).len(), 11);
 }

@@ -41,6 +41,22 @@ fn info_lists_the_framework_and_its_parameters() {
         text.contains("parameter \"btl_self_eager_limit\""),
         "{text}"
     );
+    // Shared memory is listed, available here (Linux with /dev/shm), with
+    // its parameters.
+    assert!(
+        text.contains("MCA btl: sm (v0.1.0, interface v1.0.0)\n"),
+        "{text}"
+    );
+    for param in [
+        "btl_sm_fifo_size",
+        "btl_sm_single_copy_limit",
+        "btl_sm_eager_limit",
+    ] {
+        assert!(
+            text.contains(&format!("parameter \"{param}\"")),
+            "{param}: {text}"
+        );
+    }
 }
 
 #[test]

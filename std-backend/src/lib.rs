@@ -22,8 +22,10 @@
 //!   as a service lists them;
 //! - with the `logging` feature, its log turned on in one call
 //!   (`logging::init`).
-// Unsafe code only in `driver::udp_offload`: the system calls of Linux's
-// UDP offloads, which cut a datagram transport's system calls by up to 64.
+// Unsafe code only where a system call or a mapping needs it:
+// `driver::udp_offload` (Linux's UDP offloads, which cut a datagram
+// transport's system calls by up to 64), `driver::icmp` (the error queue),
+// and `transports::sm` (the shared segments, and copies across processes).
 #![deny(unsafe_code)]
 
 pub mod bootstrap;

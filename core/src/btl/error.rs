@@ -146,6 +146,21 @@ pub enum Limit {
     Peer,
 }
 
+impl Limit {
+    /// `Ok` if `len` bytes are within this side's or the peer's `max`,
+    /// else `TooLarge` naming both and whose limit it is.
+    pub fn admits(self, len: usize, max: usize) -> Result<(), BtlError> {
+        if len > max {
+            return Err(BtlError::TooLarge {
+                len: len as u64,
+                max: max as u64,
+                whose: self,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl From<MemError> for BtlError {
     fn from(e: MemError) -> Self {
         BtlError::Memory(e)

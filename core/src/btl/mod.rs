@@ -384,13 +384,7 @@ pub trait Btl {
                 taken => return taken,
             }
         }
-        if data.len() > max {
-            return Err(BtlError::TooLarge {
-                len: data.len() as u64,
-                max: max as u64,
-                whose: Limit::Here,
-            });
-        }
+        Limit::Here.admits(data.len(), max)?;
         let desc = self.prepare_src(endpoint, data, 0, Order::ANY, DescFlags::BTL_OWNERSHIP)?;
         match self.send(endpoint, desc, tag) {
             Ok(SendStatus::Completed(Some(desc))) => self.free(desc),

@@ -149,13 +149,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             });
             return self.note_fragment_refusal(p, len, desc);
         }
-        if len > self.attributes.max_send_size {
-            return Err(BtlError::TooLarge {
-                len: len as u64,
-                max: self.attributes.max_send_size as u64,
-                whose: Limit::Here,
-            });
-        }
+        Limit::Here.admits(len, self.attributes.max_send_size)?;
         let desc = self.check_send_room(p, reserve).and_then(|()| {
             Descriptor::prepare_src_inplace(
                 self.shared.pools(),
@@ -234,13 +228,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         let p = self.check_endpoint(endpoint)?;
         let len = header.len() + payload.len();
         // sendi is the path of small messages: what one eager fragment holds.
-        if len > self.attributes.eager_limit {
-            return Err(BtlError::TooLarge {
-                len: len as u64,
-                max: self.attributes.eager_limit as u64,
-                whose: Limit::Here,
-            });
-        }
+        Limit::Here.admits(len, self.attributes.eager_limit)?;
         let peer = self.peers.get(p).ok_or(BtlError::Unreachable)?;
         if !peer.takes_sendi() {
             return Err(BtlError::OutOfResource);
@@ -605,15 +593,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
 
     /// A message of `len` bytes (reserve included) must fit one packet.
     fn check_send_size(&self, len: usize) -> Result<(), BtlError> {
-        let max = self.attributes.max_send_size;
-        if len > max {
-            return Err(BtlError::TooLarge {
-                len: len as u64,
-                max: max as u64,
-                whose: Limit::Here,
-            });
-        }
-        Ok(())
+        Limit::Here.admits(len, self.attributes.max_send_size)
     }
 
     /// Frees the message the last `poll_event` handed out, and gives its

@@ -354,13 +354,7 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
     ) -> Result<(), BtlError> {
         self.check(endpoint)?;
         let len = header.len() + payload.len();
-        if len > SENDI_MAX {
-            return Err(BtlError::TooLarge {
-                len: len as u64,
-                max: SENDI_MAX as u64,
-                whose: Limit::Here,
-            });
-        }
+        Limit::Here.admits(len, SENDI_MAX)?;
         if !self.has_room() {
             return Err(BtlError::OutOfResource);
         }

@@ -429,15 +429,7 @@ impl<
 
     /// A message of `len` bytes fits one record.
     fn check_size(&self, len: usize) -> Result<(), BtlError> {
-        let max = self.attributes.max_send_size;
-        if len > max {
-            return Err(BtlError::TooLarge {
-                len: len as u64,
-                max: max as u64,
-                whose: Limit::Here,
-            });
-        }
-        Ok(())
+        Limit::Here.admits(len, self.attributes.max_send_size)
     }
 
     /// Notes that `wanted` was refused for room to `endpoint` if `r` is
@@ -805,6 +797,12 @@ fn push_message(
     }
 }
 
+/// The answer to a put or get in one copy whose region was found: done,
+/// or the copy across could not be made.
+fn one_copy(copied: bool) -> u8 {
+    if copied { 0 } else { record::ONE_COPY_REFUSED }
+}
+
 /// The completion of `op` with `result`.
 fn done(op: Op, result: Result<(), BtlError>) -> Completion {
     match op.kind {
@@ -1013,20 +1011,12 @@ impl<
                 };
                 if code == 0 && flags & record::NOTIFY != 0 {
                     // The notice names the whole put, from its first piece.
-                    if let Ok(slice) = self.regs.check_remote(
-                        RemoteSlice {
-                            key,
-                            offset: start,
-                            len: before.saturating_add(data.len() as u64),
-                        },
-                        Access::REMOTE_WRITE,
-                    ) {
-                        let _ = self.events.push_back(Pending::Done(Completion::PutArrived {
-                            from,
-                            slice,
-                            imm,
-                        }));
-                    }
+                    let whole = RemoteSlice {
+                        key,
+                        offset: start,
+                        len: before.saturating_add(data.len() as u64),
+                    };
+                    self.arrived(from, whole, imm);
                 }
                 self.owe(from, record::PUT_DONE, record::answer(op, code))
             }
@@ -1041,26 +1031,12 @@ impl<
             } => {
                 let at = RemoteSlice { key, offset, len };
                 let cross = self.peers.get(from.0 as usize).and_then(|p| p.cross);
-                let code = match (cross, self.regs.remote_write(at)) {
-                    (_, Err(e)) => record::code(RejectCode::from(e)),
-                    (Some(c), Ok(dst)) => {
-                        if (c.read)(c.process, address, dst) {
-                            0
-                        } else {
-                            record::ONE_COPY_REFUSED
-                        }
-                    }
-                    (None, Ok(_)) => record::ONE_COPY_REFUSED,
+                let code = match self.regs.remote_write(at) {
+                    Ok(dst) => one_copy(cross.is_some_and(|c| (c.read)(c.process, address, dst))),
+                    Err(e) => record::code(RejectCode::from(e)),
                 };
-                if code == 0
-                    && flags & record::NOTIFY != 0
-                    && let Ok(slice) = self.regs.check_remote(at, Access::REMOTE_WRITE)
-                {
-                    let _ = self.events.push_back(Pending::Done(Completion::PutArrived {
-                        from,
-                        slice,
-                        imm,
-                    }));
+                if code == 0 && flags & record::NOTIFY != 0 {
+                    self.arrived(from, at, imm);
                 }
                 self.owe(from, record::PUT_DONE, record::answer(op, code))
             }
@@ -1073,10 +1049,9 @@ impl<
             } => {
                 let at = RemoteSlice { key, offset, len };
                 let cross = self.peers.get(from.0 as usize).and_then(|p| p.cross);
-                let code = match (cross, self.regs.remote_read(at)) {
-                    (_, Err(e)) => record::code(RejectCode::from(e)),
-                    (Some(c), Ok(src)) if (c.write)(c.process, address, src) => 0,
-                    _ => record::ONE_COPY_REFUSED,
+                let code = match self.regs.remote_read(at) {
+                    Ok(src) => one_copy(cross.is_some_and(|c| (c.write)(c.process, address, src))),
+                    Err(e) => record::code(RejectCode::from(e)),
                 };
                 self.owe(from, record::GET_FAIL, record::answer(op, code))
             }
@@ -1140,6 +1115,16 @@ impl<
                 self.lose(from, LostReason::Left);
                 true
             }
+        }
+    }
+
+    /// Tells of a put of `from`'s that landed in `at`, checked again as a
+    /// whole: `Event::PutArrived` with `imm`.
+    fn arrived(&mut self, from: EndpointId, at: RemoteSlice, imm: u64) {
+        if let Ok(slice) = self.regs.check_remote(at, Access::REMOTE_WRITE) {
+            let _ =
+                self.events
+                    .push_back(Pending::Done(Completion::PutArrived { from, slice, imm }));
         }
     }
 
@@ -1386,13 +1371,7 @@ impl<
         _flags: DescFlags,
     ) -> Result<(), BtlError> {
         let len = header.len() + payload.len();
-        if len > self.attributes.eager_limit {
-            return Err(BtlError::TooLarge {
-                len: len as u64,
-                max: self.attributes.eager_limit as u64,
-                whose: Limit::Here,
-            });
-        }
+        Limit::Here.admits(len, self.attributes.eager_limit)?;
         let peer = self.peer(endpoint)?;
         let pushed = push_message(peer, tag, header, payload);
         if pushed == Err(BtlError::PeerLost(LostReason::ProtocolViolation)) {

@@ -343,16 +343,6 @@ impl Segment {
         })
     }
 
-    /// The slots `who` claimed, most recent claims not told apart: the
-    /// owner takes the one it has not seen.
-    pub fn claimed_by(&self, proc: ProcName) -> impl Iterator<Item = (usize, Claimant)> + '_ {
-        (0..self.slots()).filter_map(move |slot| {
-            self.claimant(slot)
-                .filter(|c| c.proc == proc)
-                .map(|c| (slot, c))
-        })
-    }
-
     /// Gives slot `slot` back for another peer, its ring's memory returned
     /// to the system (and so zero again). The owner does this once the
     /// process that claimed it is gone.

@@ -633,10 +633,10 @@ pub fn try_rdma(
 
 /// Fragments of every class that `side`'s BTL has lent out.
 pub fn in_use(world: &mut dyn World, side: Side) -> Vec<(FragmentClass, u32)> {
-    let pools = world.btl(side).pools();
-    FragmentClass::ALL
+    world
+        .pool_stats(side)
         .iter()
-        .map(|&c| (c, pools.stats(c).in_use))
+        .map(|&(class, stats)| (class, stats.in_use))
         .collect()
 }
 
@@ -656,9 +656,7 @@ pub fn assert_pools_idle(world: &mut dyn World, tracker: &Tracker) {
 
 /// Fails if any pool of `side` has more fragments out than its capacity.
 pub fn assert_pools_bounded(world: &mut dyn World, side: Side) {
-    let pools = world.btl(side).pools();
-    for class in FragmentClass::ALL {
-        let s = pools.stats(class);
+    for (class, s) in world.pool_stats(side) {
         assert!(
             s.in_use <= s.capacity,
             "side {side:?}: {class} pool has {} of {} fragments out",

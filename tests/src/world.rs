@@ -10,6 +10,7 @@
 
 use btl_core::btl::{Btl, LostReason};
 use btl_core::endpoint::EndpointId;
+use btl_core::pool::{FragmentClass, PoolStats};
 
 /// How the harnesses' BTLs hold registered memory: owned buffers, handed
 /// back at deregistration.
@@ -150,6 +151,14 @@ pub trait World {
     /// flight between them (and advances simulated time, if the harness
     /// has any). Never blocks.
     fn progress(&mut self);
+
+    /// The fragment pools of `side`'s BTL, class by class: what they lend
+    /// out now and what they can. A harness whose BTL lives in another
+    /// process reads them there, with what the BTL took for itself.
+    fn pool_stats(&mut self, side: Side) -> [(FragmentClass, PoolStats); 3] {
+        let pools = self.btl(side).pools();
+        FragmentClass::ALL.map(|class| (class, pools.stats(class)))
+    }
 
     /// Stops driving `side`: its BTL is not progressed and nothing is
     /// delivered into it until [`World::resume`], as if its process stopped

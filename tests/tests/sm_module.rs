@@ -1,6 +1,8 @@
 //! The conformance suite against the shared-memory component: two of its
 //! modules in one process, each with its segment in `/dev/shm`, opened
-//! with the default parameters and joined through a shared directory.
+//! with the default parameters and joined through a shared directory;
+//! then again with B a module of a child process (this binary started
+//! again, as its ignored test `sm_side_b`).
 
 use btl_tests::harness::sm::SmModuleWorld;
 
@@ -17,3 +19,13 @@ fn the_default_limits_are_the_books() {
     assert_eq!(attributes.put_limit, u64::MAX >> 1);
     assert_eq!(attributes.get_limit, u64::MAX >> 1);
 }
+
+/// The conformance suite with B in a process of its own, killed for real
+/// in the peer-loss group.
+mod two_processes {
+    use btl_tests::harness::sm::SmProcessesWorld;
+
+    btl_tests::conformance_suite!(SmProcessesWorld::new, gated: [pause, peer_loss]);
+}
+
+btl_tests::sm_side_b_process!();

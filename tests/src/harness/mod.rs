@@ -5,6 +5,7 @@
 
 pub mod datagram_pair;
 pub mod loopback;
+pub mod remote;
 pub mod serial;
 pub mod sm;
 pub mod smoltcp;

@@ -7,18 +7,33 @@
 //! ```text
 //!  0  u64  total     bytes of the whole message, headers excluded
 //!  8  u32  window    the sender's window (a server acknowledges by it)
-//! 12  u32  reserved  0
+//! 12  u8   kind      0: a piece; 1: a fetch notice
+//! 13  [u8; 3]        reserved, 0
 //! ```
 //!
-//! then its share of the payload. Everything here comes from a peer and is
-//! checked: a message may not claim more than the receiver takes
-//! ([`Assembly::new`]'s bound), nor its pieces bring more than it claimed,
-//! nor a piece of another message start before the current one is whole.
+//! then its share of the payload. Where the BTL moves large messages
+//! better by get than by sends (its `rdma_pipeline_send_length`), the
+//! message goes instead as one send, a fetch notice: the header, then
+//! where the receiver gets the whole message from (Open MPI's RGET
+//! protocol), with one copy where the BTL has one:
+//!
+//! ```text
+//! 16  u64  key       the sender's registration (RemoteKey::to_bytes)
+//! 24  u64  offset    where in it the message starts
+//! ```
+//!
+//! Everything here comes from a peer and is checked: a message may not
+//! claim more than the receiver takes ([`Assembly::new`]'s bound), nor its
+//! pieces bring more than it claimed, nor a piece of another message, or
+//! a notice, start before the current one is whole.
 
-use btl_core::btl::Tag;
+use btl_core::btl::{RemoteKey, RemoteSlice, Tag};
 
 /// Bytes of the header in front of every piece.
 pub const HEADER: usize = 16;
+
+/// Bytes of a fetch notice after its header.
+pub const NOTICE: usize = 16;
 
 /// The header of one piece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +42,8 @@ pub struct Header {
     pub total: u64,
     /// The sender's window of stream messages.
     pub window: u32,
+    /// A fetch notice follows, not a piece of the payload.
+    pub fetch: bool,
 }
 
 impl Header {
@@ -35,6 +52,20 @@ impl Header {
         let mut out = [0u8; HEADER];
         out[..8].copy_from_slice(&self.total.to_be_bytes());
         out[8..12].copy_from_slice(&self.window.to_be_bytes());
+        out[12] = u8::from(self.fetch);
+        out
+    }
+
+    /// A fetch notice: this header, then where the whole message lies.
+    pub fn notice(&self, from: RemoteSlice) -> [u8; HEADER + NOTICE] {
+        let mut out = [0u8; HEADER + NOTICE];
+        let header = Header {
+            fetch: true,
+            ..*self
+        };
+        out[..HEADER].copy_from_slice(&header.emit());
+        out[HEADER..HEADER + 8].copy_from_slice(&from.key.to_bytes());
+        out[HEADER + 8..].copy_from_slice(&from.offset.to_be_bytes());
         out
     }
 
@@ -44,15 +75,39 @@ impl Header {
             .first_chunk()
             .ok_or(MessageError::Short { len: piece.len() })?;
         let (total, rest) = bytes.split_at(8);
-        let (window, reserved) = rest.split_at(4);
-        if reserved != [0; 4] {
+        let (window, rest) = rest.split_at(4);
+        let (kind, reserved) = rest.split_at(1);
+        if kind[0] > 1 || reserved != [0; 3] {
             return Err(MessageError::Reserved);
         }
         Ok(Header {
             total: u64::from_be_bytes(total.try_into().unwrap_or_default()),
             window: u32::from_be_bytes(window.try_into().unwrap_or_default()),
+            fetch: kind[0] == 1,
         })
     }
+}
+
+/// A message to get from its sender: what a fetch notice says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fetch {
+    /// Its tag.
+    pub tag: Tag,
+    /// Its bytes.
+    pub len: u64,
+    /// The sender's window.
+    pub window: u32,
+    /// Where it lies, in the sender's memory.
+    pub from: RemoteSlice,
+}
+
+/// What a send brought, once it makes something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrived {
+    /// The last piece of a message.
+    Whole(Whole),
+    /// A notice of a message to get.
+    Fetch(Fetch),
 }
 
 /// Why a peer's piece was refused: the peer breaks the benchmark's
@@ -65,9 +120,15 @@ pub enum MessageError {
         /// Its length.
         len: usize,
     },
-    /// The reserved bytes are not zero.
+    /// The reserved bytes are not zero, or the kind is unknown.
     #[error("reserved header bytes are not zero")]
     Reserved,
+    /// A fetch notice of another length than a notice has.
+    #[error("a fetch notice of {len} bytes, not {}", HEADER + NOTICE)]
+    Notice {
+        /// Its length.
+        len: usize,
+    },
     /// The message claims more than this side takes.
     #[error("a message of {total} bytes, more than the {max} taken")]
     TooLarge {
@@ -88,6 +149,15 @@ pub enum MessageError {
         replies: usize,
         /// Their bytes not yet sent.
         owed: u64,
+    },
+    /// A fetch notice where this side takes none: its BTL has no get.
+    #[error("a fetch notice, over a BTL this side does not get with")]
+    NoFetch,
+    /// More fetch notices queued than a window of messages.
+    #[error("{queued} messages to get already queued from a peer that sends more")]
+    Fetches {
+        /// Notices queued.
+        queued: usize,
     },
     /// The pieces bring more than the message claimed.
     #[error("pieces of {have} bytes for a message of {total}")]
@@ -124,15 +194,33 @@ impl Assembly {
         Assembly { max, current: None }
     }
 
-    /// Takes one piece received with `tag`; the message it completes, if
-    /// it does.
-    pub fn piece(&mut self, tag: Tag, piece: &[u8]) -> Result<Option<Whole>, MessageError> {
+    /// Takes one send received with `tag`: the message it completes, or
+    /// the one it says to get, if it does.
+    pub fn piece(&mut self, tag: Tag, piece: &[u8]) -> Result<Option<Arrived>, MessageError> {
         let header = Header::parse(piece)?;
         if header.total > self.max {
             return Err(MessageError::TooLarge {
                 total: header.total,
                 max: self.max,
             });
+        }
+        if header.fetch {
+            if self.current.is_some() {
+                return Err(MessageError::Interleaved);
+            }
+            let notice: &[u8; NOTICE] = piece[HEADER..]
+                .try_into()
+                .map_err(|_| MessageError::Notice { len: piece.len() })?;
+            let (key, offset) = notice.split_at(8);
+            return Ok(Some(Arrived::Fetch(Fetch {
+                tag,
+                len: header.total,
+                window: header.window,
+                from: RemoteKey::from_bytes(key).unwrap_or(RemoteKey(0)).slice(
+                    u64::from_be_bytes(offset.try_into().unwrap_or_default()),
+                    header.total,
+                ),
+            })));
         }
         let (current_tag, total, have) = *self.current.get_or_insert((tag, header.total, 0));
         if (current_tag, total) != (tag, header.total) {
@@ -147,11 +235,11 @@ impl Assembly {
             return Ok(None);
         }
         self.current = None;
-        Ok(Some(Whole {
+        Ok(Some(Arrived::Whole(Whole {
             tag,
             len: have,
             window: header.window,
-        }))
+        })))
     }
 }
 
@@ -160,7 +248,13 @@ mod tests {
     use super::*;
 
     fn piece(total: u64, payload: usize) -> Vec<u8> {
-        let mut p = Header { total, window: 7 }.emit().to_vec();
+        let mut p = Header {
+            total,
+            window: 7,
+            fetch: false,
+        }
+        .emit()
+        .to_vec();
         p.resize(HEADER + payload, 0xAB);
         p
     }
@@ -171,17 +265,17 @@ mod tests {
         assert_eq!(a.piece(Tag(1), &piece(10, 4)), Ok(None));
         assert_eq!(
             a.piece(Tag(1), &piece(10, 6)),
-            Ok(Some(Whole {
+            Ok(Some(Arrived::Whole(Whole {
                 tag: Tag(1),
                 len: 10,
                 window: 7
-            }))
+            })))
         );
         // An empty message is one piece, the header alone.
-        assert_eq!(
-            a.piece(Tag(2), &piece(0, 0)).map(|w| w.map(|w| w.len)),
-            Ok(Some(0))
-        );
+        assert!(matches!(
+            a.piece(Tag(2), &piece(0, 0)),
+            Ok(Some(Arrived::Whole(Whole { len: 0, .. })))
+        ));
     }
 
     #[test]
@@ -215,5 +309,61 @@ mod tests {
             a.piece(Tag(1), &piece(9, 4)),
             Err(MessageError::Interleaved)
         );
+    }
+
+    fn notice(total: u64) -> Vec<u8> {
+        let header = Header {
+            total,
+            window: 3,
+            fetch: false,
+        };
+        header.notice(RemoteKey(0x1234).slice(64, total)).to_vec()
+    }
+
+    #[test]
+    fn a_fetch_notice_says_what_to_get() {
+        let mut a = Assembly::new(1 << 20);
+        assert_eq!(
+            a.piece(Tag(4), &notice(1 << 20)),
+            Ok(Some(Arrived::Fetch(Fetch {
+                tag: Tag(4),
+                len: 1 << 20,
+                window: 3,
+                from: RemoteKey(0x1234).slice(64, 1 << 20),
+            })))
+        );
+        // Nothing stays half-received: pieces start again after it.
+        assert!(matches!(
+            a.piece(Tag(1), &piece(4, 4)),
+            Ok(Some(Arrived::Whole(_)))
+        ));
+    }
+
+    #[test]
+    fn what_a_fetch_notice_claims_is_checked() {
+        let mut a = Assembly::new(1 << 20);
+        assert_eq!(
+            a.piece(Tag(4), &notice((1 << 20) + 1)),
+            Err(MessageError::TooLarge {
+                total: (1 << 20) + 1,
+                max: 1 << 20
+            })
+        );
+        let mut long = notice(8);
+        long.push(0);
+        assert_eq!(
+            a.piece(Tag(4), &long),
+            Err(MessageError::Notice { len: 33 })
+        );
+        assert_eq!(
+            a.piece(Tag(4), &notice(8)[..20]),
+            Err(MessageError::Notice { len: 20 })
+        );
+        let mut kind = notice(8);
+        kind[12] = 2;
+        assert_eq!(a.piece(Tag(4), &kind), Err(MessageError::Reserved));
+        // Not in the middle of a message.
+        assert_eq!(a.piece(Tag(1), &piece(8, 4)), Ok(None));
+        assert_eq!(a.piece(Tag(4), &notice(8)), Err(MessageError::Interleaved));
     }
 }

@@ -9,22 +9,26 @@
 //! larger than the BTL's `max_send_size` goes as several sends, each with
 //! a header that carries the whole message's length ([`message`]), so the
 //! receiver knows when a message is complete. Data is sent from registered
-//! memory, in place where the BTL can.
+//! memory, in place where the BTL can. Where the BTL says a get moves a
+//! large message better than sends (`rdma_pipeline_send_length`, as
+//! Open MPI's PML reads it), the sender sends a notice instead and the
+//! receiver gets the message from the sender's registered memory: one
+//! copy over shared memory.
 
 pub mod message;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use btl_core::btl::{Access, Btl, BtlError, Event, LostReason, MemHandle, MemSlice, Tag};
+use btl_core::btl::{Access, Btl, BtlError, BtlFlags, Event, LostReason, MemHandle, MemSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
 use btl_std::driver::module::{Module, Transport};
 
-pub use message::{Assembly, HEADER, Header, MessageError, Whole};
+pub use message::{Arrived, Assembly, Fetch, HEADER, Header, MessageError, NOTICE, Whole};
 
 /// A ping: answer with a message of the same length.
-const PING: Tag = Tag(0xF0);
+pub const PING: Tag = Tag(0xF0);
 /// The answer to a ping.
 const PONG: Tag = Tag(0xF1);
 /// A bandwidth or rate message: counted, not answered one by one.
@@ -212,6 +216,20 @@ struct Source {
     handle: MemHandle,
     /// The same bytes, for `sendi`, which copies.
     copy: Vec<u8>,
+    /// Messages of at least this many bytes are sent as a fetch notice.
+    fetch_from: usize,
+}
+
+/// The length from which a message over `btl` goes as a fetch notice: the
+/// BTL's own word (`rdma_pipeline_send_length`) where it gets and the
+/// message takes more than one send; never otherwise.
+fn fetch_from<B: Btl>(btl: &B) -> usize {
+    let a = btl.attributes();
+    if !a.flags.contains(BtlFlags::GET) {
+        return usize::MAX;
+    }
+    a.rdma_pipeline_send_length
+        .max(a.max_send_size.saturating_sub(HEADER) + 1)
 }
 
 impl Source {
@@ -221,7 +239,11 @@ impl Source {
         let handle = btl
             .register_mem(region, Access::REMOTE_READ)
             .map_err(|e| btl_err("registering the send buffer")(e.error))?;
-        Ok(Source { handle, copy })
+        Ok(Source {
+            handle,
+            copy,
+            fetch_from: fetch_from(btl),
+        })
     }
 
     /// Sends the next piece of a message of `len` bytes with `tag` to `to`,
@@ -235,10 +257,17 @@ impl Source {
         sent: usize,
     ) -> Result<usize, BtlError> {
         let len = header.total as usize;
+        let flags = DescFlags::BTL_OWNERSHIP;
+        if len >= self.fetch_from {
+            // The source never changes, so the receiver may get it while
+            // later messages are sent from it: no notice comes back.
+            let from = self.handle.remote_key().slice(0, len as u64);
+            btl.send_copy(to, tag, &header.notice(from))?;
+            return Ok(len);
+        }
         let max = btl.attributes().max_send_size.saturating_sub(HEADER).max(1);
         let chunk = (len - sent).min(max);
         let header = header.emit();
-        let flags = DescFlags::BTL_OWNERSHIP;
         if chunk + HEADER <= btl.attributes().eager_limit {
             let payload = self.copy.get(sent..sent + chunk).unwrap_or_default();
             match btl.sendi(to, &header, payload, tag, Order(0), flags) {
@@ -281,6 +310,9 @@ struct Peer {
     replies: VecDeque<Reply>,
     /// Bytes of the replies not yet sent.
     owed: u64,
+    /// Messages to get from it, the first being got when `getting`.
+    fetches: VecDeque<Fetch>,
+    getting: bool,
 }
 
 /// The replies one peer may be owed at once: a ping-pong owes one, a
@@ -301,6 +333,11 @@ pub const MAX_REPLIES: usize = 64;
 /// `del_procs`: it is told, and its slot comes back), and only that peer.
 pub struct Side {
     source: Source,
+    /// Where messages sent as fetch notices are got to, where the BTL
+    /// gets: one region for every peer, whose bytes nobody reads.
+    sink: Option<MemHandle>,
+    /// Fetch notices queued, over all peers.
+    fetches: usize,
     max_message: u64,
     peers: BTreeMap<EndpointId, Peer>,
     /// This side's window, sent in every header.
@@ -324,8 +361,20 @@ impl Side {
         max_message: usize,
         window: u32,
     ) -> Result<Self, BenchError> {
+        let source = Source::register(btl, max_message)?;
+        let sink = if source.fetch_from <= max_message {
+            let region = vec![0u8; max_message];
+            let handle = btl
+                .register_mem(region, Access::empty())
+                .map_err(|e| btl_err("registering the receive buffer")(e.error))?;
+            Some(handle)
+        } else {
+            None
+        };
         Ok(Side {
-            source: Source::register(btl, max_message)?,
+            source,
+            sink,
+            fetches: 0,
             max_message: max_message as u64,
             peers: BTreeMap::new(),
             window: window.max(1),
@@ -360,6 +409,8 @@ impl Side {
             acked: 0,
             replies: VecDeque::new(),
             owed: 0,
+            fetches: VecDeque::new(),
+            getting: false,
         })
     }
 
@@ -377,6 +428,7 @@ impl Side {
         let header = Header {
             total: len as u64,
             window: self.window,
+            fetch: false,
         };
         let mut sent = 0;
         // The clock is read only once the BTL has no room.
@@ -425,14 +477,23 @@ impl Side {
                 Event::Received(m) => {
                     let (from, tag) = (m.from, m.tag);
                     match self.peer(from).assembly.piece(tag, m.data) {
-                        Ok(Some(whole)) => self.on_whole(from, whole).err().map(|e| (from, e)),
+                        Ok(Some(Arrived::Whole(whole))) => {
+                            self.on_whole(from, whole).err().map(|e| (from, e))
+                        }
+                        Ok(Some(Arrived::Fetch(fetch))) => {
+                            self.on_fetch(from, fetch).err().map(|e| (from, e))
+                        }
                         Ok(None) => None,
                         Err(e) => Some((from, BenchError::Protocol(e))),
                     }
                 }
+                Event::GetComplete { ctx, result, .. } => {
+                    let from = EndpointId(ctx as u32);
+                    self.got(from, result).err().map(|e| (from, e))
+                }
                 Event::Error(e) => {
                     if let Some(ep) = e.endpoint {
-                        self.peers.remove(&ep);
+                        self.forget(ep);
                     }
                     if lead {
                         return Err(BenchError::Btl {
@@ -444,7 +505,7 @@ impl Side {
                     None
                 }
                 Event::PeerLeft { endpoint } => {
-                    self.peers.remove(&endpoint);
+                    self.forget(endpoint);
                     if lead {
                         return Err(BenchError::Btl {
                             what: "the peer",
@@ -477,7 +538,89 @@ impl Side {
                 self.drop_peer(btl, from, &e);
             }
         }
+        if self.fetches > 0 {
+            self.start_gets(btl, lead)?;
+        }
         Ok(any)
+    }
+
+    /// Queues a message to get from `from`.
+    fn on_fetch(&mut self, from: EndpointId, fetch: Fetch) -> Result<(), BenchError> {
+        if self.sink.is_none() {
+            return Err(BenchError::Protocol(MessageError::NoFetch));
+        }
+        let peer = self.peer(from);
+        if peer.fetches.len() >= MAX_REPLIES {
+            return Err(BenchError::Protocol(MessageError::Fetches {
+                queued: peer.fetches.len(),
+            }));
+        }
+        peer.fetches.push_back(fetch);
+        self.fetches += 1;
+        Ok(())
+    }
+
+    /// Starts the get of the first message queued of every peer not
+    /// already getting one, as far as the BTL takes them.
+    fn start_gets<B: Btl<Memory = Vec<u8>>>(
+        &mut self,
+        btl: &mut B,
+        lead: bool,
+    ) -> Result<(), BenchError> {
+        let Some(sink) = self.sink else {
+            return Ok(());
+        };
+        let mut failed = None;
+        for (&ep, peer) in &mut self.peers {
+            let Some(fetch) = peer.fetches.front().filter(|_| !peer.getting) else {
+                continue;
+            };
+            match btl.get(ep, sink.slice(0, fetch.len), fetch.from, u64::from(ep.0)) {
+                Ok(_) => peer.getting = true,
+                Err(BtlError::OutOfResource) => {}
+                Err(error) => {
+                    failed = Some((ep, btl_err("getting a message")(error)));
+                    break;
+                }
+            }
+        }
+        match failed {
+            Some((_, e)) if lead => Err(e),
+            Some((ep, e)) => {
+                self.drop_peer(btl, ep, &e);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A get of a message from `from` ended: the message is whole, or the
+    /// peer is lost.
+    fn got(&mut self, from: EndpointId, result: Result<(), BtlError>) -> Result<(), BenchError> {
+        let Some(peer) = self.peers.get_mut(&from).filter(|p| p.getting) else {
+            return Ok(());
+        };
+        peer.getting = false;
+        let Some(fetch) = peer.fetches.pop_front() else {
+            return Ok(());
+        };
+        self.fetches -= 1;
+        result.map_err(btl_err("getting a message"))?;
+        self.on_whole(
+            from,
+            Whole {
+                tag: fetch.tag,
+                len: fetch.len,
+                window: fetch.window,
+            },
+        )
+    }
+
+    /// Forgets `peer` and what it was owed or queued.
+    fn forget(&mut self, peer: EndpointId) {
+        if let Some(p) = self.peers.remove(&peer) {
+            self.fetches -= p.fetches.len();
+        }
     }
 
     /// Stops serving `peer`, which broke the protocol or outgrew its
@@ -489,7 +632,7 @@ impl Side {
         why: &BenchError,
     ) {
         tracing::debug!("dropping {peer}: {why}");
-        self.peers.remove(&peer);
+        self.forget(peer);
         self.dropped += 1;
         let _ = btl.del_procs(&[peer]);
     }
@@ -521,8 +664,12 @@ impl Side {
             }
             DONE => {
                 self.counted[3] += 1;
-                if self.peers.get(&from).is_some_and(|p| p.replies.is_empty()) {
-                    self.peers.remove(&from);
+                if self
+                    .peers
+                    .get(&from)
+                    .is_some_and(|p| p.replies.is_empty() && p.fetches.is_empty())
+                {
+                    self.forget(from);
                 }
                 None
             }
@@ -585,6 +732,7 @@ impl Side {
                 let header = Header {
                     total: reply.len,
                     window: self.window,
+                    fetch: false,
                 };
                 let sent = usize::try_from(reply.sent).unwrap_or(usize::MAX);
                 match self.source.send_piece(btl, to, reply.tag, &header, sent) {
@@ -611,7 +759,7 @@ impl Side {
                     Err(error) => {
                         // Lost, most likely: its error event follows.
                         tracing::debug!("replying to {to}: {error}");
-                        self.peers.remove(&to);
+                        self.forget(to);
                         break;
                     }
                 }

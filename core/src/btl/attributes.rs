@@ -32,7 +32,9 @@ pub struct Attributes {
     /// Largest payload of one `send` (and of `send_copy`); a larger
     /// message moves by put.
     pub max_send_size: usize,
-    /// Messages at least this long are better moved by put/get than by sends.
+    /// Messages at least this long are better moved by put/get than by
+    /// sends (`usize::MAX`: none are). The `btl` command's benchmark sends
+    /// them as a notice that the receiver gets the message by.
     pub rdma_pipeline_send_length: usize,
     /// Size of each put/get piece of a pipelined large transfer.
     pub rdma_pipeline_frag_size: usize,

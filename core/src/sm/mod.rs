@@ -245,7 +245,9 @@ impl<
                 name: "sm",
                 eager_limit: eager.saturating_sub(record::MESSAGE_HEAD),
                 max_send_size: max.saturating_sub(record::MESSAGE_HEAD),
-                rdma_pipeline_send_length: max,
+                // Gets through the rings copy twice and wait a round trip:
+                // never better than sends until they go in one copy.
+                rdma_pipeline_send_length: usize::MAX,
                 rdma_pipeline_frag_size: max,
                 put_limit: u64::MAX >> 1,
                 put_alignment: 1,
@@ -366,9 +368,11 @@ impl<
 
     /// Puts and gets of at least `len` bytes go in one copy to the peers
     /// that copy ([`set_cross_copy`](Self::set_cross_copy)); none do
-    /// until this is set.
+    /// until this is set. From `len` on, the attributes say a message
+    /// moves better by get than by sends (`rdma_pipeline_send_length`).
     pub fn set_one_copy_min(&mut self, len: u64) {
         self.one_copy_min = len;
+        self.attributes.rdma_pipeline_send_length = usize::try_from(len).unwrap_or(usize::MAX);
     }
 
     /// How this side copies across to peer `endpoint` (`None`: it does

@@ -15,7 +15,7 @@ use std::fs;
 use std::path::Path;
 
 use btl_cli::bench::{HEADER, Header};
-use btl_core::btl::Tag;
+use btl_core::btl::{RemoteKey, Tag};
 use btl_core::engine::handshake::LocalHello;
 use btl_core::wire::{
     self, AckRepr, CloseReason, CloseRepr, CookieRepr, DeviceKey, DoneRepr, Flags, GetRepr,
@@ -283,18 +283,33 @@ fn sealed_frame(packet: &PacketRepr<'_>, seq: u64, seal: &wire::Seal) -> Vec<u8>
 }
 
 /// Benchmark messages as a client sends them: a ping in three pieces, a
-/// window's acknowledgement (a header alone), and pieces that break the
-/// protocol (an overrun, a piece of another message, a claim past the
-/// bound).
+/// window's acknowledgement (a header alone), a fetch notice, and pieces
+/// that break the protocol (an overrun, a piece of another message, a
+/// notice in the middle of a message, a claim past the bound).
 fn bench_message() -> Seeds {
+    let header = |total: u64| Header {
+        total,
+        window: 64,
+        fetch: false,
+    };
     let piece = |total: u64, payload: usize| {
-        let mut p = Header { total, window: 64 }.emit().to_vec();
+        let mut p = header(total).emit().to_vec();
         p.resize(HEADER + payload, 0xAB);
         p
     };
+    let notice = |total: u64| {
+        header(total)
+            .notice(RemoteKey(0x0001_0000).slice(0, total))
+            .to_vec()
+    };
     let ping = Tag(0xF0);
     type Named = (&'static str, Vec<(Tag, Vec<u8>)>);
-    let seeds: [Named; 4] = [
+    let seeds: [Named; 6] = [
+        ("fetch-notice", vec![(ping, notice(4096))]),
+        (
+            "notice-inside-a-message",
+            vec![(ping, piece(8, 4)), (ping, notice(8))],
+        ),
         (
             "ping-in-three-pieces",
             vec![

@@ -3,12 +3,13 @@
 //! cut. Nothing may panic, and every answer must be what the protocol
 //! says, checked against a model kept here: a message is whole exactly
 //! when its pieces brought the length it claimed, never more than the
-//! receiver's bound; a piece of another message, a short or bad header,
-//! or an overrun is refused.
+//! receiver's bound; a fetch notice, between messages and of a notice's
+//! length, names what to get; a piece of another message, a notice
+//! inside one, a short or bad header, or an overrun is refused.
 #![no_main]
 
-use btl_cli::bench::{Assembly, HEADER, Header, MessageError, Whole};
-use btl_core::btl::Tag;
+use btl_cli::bench::{Arrived, Assembly, Fetch, HEADER, Header, MessageError, NOTICE, Whole};
+use btl_core::btl::{RemoteKey, Tag};
 use btl_fuzz::bench_message::pieces;
 use libfuzzer_sys::fuzz_target;
 
@@ -27,6 +28,25 @@ fuzz_target!(|data: &[u8]| {
                 total: h.total,
                 max,
             }),
+            Ok(h) if h.fetch => {
+                if current.is_some() {
+                    Err(MessageError::Interleaved)
+                } else if piece.len() != HEADER + NOTICE {
+                    Err(MessageError::Notice { len: piece.len() })
+                } else {
+                    let word = |at: usize| {
+                        let bytes: [u8; 8] = piece[at..at + 8].try_into().expect("8 bytes");
+                        bytes
+                    };
+                    Ok(Some(Arrived::Fetch(Fetch {
+                        tag,
+                        len: h.total,
+                        window: h.window,
+                        from: RemoteKey(u64::from_le_bytes(word(HEADER)))
+                            .slice(u64::from_be_bytes(word(HEADER + 8)), h.total),
+                    })))
+                }
+            }
             Ok(h) => {
                 let (t, total, have) = current.unwrap_or((tag, h.total, 0));
                 if (t, total) != (tag, h.total) {
@@ -37,11 +57,11 @@ fuzz_target!(|data: &[u8]| {
                         Err(MessageError::Overrun { have, total })
                     } else if have == total {
                         current = None;
-                        Ok(Some(Whole {
+                        Ok(Some(Arrived::Whole(Whole {
                             tag,
                             len: have,
                             window: h.window,
-                        }))
+                        })))
                     } else {
                         current = Some((tag, total, have));
                         Ok(None)

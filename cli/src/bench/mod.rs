@@ -310,10 +310,17 @@ struct Peer {
     replies: VecDeque<Reply>,
     /// Bytes of the replies not yet sent.
     owed: u64,
-    /// Messages to get from it, the first being got when `getting`.
-    fetches: VecDeque<Fetch>,
-    getting: bool,
+    /// Messages to get from it, each with the number its get carries;
+    /// the first `getting` are being got.
+    fetches: VecDeque<(u32, Fetch)>,
+    getting: usize,
+    /// The number the next message to get takes.
+    next_get: u32,
 }
+
+/// Gets in flight from one peer at a time: the next one's request travels
+/// while the last one is copied.
+const GETS_IN_FLIGHT: usize = 4;
 
 /// The replies one peer may be owed at once: a ping-pong owes one, a
 /// windowed run one per window; a peer that sends faster than it reads
@@ -410,7 +417,8 @@ impl Side {
             replies: VecDeque::new(),
             owed: 0,
             fetches: VecDeque::new(),
-            getting: false,
+            getting: 0,
+            next_get: 0,
         })
     }
 
@@ -488,8 +496,8 @@ impl Side {
                     }
                 }
                 Event::GetComplete { ctx, result, .. } => {
-                    let from = EndpointId(ctx as u32);
-                    self.got(from, result).err().map(|e| (from, e))
+                    let from = EndpointId((ctx >> 32) as u32);
+                    self.got(from, ctx as u32, result).err().map(|e| (from, e))
                 }
                 Event::Error(e) => {
                     if let Some(ep) = e.endpoint {
@@ -555,13 +563,14 @@ impl Side {
                 queued: peer.fetches.len(),
             }));
         }
-        peer.fetches.push_back(fetch);
+        peer.fetches.push_back((peer.next_get, fetch));
+        peer.next_get = peer.next_get.wrapping_add(1);
         self.fetches += 1;
         Ok(())
     }
 
-    /// Starts the get of the first message queued of every peer not
-    /// already getting one, as far as the BTL takes them.
+    /// Starts the gets of the messages queued of every peer, up to
+    /// [`GETS_IN_FLIGHT`] each, as far as the BTL takes them.
     fn start_gets<B: Btl<Memory = Vec<u8>>>(
         &mut self,
         btl: &mut B,
@@ -571,16 +580,18 @@ impl Side {
             return Ok(());
         };
         let mut failed = None;
-        for (&ep, peer) in &mut self.peers {
-            let Some(fetch) = peer.fetches.front().filter(|_| !peer.getting) else {
-                continue;
-            };
-            match btl.get(ep, sink.slice(0, fetch.len), fetch.from, u64::from(ep.0)) {
-                Ok(_) => peer.getting = true,
-                Err(BtlError::OutOfResource) => {}
-                Err(error) => {
-                    failed = Some((ep, btl_err("getting a message")(error)));
-                    break;
+        'peers: for (&ep, peer) in &mut self.peers {
+            while peer.getting < GETS_IN_FLIGHT
+                && let Some(&(number, fetch)) = peer.fetches.get(peer.getting)
+            {
+                let ctx = u64::from(ep.0) << 32 | u64::from(number);
+                match btl.get(ep, sink.slice(0, fetch.len), fetch.from, ctx) {
+                    Ok(_) => peer.getting += 1,
+                    Err(BtlError::OutOfResource) => break,
+                    Err(error) => {
+                        failed = Some((ep, btl_err("getting a message")(error)));
+                        break 'peers;
+                    }
                 }
             }
         }
@@ -594,16 +605,29 @@ impl Side {
         }
     }
 
-    /// A get of a message from `from` ended: the message is whole, or the
-    /// peer is lost.
-    fn got(&mut self, from: EndpointId, result: Result<(), BtlError>) -> Result<(), BenchError> {
-        let Some(peer) = self.peers.get_mut(&from).filter(|p| p.getting) else {
+    /// The get of message `number` from `from` ended: the message is
+    /// whole, or the peer is lost.
+    fn got(
+        &mut self,
+        from: EndpointId,
+        number: u32,
+        result: Result<(), BtlError>,
+    ) -> Result<(), BenchError> {
+        let Some(peer) = self.peers.get_mut(&from) else {
             return Ok(());
         };
-        peer.getting = false;
-        let Some(fetch) = peer.fetches.pop_front() else {
+        let Some(at) = peer
+            .fetches
+            .iter()
+            .take(peer.getting)
+            .position(|&(n, _)| n == number)
+        else {
             return Ok(());
         };
+        let Some((_, fetch)) = peer.fetches.remove(at) else {
+            return Ok(());
+        };
+        peer.getting -= 1;
         self.fetches -= 1;
         result.map_err(btl_err("getting a message"))?;
         self.on_whole(

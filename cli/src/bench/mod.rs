@@ -345,6 +345,9 @@ pub struct Side {
     sink: Option<MemHandle>,
     /// Fetch notices queued, over all peers.
     fetches: usize,
+    /// Replies owed, over all peers: a round with none owed looks at no
+    /// peer.
+    replies: usize,
     max_message: u64,
     peers: BTreeMap<EndpointId, Peer>,
     /// This side's window, sent in every header.
@@ -382,6 +385,7 @@ impl Side {
             source,
             sink,
             fetches: 0,
+            replies: 0,
             max_message: max_message as u64,
             peers: BTreeMap::new(),
             window: window.max(1),
@@ -644,6 +648,7 @@ impl Side {
     fn forget(&mut self, peer: EndpointId) {
         if let Some(p) = self.peers.remove(&peer) {
             self.fetches -= p.fetches.len();
+            self.replies -= p.replies.len();
         }
     }
 
@@ -712,6 +717,7 @@ impl Side {
         }
         peer.owed += len;
         peer.replies.push_back(Reply { tag, len, sent: 0 });
+        self.replies += 1;
         Ok(())
     }
 
@@ -723,6 +729,9 @@ impl Side {
         btl: &mut B,
         lead: bool,
     ) -> Result<bool, BenchError> {
+        if self.replies == 0 {
+            return Ok(false);
+        }
         // Kept from round to round: a round allocates nothing.
         let mut order = std::mem::take(&mut self.order);
         order.clear();
@@ -770,6 +779,7 @@ impl Side {
                             front.sent += n as u64;
                             if front.sent >= front.len {
                                 peer.replies.pop_front();
+                                self.replies -= 1;
                             }
                         }
                     }

@@ -3,7 +3,9 @@
 //!
 //! QEMU starts every hart in machine mode at `_start` with `a0` = hart id. Hart
 //! 0 sets up a stack (with a guard page below it), clears `.bss`, enables the
-//! FPU and calls [`crate::main`]; any other hart parks in `wfi`.
+//! FPU and calls [`crate::main`]. Hart 1 (with `-smp 2`) takes a stack of its
+//! own, enables the FPU and calls [`crate::second_hart`], the other end of
+//! the ring check ([`crate::harts`]); any other hart parks in `wfi`.
 
 use core::arch::global_asm;
 use core::panic::PanicInfo;
@@ -14,6 +16,8 @@ global_asm!(
     .global _start
 _start:
     csrr    t0, mhartid
+    li      t1, 1
+    beq     t0, t1, 5f
     bnez    t0, 3f
 
     la      sp, __stack_top
@@ -52,6 +56,17 @@ _start:
     wfi
     j       3b
 
+5:
+    // Hart 1: its own stack (no guard page), the trap vector and the FPU;
+    // it touches nothing in .bss before hart 0 says so.
+    la      sp, __stack1_top
+    la      t0, _trap
+    csrw    mtvec, t0
+    li      t0, 0x2000
+    csrs    mstatus, t0
+    call    {second}
+    j       3b
+
     .section .text, "ax"
     .align 2
     .global _trap
@@ -63,6 +78,7 @@ _trap:
     j       4b
 "#,
     main = sym crate::main,
+    second = sym crate::second_hart,
     trap = sym trap,
 );
 

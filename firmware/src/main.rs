@@ -1,9 +1,12 @@
 //! Bare-metal firmware for QEMU `virt` (RISC-V 64): btl's engine over
-//! smoltcp on a virtio-net device, with no allocator. It holds the interop
-//! conversation (`btl-exchange`) with `btl-exchange-peer` on Linux, over
-//! TCP and then over UDP, each way round, and ends QEMU with its verdict.
+//! smoltcp on a virtio-net device, with no allocator. It first runs btl's
+//! shared-memory ring between its two harts ([`harts`]), then holds the
+//! interop conversation (`btl-exchange`) with `btl-exchange-peer` on
+//! Linux, over TCP and then over UDP, each way round, and ends QEMU with
+//! its verdict.
 //!
-//! Modules: [`boot`] (entry, traps, panic, exit), [`uart`] (console),
+//! Modules: [`boot`] (entry, traps, panic, exit), [`harts`] (the ring
+//! between two cores), [`uart`] (console),
 //! [`clock`] (`time` CSR), [`virtio`] (DMA and the smoltcp device),
 //! [`cell`] (statics lent once), [`rng`] (nonces), [`sockets`] (smoltcp's
 //! sockets), [`storage`] (the engines' tables, pools and memory),
@@ -15,6 +18,7 @@
 pub mod boot;
 pub mod cell;
 pub mod clock;
+pub mod harts;
 pub mod interop;
 pub mod rng;
 pub mod sockets;
@@ -107,6 +111,12 @@ fn fail(what: &str, failure: Failure) -> ! {
     boot::exit(1);
 }
 
+/// Called by the boot code on hart 1 with a stack of its own: the other
+/// end of the ring check; the hart parks when it returns.
+extern "C" fn second_hart() {
+    harts::echo();
+}
+
 /// Called by the boot code on hart 0 with a stack and a cleared `.bss`.
 extern "C" fn main() -> ! {
     uart::Uart::init();
@@ -168,6 +178,18 @@ extern "C" fn main() -> ! {
         link_local(mac),
     );
     print_footprint();
+
+    match harts::check() {
+        Ok(micros) => println!(
+            "btl-firmware: ring: {} records of 0 to {} bytes each way between harts 0 and 1, intact and in order, in {micros} us",
+            harts::RECORDS,
+            harts::LONGEST,
+        ),
+        Err(e) => {
+            println!("btl-firmware: FAIL: ring between harts: {e:?}");
+            boot::exit(1);
+        }
+    }
     let mut rng = Seeded::new(mac, 0);
     let region: Memory = &mut region[..];
 

@@ -154,23 +154,24 @@ impl Drop for TempDir {
     }
 }
 
+/// A fresh job of this process, and its shared directory (`what` in its
+/// name), removed when dropped.
+fn fresh_job(what: &str) -> (u64, TempDir) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static JOBS: AtomicU32 = AtomicU32::new(0);
+    let n = JOBS.fetch_add(1, Ordering::Relaxed);
+    let job = (u64::from(std::process::id()) << 16) | u64::from(n);
+    let dir = std::env::temp_dir().join(format!("btl-{what}-{job:x}"));
+    std::fs::create_dir_all(&dir).expect("the job's directory");
+    (job, TempDir(dir))
+}
+
 impl SmModuleWorld {
     /// Two modules of a fresh job, joined.
     pub fn new() -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static WORLDS: AtomicU32 = AtomicU32::new(0);
-        let n = WORLDS.fetch_add(1, Ordering::Relaxed);
-        let job = (u64::from(std::process::id()) << 16) | u64::from(n);
-        let dir = std::env::temp_dir().join(format!("btl-sm-world-{job:x}"));
+        let (job, dir) = fresh_job("sm-world");
         let names = [ProcName::new(job, 0), ProcName::new(job, 1)];
-        let open = |me| {
-            btl_std::ModuleBuilder::new(me)
-                .ignore_environment()
-                .shared_dir(&dir)
-                .sm()
-                .expect("an sm module")
-        };
-        let (mut a, mut b) = (open(names[0]), open(names[1]));
+        let (mut a, mut b) = (open_sm(&dir.0, names[0]), open_sm(&dir.0, names[1]));
         let (a, b, peers) = std::thread::scope(|s| {
             let joining = s.spawn(move || {
                 let ep = super::add_peer(&mut a, names[1]);
@@ -184,7 +185,7 @@ impl SmModuleWorld {
             modules: [a, b],
             peers,
             paused: [false; 2],
-            _dir: TempDir(dir),
+            _dir: dir,
         }
     }
 }
@@ -307,13 +308,7 @@ fn open_sm(dir: &std::path::Path, me: ProcName) -> btl_std::SmModule {
 impl SmProcessesWorld {
     /// A module here and one in a child process, of a fresh job, joined.
     pub fn new() -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static WORLDS: AtomicU32 = AtomicU32::new(0);
-        let n = WORLDS.fetch_add(1, Ordering::Relaxed);
-        let job = (u64::from(std::process::id()) << 16) | u64::from(n);
-        let dir = std::env::temp_dir().join(format!("btl-sm-processes-{job:x}"));
-        std::fs::create_dir_all(&dir).expect("the job's directory");
-        let dir = TempDir(dir);
+        let (job, dir) = fresh_job("sm-processes");
         let listener = UnixListener::bind(dir.0.join("control")).expect("a control socket");
         let mut child = Command::new(std::env::current_exe().expect("this test binary"))
             .args(["--exact", SIDE_B_TEST, "--ignored", "--nocapture"])

@@ -41,57 +41,33 @@ use btl_core::pool::{
 use crate::world::Memory;
 use wire::{In, Out, Wire, wire_unit_enum};
 
-/// A call from the parent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Attributes,
-    AddProcs,
-    DelProcs,
-    Alloc,
-    Free,
-    PrepareSrc,
-    PrepareSrcRegistered,
-    Send,
-    Sendi,
-    SendCopy,
-    Register,
-    Deregister,
-    Write,
-    Fetch,
-    Put,
-    PutNotify,
-    Get,
-    Progress,
-    Poll,
-    Finalize,
-    PoolStats,
-    Quit,
-}
-
-wire_unit_enum!(Op {
-    Attributes,
-    AddProcs,
-    DelProcs,
-    Alloc,
-    Free,
-    PrepareSrc,
-    PrepareSrcRegistered,
-    Send,
-    Sendi,
-    SendCopy,
-    Register,
-    Deregister,
-    Write,
-    Fetch,
-    Put,
-    PutNotify,
-    Get,
-    Progress,
-    Poll,
-    Finalize,
-    PoolStats,
-    Quit,
-});
+wire_unit_enum!(
+    /// A call from the parent.
+    enum Op {
+        Attributes,
+        AddProcs,
+        DelProcs,
+        Alloc,
+        Free,
+        PrepareSrc,
+        PrepareSrcRegistered,
+        Send,
+        Sendi,
+        SendCopy,
+        Register,
+        Deregister,
+        Write,
+        Fetch,
+        Put,
+        PutNotify,
+        Get,
+        Progress,
+        Poll,
+        Finalize,
+        PoolStats,
+        Quit,
+    }
+);
 
 /// A descriptor lent by the child, as the parent mirrors it.
 #[derive(Debug, Clone, Copy)]

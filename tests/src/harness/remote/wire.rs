@@ -262,8 +262,15 @@ macro_rules! wire_bits {
 wire_bits!(DescFlags, Access);
 
 /// An enum without fields, by its variant's place in the list; the match
-/// fails to compile when the type gains a variant the list lacks.
+/// fails to compile when the type gains a variant the list lacks. With
+/// `enum` in front, declares the enum too.
 macro_rules! wire_unit_enum {
+    ($(#[$m:meta])* enum $t:ident { $($v:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        enum $t { $($v),* }
+        wire_unit_enum!($t { $($v),* });
+    };
     ($t:ident { $($v:ident),* $(,)? }) => {
         impl Wire for $t {
             fn put(&self, out: &mut Out) {

@@ -275,3 +275,61 @@ fn an_sm_baseline_runs_over_a_unix_socket_beside_memcpy_and_waits_asleep_too() {
     ]);
     assert_eq!(rows(&asleep).len(), 11);
 }
+
+/// The system calls of `btl ARGS` and of the process it starts, as
+/// `strace -f -c` counts them; `None` where strace is missing.
+fn system_calls(args: &[&str]) -> Option<u64> {
+    let out = std::env::temp_dir().join(format!("btl-cli-strace-{}", std::process::id()));
+    let status = Command::new("strace")
+        .arg("-f")
+        .arg("-c")
+        .arg("-o")
+        .arg(&out)
+        .arg(env!("CARGO_BIN_EXE_btl"))
+        .args(args)
+        .env_remove("BTL_PARAM_FILE")
+        .stdout(Stdio::null())
+        .status()
+        .ok()?;
+    assert!(status.success(), "btl {args:?} under strace");
+    let summary = std::fs::read_to_string(&out).expect("strace's summary");
+    let _ = std::fs::remove_file(&out);
+    let total = summary
+        .lines()
+        .find(|l| l.trim_end().ends_with("total"))
+        .expect("a total line");
+    // % time, seconds, usecs/call, calls, [errors], "total".
+    Some(
+        total
+            .split_whitespace()
+            .nth(3)
+            .expect("calls")
+            .parse()
+            .expect("a count"),
+    )
+}
+
+/// Busy-polling over `sm` makes no system call per message: `btl rate`
+/// and `btl pingpong` moving a hundred times as many messages make about
+/// as many calls (start-up, and the watch on the peer's process every
+/// 10 ms), far fewer than one per thousand of the extra messages.
+#[test]
+fn busy_polling_over_sm_makes_no_system_call_per_message() {
+    for (test, window) in [("rate", 64u64), ("pingpong", 2)] {
+        let run = |iters: u64| {
+            let iters = iters.to_string();
+            let args = [test, "--btl", "sm", "--min-size", "8", "--max-size", "8"];
+            system_calls(&[&args[..], &["--iters", &iters, "--warmup", "0"]].concat())
+        };
+        let Some(few) = run(100) else {
+            eprintln!("SKIP: no strace here (scripts/test installs it)");
+            return;
+        };
+        let many = run(10_000).expect("strace ran once");
+        let more_messages = (10_000 - 100) * window;
+        assert!(
+            many < few + more_messages / 1000,
+            "{test}: {few} system calls for 100 iterations, {many} for 10,000 ({more_messages} more messages)"
+        );
+    }
+}

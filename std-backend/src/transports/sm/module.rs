@@ -443,34 +443,41 @@ impl SmModule {
     /// Loses each peer whose process has ended, and lets go of every peer
     /// lost since the last look.
     fn watch(&mut self) {
-        let mut ended = Vec::new();
-        {
-            let fds: Vec<_> = self
-                .joined
-                .iter()
-                .enumerate()
-                .filter_map(|(i, j)| j.pidfd.as_ref().map(|fd| (i, fd)))
-                .collect();
-            let mut polled: Vec<_> = fds
-                .iter()
-                .map(|(_, fd)| rustix::event::PollFd::new(*fd, rustix::event::PollFlags::IN))
-                .collect();
-            let zero = rustix::event::Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            if !polled.is_empty()
-                && rustix::event::poll(&mut polled, Some(&zero)).is_ok_and(|n| n > 0)
+        // A batch of pidfds at a time, on the stack: the watch runs every
+        // `WATCH_EVERY` of a busy module's life and allocates nothing.
+        const BATCH: usize = 64;
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let mut from = 0;
+        while from < self.joined.len() {
+            let mut ended: heapless::Vec<usize, BATCH> = heapless::Vec::new();
             {
-                for (p, (i, _)) in polled.iter().zip(&fds) {
-                    if !p.revents().is_empty() {
-                        ended.push(*i);
+                let mut watched: heapless::Vec<usize, BATCH> = heapless::Vec::new();
+                let mut polled: heapless::Vec<rustix::event::PollFd<'_>, BATCH> =
+                    heapless::Vec::new();
+                while from < self.joined.len() && !watched.is_full() {
+                    if let Some(fd) = self.joined[from].pidfd.as_ref() {
+                        let _ = watched.push(from);
+                        let _ = polled
+                            .push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
+                    }
+                    from += 1;
+                }
+                if !polled.is_empty()
+                    && rustix::event::poll(&mut polled, Some(&zero)).is_ok_and(|n| n > 0)
+                {
+                    for (p, &i) in polled.iter().zip(&watched) {
+                        if !p.revents().is_empty() {
+                            let _ = ended.push(i);
+                        }
                     }
                 }
             }
-        }
-        for i in ended {
-            self.core.lose(EndpointId(i as u32), LostReason::Exited);
+            for &i in &ended {
+                self.core.lose(EndpointId(i as u32), LostReason::Exited);
+            }
         }
         for i in 0..self.joined.len() {
             if self.joined[i].pidfd.is_some() && self.core.lost(EndpointId(i as u32)).is_some() {

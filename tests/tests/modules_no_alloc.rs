@@ -1,6 +1,6 @@
-//! The socket modules' data paths allocate nothing: after a warm-up, sendi,
-//! send, put, events and progress over TCP and UDP never touch the global
-//! allocator.
+//! The modules' data paths allocate nothing: after a warm-up, sendi,
+//! send, put, events and progress over TCP, UDP and shared memory never
+//! touch the global allocator.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
+use btl_std::ModuleBuilder;
 use btl_std::bootstrap::SharedDir;
 use btl_std::transports::interfaces::Selection;
 use btl_std::transports::tcp::{TcpConfig, TcpSetup};
@@ -103,10 +104,22 @@ fn round<B: Btl<Memory = Vec<u8>>>(
     }
 }
 
-/// Warms `a` and `b` up, then counts the allocations of many rounds.
+/// Joins `a` and `b`, warms them up, then counts the allocations of many
+/// rounds.
 fn count<B: Btl<Memory = Vec<u8>>>(mut a: B, mut b: B, na: ProcName, nb: ProcName) -> usize {
     let b_at_a = reach(&mut a, nb);
     let a_at_b = reach(&mut b, na);
+    count_joined(a, b, b_at_a, a_at_b)
+}
+
+/// Warms `a` and `b`, joined, up, then counts the allocations of many
+/// rounds.
+fn count_joined<B: Btl<Memory = Vec<u8>>>(
+    mut a: B,
+    mut b: B,
+    b_at_a: EndpointId,
+    a_at_b: EndpointId,
+) -> usize {
     let src = a
         .register_mem(vec![5u8; 32 << 10], Access::empty())
         .expect("src");
@@ -176,4 +189,31 @@ fn udp_data_path_does_not_allocate() {
     let n = count(a, b, na, nb);
     let _ = std::fs::remove_dir_all(dir);
     assert_eq!(n, 0, "allocations in 300 rounds over UDP");
+}
+
+#[test]
+fn sm_data_path_does_not_allocate() {
+    let (_, dir, job) = boot("sm");
+    let (na, nb) = (ProcName::new(job, 0), ProcName::new(job, 1));
+    let open = |me| {
+        ModuleBuilder::new(me)
+            .ignore_environment()
+            .shared_dir(&dir)
+            .sm()
+            .expect("an sm module")
+    };
+    let (mut a, mut b) = (open(na), open(nb));
+    // Each waits for the other's claim as it joins: on two threads at once.
+    let (a, b_at_a, b, a_at_b) = std::thread::scope(|s| {
+        let joining = s.spawn(move || {
+            let ep = reach(&mut b, na);
+            (b, ep)
+        });
+        let b_at_a = reach(&mut a, nb);
+        let (b, a_at_b) = joining.join().expect("B joins");
+        (a, b_at_a, b, a_at_b)
+    });
+    let n = count_joined(a, b, b_at_a, a_at_b);
+    let _ = std::fs::remove_dir_all(dir);
+    assert_eq!(n, 0, "allocations in 300 rounds over shared memory");
 }

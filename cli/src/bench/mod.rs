@@ -891,8 +891,9 @@ pub fn lead<B: Driven>(
         let (iters, warmup) = plan.iterations(size);
         let mut samples = Vec::with_capacity(iters as usize);
         let mut timed_from = Instant::now();
+        // One clock read an iteration: where one ends the next begins.
+        let mut t = timed_from;
         for i in 0..warmup + iters {
-            let t = Instant::now();
             match plan.test {
                 Test::PingPong => {
                     let want = side.counted[0] + 1;
@@ -907,12 +908,14 @@ pub fn lead<B: Driven>(
                     side.until(btl, 2, want, waiting)?;
                 }
             }
+            let now = Instant::now();
             if i >= warmup {
-                samples.push(t.elapsed());
+                samples.push(now - t);
             }
+            t = now;
             if i + 1 == warmup {
                 // The timed part starts after the warm-up.
-                timed_from = Instant::now();
+                timed_from = now;
             }
         }
         let elapsed = timed_from.elapsed();

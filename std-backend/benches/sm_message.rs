@@ -10,33 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{Btl, Event, Tag};
-use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_std::{ModuleBuilder, SmModule};
+use btl_core::endpoint::{EndpointId, ProcName};
+use btl_std::SmModule;
+use common::{open, pin, reach};
+#[path = "common/sm.rs"]
+mod common;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const PING: Tag = Tag(0x80);
-
-fn pin(cpu: usize) {
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    let _ = rustix::thread::sched_setaffinity(None, &set);
-}
-
-fn open(job: u64, rank: u32, dir: &std::path::Path) -> SmModule {
-    ModuleBuilder::new(ProcName::new(job, rank))
-        .ignore_environment()
-        .shared_dir(dir)
-        .sm()
-        .expect("an sm module")
-}
-
-fn reach(sm: &mut SmModule, proc: ProcName) -> EndpointId {
-    let mut eps = [None];
-    let mut words = [0u64];
-    sm.add_procs(&[proc], &mut eps, &mut Reachability::new(&mut words))
-        .expect("add");
-    eps[0].expect("reachable")
-}
 
 /// Sends `data` to `to`, moving `sm` while its ring is full.
 fn send(sm: &mut SmModule, to: EndpointId, data: &[u8]) {
@@ -65,7 +47,7 @@ fn bench(c: &mut Criterion) {
         let (stop, dir) = (Arc::clone(&stop), dir.clone());
         std::thread::spawn(move || {
             pin(1);
-            let mut b = open(job, 1, &dir);
+            let mut b = open(job, 1, &dir, &[]);
             let a = reach(&mut b, ProcName::new(job, 0));
             let back = [0u8; 4096];
             while !stop.load(Ordering::Relaxed) {
@@ -83,7 +65,7 @@ fn bench(c: &mut Criterion) {
         })
     };
     pin(0);
-    let mut a = open(job, 0, &dir);
+    let mut a = open(job, 0, &dir, &[]);
     let b = reach(&mut a, ProcName::new(job, 1));
     let mut group = c.benchmark_group("sm_message");
     for size in [8usize, 4096] {

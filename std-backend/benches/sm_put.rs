@@ -8,35 +8,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteKey, RemoteSlice, Tag};
-use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_std::{ModuleBuilder, SmModule};
+use btl_core::endpoint::ProcName;
+use btl_std::SmModule;
+use common::{open, pin, reach};
+#[path = "common/sm.rs"]
+mod common;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const MAX: usize = 4 << 20;
 const KEY: Tag = Tag(0x80);
-
-fn pin(cpu: usize) {
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    let _ = rustix::thread::sched_setaffinity(None, &set);
-}
-
-fn open(job: u64, rank: u32, dir: &std::path::Path, single_copy_limit: &str) -> SmModule {
-    ModuleBuilder::new(ProcName::new(job, rank))
-        .ignore_environment()
-        .shared_dir(dir)
-        .param("btl_sm_single_copy_limit", single_copy_limit)
-        .sm()
-        .expect("an sm module")
-}
-
-fn reach(sm: &mut SmModule, proc: ProcName) -> EndpointId {
-    let mut eps = [None];
-    let mut words = [0u64];
-    sm.add_procs(&[proc], &mut eps, &mut Reachability::new(&mut words))
-        .expect("add");
-    eps[0].expect("reachable")
-}
 
 /// Moves `sm` until `take` takes an event.
 fn until<R>(sm: &mut SmModule, mut take: impl FnMut(Event<'_>) -> Option<R>) -> R {
@@ -60,7 +41,7 @@ fn bench(c: &mut Criterion) {
             let (stop, dir) = (Arc::clone(&stop), dir.clone());
             std::thread::spawn(move || {
                 pin(1);
-                let mut b = open(job, 1, &dir, limit);
+                let mut b = open(job, 1, &dir, &[("btl_sm_single_copy_limit", limit)]);
                 let a = reach(&mut b, ProcName::new(job, 0));
                 let lent = b
                     .register_mem(vec![0u8; MAX], Access::REMOTE_WRITE | Access::REMOTE_READ)
@@ -78,7 +59,7 @@ fn bench(c: &mut Criterion) {
             })
         };
         pin(0);
-        let mut a = open(job, 0, &dir, limit);
+        let mut a = open(job, 0, &dir, &[("btl_sm_single_copy_limit", limit)]);
         let b_at_a = reach(&mut a, ProcName::new(job, 1));
         let key = until(&mut a, |e| match e {
             Event::Received(m) if m.tag == KEY => {

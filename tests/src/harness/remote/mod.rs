@@ -650,6 +650,23 @@ impl RemoteBtl {
         let _ = Out::new().put(&Op::Quit).send(&mut self.control);
     }
 
+    /// A put or a get, as `op` says.
+    fn rdma(
+        &mut self,
+        op: Op,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let mut call = self.call(op);
+        call.put(&endpoint)
+            .put(&self.local(local))
+            .put(&remote)
+            .put(&ctx);
+        self.ask(&call).take()
+    }
+
     fn local(&self, slice: MemSlice) -> (u64, (u64, u64)) {
         (slice.handle.remote_key().0, (slice.offset, slice.len))
     }
@@ -930,12 +947,7 @@ impl Btl for RemoteBtl {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        let mut call = self.call(Op::Put);
-        call.put(&endpoint)
-            .put(&self.local(local))
-            .put(&remote)
-            .put(&ctx);
-        self.ask(&call).take()
+        self.rdma(Op::Put, endpoint, local, remote, ctx)
     }
 
     fn put_notify(
@@ -962,12 +974,7 @@ impl Btl for RemoteBtl {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        let mut call = self.call(Op::Get);
-        call.put(&endpoint)
-            .put(&self.local(local))
-            .put(&remote)
-            .put(&ctx);
-        self.ask(&call).take()
+        self.rdma(Op::Get, endpoint, local, remote, ctx)
     }
 
     fn progress(&mut self) -> usize {

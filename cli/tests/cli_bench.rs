@@ -311,8 +311,10 @@ fn system_calls(args: &[&str]) -> Option<u64> {
 
 /// Busy-polling over `sm` makes no system call per message: `btl rate`
 /// and `btl pingpong` moving a hundred times as many messages make about
-/// as many calls (start-up, and the watch on the peer's process every
-/// 10 ms), far fewer than one per thousand of the extra messages.
+/// as many calls: start-up, and the watch on the peer's process every
+/// 10 ms of the run, which grows with its time (a loaded machine runs the
+/// longer run slower). Far fewer than one per ten of the extra messages,
+/// where a call per message would make at least one each.
 #[test]
 fn busy_polling_over_sm_makes_no_system_call_per_message() {
     for (test, window) in [("rate", 64u64), ("pingpong", 2)] {
@@ -328,7 +330,7 @@ fn busy_polling_over_sm_makes_no_system_call_per_message() {
         let many = run(10_000).expect("strace ran once");
         let more_messages = (10_000 - 100) * window;
         assert!(
-            many < few + more_messages / 1000,
+            many < few + more_messages / 10,
             "{test}: {few} system calls for 100 iterations, {many} for 10,000 ({more_messages} more messages)"
         );
     }

@@ -7,14 +7,20 @@ use std::time::{Duration, Instant};
 
 fn btl_cmd(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_btl"));
-    cmd.args(args)
-        .env_remove("BTL_PARAM_FILE")
+    cmd.args(args);
+    no_settings(&mut cmd);
+    cmd
+}
+
+/// Runs `cmd` with none of the user's btl settings: no parameter file, no
+/// job key, no configuration directory.
+fn no_settings(cmd: &mut Command) {
+    cmd.env_remove("BTL_PARAM_FILE")
         .env_remove("BTL_JOB_KEY")
         .env(
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join("btl-cli-test-no-config"),
         );
-    cmd
 }
 
 fn run(args: &[&str]) -> Output {
@@ -280,17 +286,15 @@ fn an_sm_baseline_runs_over_a_unix_socket_beside_memcpy_and_waits_asleep_too() {
 /// `strace -f -c` counts them; `None` where strace is missing.
 fn system_calls(args: &[&str]) -> Option<u64> {
     let out = std::env::temp_dir().join(format!("btl-cli-strace-{}", std::process::id()));
-    let status = Command::new("strace")
-        .arg("-f")
-        .arg("-c")
-        .arg("-o")
+    let mut strace = Command::new("strace");
+    strace
+        .args(["-f", "-c", "-o"])
         .arg(&out)
         .arg(env!("CARGO_BIN_EXE_btl"))
         .args(args)
-        .env_remove("BTL_PARAM_FILE")
-        .stdout(Stdio::null())
-        .status()
-        .ok()?;
+        .stdout(Stdio::null());
+    no_settings(&mut strace);
+    let status = strace.status().ok()?;
     assert!(status.success(), "btl {args:?} under strace");
     let summary = std::fs::read_to_string(&out).expect("strace's summary");
     let _ = std::fs::remove_file(&out);

@@ -55,6 +55,16 @@ fn pair<'a>(ab: &'a [AtomicU32], ba: &'a [AtomicU32]) -> (Sm<'a>, Sm<'a>, Endpoi
 }
 
 /// Every event of `m`, as text.
+/// 200 rounds of both: what each side polled.
+fn rounds(a: &mut Sm<'_>, b: &mut Sm<'_>) -> (Vec<std::string::String>, Vec<std::string::String>) {
+    let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        at_a.extend(drain(a));
+        at_b.extend(drain(b));
+    }
+    (at_a, at_b)
+}
+
 fn drain(m: &mut Sm<'_>) -> Vec<std::string::String> {
     m.progress();
     let mut out = Vec::new();
@@ -160,11 +170,7 @@ fn puts_and_gets_move_registered_memory_in_pieces() {
         len: 10_000,
     };
     a.put_notify(b_at_a, whole, remote, 42, 1).expect("put");
-    let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
-    for _ in 0..200 {
-        at_a.extend(drain(&mut a));
-        at_b.extend(drain(&mut b));
-    }
+    let (at_a, at_b) = rounds(&mut a, &mut b);
     assert_eq!(at_a, ["put 1 Ok(())"]);
     assert_eq!(at_b.len(), 1, "{at_b:?}");
     assert!(at_b[0].starts_with("arrived 42"), "{at_b:?}");
@@ -185,11 +191,7 @@ fn puts_and_gets_move_registered_memory_in_pieces() {
         2,
     )
     .expect("get");
-    let mut at_a = Vec::new();
-    for _ in 0..200 {
-        at_a.extend(drain(&mut a));
-        drain(&mut b);
-    }
+    let (at_a, _) = rounds(&mut a, &mut b);
     assert_eq!(at_a, ["get 2 Ok(())"]);
     assert_eq!(a.region(back).expect("back"), &data[..]);
 }
@@ -448,11 +450,7 @@ fn puts_and_gets_a_peer_cannot_copy_in_one_go_move_through_the_rings() {
             len: 10_000,
         };
         a.put_notify(b_at_a, whole(src), remote, 7, 1).expect("put");
-        let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
-        for _ in 0..200 {
-            at_a.extend(drain(&mut a));
-            at_b.extend(drain(&mut b));
-        }
+        let (at_a, at_b) = rounds(&mut a, &mut b);
         assert_eq!(at_a, ["put 1 Ok(())"], "{cross:?}");
         assert_eq!(at_b, ["arrived 7 10000"], "told once, after the pieces");
         assert_eq!(b.region(dst).expect("dst"), &data[..]);
@@ -469,11 +467,7 @@ fn puts_and_gets_a_peer_cannot_copy_in_one_go_move_through_the_rings() {
             .register_mem(vec![0; 10_000], Access::empty())
             .expect("back");
         a.get(b_at_a, whole(back), remote, 2).expect("get");
-        let mut at_a = Vec::new();
-        for _ in 0..200 {
-            at_a.extend(drain(&mut a));
-            drain(&mut b);
-        }
+        let (at_a, _) = rounds(&mut a, &mut b);
         assert_eq!(at_a, ["get 2 Ok(())"]);
         assert_eq!(a.region(back).expect("back"), &data[..]);
         assert_eq!(a.transfers().rings, 2);

@@ -36,6 +36,24 @@ pub struct SmWorld {
 
 const NAMES: [ProcName; 2] = [ProcName::new(0x5a, 0), ProcName::new(0x5a, 1)];
 
+/// What the shared-memory worlds offer: no handshake or garbage hooks (a
+/// ring has no connection to refuse or to break), pause, peer loss where
+/// the harness can end a side, puts and gets up to 16 MiB, and `sendi`
+/// up to the modules' eager limit.
+fn capabilities(max_rounds: u32, sendi_max: usize, peer_loss: bool) -> Capabilities {
+    Capabilities {
+        same_btl: false,
+        max_rounds,
+        linger_rounds: 2,
+        max_rdma_len: 16 << 20,
+        sendi_max,
+        pause: true,
+        peer_loss,
+        handshake: false,
+        garbage: false,
+    }
+}
+
 /// A ring for the world's lifetime: the harness leaks it, as a segment
 /// outlives the modules that map it.
 fn ring_words() -> &'static [AtomicU32] {
@@ -84,17 +102,7 @@ impl Default for SmWorld {
 
 impl World for SmWorld {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            same_btl: false,
-            max_rounds: 5000,
-            linger_rounds: 2,
-            max_rdma_len: 16 << 20,
-            sendi_max: self.btls[0].attributes().eager_limit,
-            pause: true,
-            peer_loss: true,
-            handshake: false,
-            garbage: false,
-        }
+        capabilities(5000, self.btls[0].attributes().eager_limit, true)
     }
 
     fn btl(&mut self, side: Side) -> &mut dyn Btl<Memory = Memory> {
@@ -198,17 +206,7 @@ impl Default for SmModuleWorld {
 
 impl World for SmModuleWorld {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            same_btl: false,
-            max_rounds: 200_000,
-            linger_rounds: 2,
-            max_rdma_len: 16 << 20,
-            sendi_max: self.modules[0].attributes().eager_limit,
-            pause: true,
-            peer_loss: false,
-            handshake: false,
-            garbage: false,
-        }
+        capabilities(200_000, self.modules[0].attributes().eager_limit, false)
     }
 
     fn btl(&mut self, side: Side) -> &mut dyn Btl<Memory = Memory> {
@@ -392,17 +390,7 @@ impl Drop for SmProcessesWorld {
 
 impl World for SmProcessesWorld {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            same_btl: false,
-            max_rounds: 200_000,
-            linger_rounds: 2,
-            max_rdma_len: 16 << 20,
-            sendi_max: self.a.attributes().eager_limit,
-            pause: true,
-            peer_loss: true,
-            handshake: false,
-            garbage: false,
-        }
+        capabilities(200_000, self.a.attributes().eager_limit, true)
     }
 
     fn btl(&mut self, side: Side) -> &mut dyn Btl<Memory = Memory> {

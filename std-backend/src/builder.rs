@@ -20,22 +20,40 @@ use std::sync::Arc;
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
 use btl_core::loopback::{Loopback, SelfComponent};
-use btl_core::mca::{Component, Params, Source};
+use btl_core::mca::{
+    Candidate, Component, Exclusivity, ListValue, Params, Source, register_framework_params, select,
+};
 use btl_core::pool::PoolCell;
 
 use crate::ParamRegistry;
-use crate::bootstrap::{Bootstrap, BootstrapError, SharedDir, StaticPeers};
+use crate::bml::{Bml, Choice, Member, Outcome, Shared};
+use crate::bootstrap::{Bootstrap, BootstrapError, OneCard, SharedDir, StaticPeers};
 use crate::config::sources::{
     SourceError, apply_environment, apply_file, default_param_file, warn_environment_mistakes,
 };
+use crate::driver::module::Module;
+use crate::driver::net::Os;
 #[cfg(not(loom))]
 use crate::transports::sm::{SmComponent, SmModule, SmSetup};
-use crate::transports::tcp::{TcpComponent, TcpModule, TcpSetup};
-use crate::transports::udp::{UdpComponent, UdpModule, UdpSetup};
+use crate::transports::tcp::{Tcp, TcpComponent, TcpModule, TcpSetup};
+use crate::transports::udp::{Udp, UdpComponent, UdpModule, UdpSetup};
 
 /// The loopback module (`self`): messages, puts and gets within this
 /// process, 16 registrations and 256 events deep.
 pub type SelfModule = Loopback<Pin<Box<[PoolCell]>>, Vec<u8>, 16, 256>;
+
+/// The loopback module as a [`Bml`] holds it.
+pub(crate) type SharedSelf = Loopback<Pin<Box<[PoolCell]>>, Shared, 16, 256>;
+
+/// The components a [`Bml`] opens, best first when they all reach a peer:
+/// their names, exclusivities, and whether an empty `btl` list takes them.
+const BML_COMPONENTS: [(&str, Exclusivity, bool); 4] = [
+    ("self", Exclusivity::HIGH, true),
+    ("sm", Exclusivity::SHARED_MEMORY, true),
+    ("tcp", Exclusivity::LOW.plus(100), true),
+    // It reaches the peers tcp reaches: opened only when named.
+    ("udp", Exclusivity::LOW.plus(100), false),
+];
 
 /// Opens a module of process `me` ([`tcp`](Self::tcp),
 /// [`udp`](Self::udp), [`sm`](Self::sm), [`loopback`](Self::loopback)).
@@ -156,6 +174,169 @@ impl ModuleBuilder {
         self
     }
 
+    /// Opens every component the framework parameter `btl` selects
+    /// (`self,sm,tcp`, `^udp`; empty: `self`, `sm` and `tcp`) under one
+    /// [`Bml`], which routes each peer to the best module that reaches
+    /// it. A component the list names must open; one it does not name
+    /// and that cannot run here is left out, and
+    /// [`Bml::selection`] says why.
+    pub fn open(self) -> Result<Bml, OpenError> {
+        let list = self.selection_list()?;
+        let candidates: Vec<Candidate<'_>> = BML_COMPONENTS
+            .iter()
+            .map(|&(name, exclusivity, _)| Candidate {
+                name,
+                exclusivity,
+                priority: if name == "udp" { 0 } else { 1 },
+            })
+            .collect();
+        let unknown: Vec<&str> = list
+            .items()
+            .filter(|item| !BML_COMPONENTS.iter().any(|(name, ..)| name == item))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(OpenError::Param {
+                name: "btl".into(),
+                reason: format!(
+                    "no component {} in this build: the components are {}",
+                    unknown.join(", "),
+                    BML_COMPONENTS.map(|(name, ..)| name).join(", ")
+                ),
+            });
+        }
+        let selection = select::<{ BML_COMPONENTS.len() }>(&list, &candidates).map_err(|e| {
+            OpenError::Param {
+                name: "btl".into(),
+                reason: e.to_string(),
+            }
+        })?;
+        let named = |name: &str| !list.is_empty() && !list.is_negated() && list.contains(name);
+        let by = list.to_string();
+        let mut choices: Vec<Choice> = Vec::new();
+        let mut members: Vec<Box<dyn Member>> = Vec::new();
+        let bootstrap: Arc<dyn Bootstrap> = Arc::new(OneCard::new(self.peers()?));
+        let chosen = selection.indices();
+        for (i, &(name, _, by_default)) in BML_COMPONENTS.iter().enumerate() {
+            if !chosen.contains(&i) {
+                choices.push(Choice {
+                    component: name.into(),
+                    outcome: Outcome::Excluded { by: by.clone() },
+                });
+            } else if list.is_empty() && !by_default {
+                choices.push(Choice {
+                    component: name.into(),
+                    outcome: Outcome::OnlyIfNamed,
+                });
+            }
+        }
+        for (i, candidate) in selection.iter() {
+            let (name, _, by_default) = BML_COMPONENTS[i];
+            if list.is_empty() && !by_default {
+                continue;
+            }
+            match self.member(name, &bootstrap) {
+                Ok(member) => {
+                    choices.push(Choice {
+                        component: name.into(),
+                        outcome: Outcome::Selected {
+                            exclusivity: candidate.exclusivity,
+                        },
+                    });
+                    members.push(member);
+                }
+                Err(e) if named(name) => return Err(e),
+                Err(e) => choices.push(Choice {
+                    component: name.into(),
+                    outcome: Outcome::Unavailable {
+                        reason: e.to_string(),
+                    },
+                }),
+            }
+        }
+        if members.is_empty() {
+            return Err(OpenError::NotAvailable {
+                component: "btl",
+                reason: format!("no component selected by btl={by} can run"),
+            });
+        }
+        Ok(Bml::new(members, choices))
+    }
+
+    /// The framework's `btl` list, from the usual sources.
+    fn selection_list(&self) -> Result<ListValue, OpenError> {
+        let mut selection = None;
+        let registry = self.configured("", |params| {
+            selection =
+                Some(
+                    register_framework_params(params).map_err(|e| OpenError::NotAvailable {
+                        component: "btl",
+                        reason: e.to_string(),
+                    })?,
+                );
+            Ok(())
+        })?;
+        let id = selection.map(|s| s.selection);
+        id.and_then(|id| registry.list(id).ok().cloned())
+            .ok_or_else(|| OpenError::NotAvailable {
+                component: "btl",
+                reason: "the btl parameter was not registered".into(),
+            })
+    }
+
+    /// Opens the module of component `name` for a [`Bml`], publishing
+    /// through `bootstrap`.
+    fn member(
+        &self,
+        name: &str,
+        bootstrap: &Arc<dyn Bootstrap>,
+    ) -> Result<Box<dyn Member>, OpenError> {
+        let key = self.job_key.as_deref();
+        let io = |component: &'static str| move |error| OpenError::Io { component, error };
+        Ok(match name {
+            "self" => {
+                let setup = self.setup(&mut SelfComponent::default())?;
+                let module: SharedSelf = setup
+                    .build(PoolCell::boxed(setup.required_bytes()), self.me)
+                    .map_err(|e| OpenError::NotAvailable {
+                        component: "self",
+                        reason: format!("{e:?}"),
+                    })?;
+                Box::new(module)
+            }
+            #[cfg(not(loom))]
+            "sm" => {
+                let module: SmModule<Shared> = self
+                    .sm_setup()?
+                    .build(self.me, Arc::clone(bootstrap))
+                    .map_err(|e| OpenError::NotAvailable {
+                        component: "sm",
+                        reason: e.to_string(),
+                    })?;
+                Box::new(module)
+            }
+            "tcp" => {
+                let module: Module<Tcp<Os>, Shared> = self
+                    .tcp_setup()?
+                    .build_on(Os, self.me, key, Arc::clone(bootstrap))
+                    .map_err(io("tcp"))?;
+                Box::new(module)
+            }
+            "udp" => {
+                let module: Module<Udp<Os>, Shared> = self
+                    .udp_setup()?
+                    .build_on(Os, self.me, key, Arc::clone(bootstrap))
+                    .map_err(io("udp"))?;
+                Box::new(module)
+            }
+            other => {
+                return Err(OpenError::NotAvailable {
+                    component: "btl",
+                    reason: format!("no component {other}"),
+                });
+            }
+        })
+    }
+
     /// Opens a TCP module.
     pub fn tcp(self) -> Result<TcpModule, OpenError> {
         let setup = self.setup(&mut TcpComponent::default())?;
@@ -263,9 +444,28 @@ impl ModuleBuilder {
             component: name,
             reason,
         };
+        let registry = self.configured(name, |params| {
+            component.register(params).map_err(|e| na(e.to_string()))
+        })?;
+        component
+            .init(registry.as_ref())
+            .map_err(|e| na(e.to_string()))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| na("no module".to_owned()))
+    }
+
+    /// A registry where `register` put its parameters, with the sources
+    /// applied in their order of precedence; `component` names whose
+    /// interfaces [`on_loopback`](Self::on_loopback) chooses.
+    fn configured(
+        &self,
+        component: &str,
+        register: impl FnOnce(&mut dyn Params) -> Result<(), OpenError>,
+    ) -> Result<Box<ParamRegistry>, OpenError> {
         let mut registry = Box::new(ParamRegistry::new());
         let params: &mut dyn Params = registry.as_mut();
-        component.register(params).map_err(|e| na(e.to_string()))?;
+        register(params)?;
         let env = |var: &str| std::env::var(var).ok();
         let file = match (&self.param_file, self.environment) {
             (Some(path), _) => Some(path.clone()),
@@ -281,6 +481,11 @@ impl ModuleBuilder {
             warn_environment_mistakes();
         }
         for (param, value) in &self.params {
+            if params.find(param).is_none() && known_elsewhere(param) {
+                // Another component's, or the framework's: checked where
+                // it is read.
+                continue;
+            }
             params
                 .set_by_name(param, value, Source::Code)
                 .map_err(|e| OpenError::Param {
@@ -289,14 +494,9 @@ impl ModuleBuilder {
                 })?;
         }
         if self.loopback {
-            prefer_loopback(params, name);
+            prefer_loopback(params, component);
         }
-        component
-            .init(params)
-            .map_err(|e| na(e.to_string()))?
-            .into_iter()
-            .next()
-            .ok_or_else(|| na("no module".to_owned()))
+        Ok(registry)
     }
 }
 
@@ -354,6 +554,13 @@ impl std::fmt::Debug for ModuleBuilder {
             .field("loopback", &self.loopback)
             .finish()
     }
+}
+
+/// Whether `param` is a parameter of the framework or of some component
+/// of the build.
+fn known_elsewhere(param: &str) -> bool {
+    let mut all = Box::new(ParamRegistry::new());
+    crate::register_all(all.as_mut()).is_ok() && all.find(param).is_some()
 }
 
 /// `if_include` becomes `lo` for `component` unless some source chose
@@ -435,6 +642,117 @@ mod tests {
             Some(auto.transport().mtu()),
             mtus.min(),
             "0: the smallest of the loopback addresses'"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A builder of a fresh job's process 0 on loopback, its cards in a
+    /// directory of its own (`what` in its name).
+    fn on_loopback(what: &str) -> (ModuleBuilder, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("btl-builder-{what}-{}", std::process::id()));
+        let builder = ModuleBuilder::new(ProcName::new(u64::from(std::process::id()), 0))
+            .ignore_environment()
+            .shared_dir(&dir)
+            .on_loopback();
+        (builder, dir)
+    }
+
+    fn selected(bml: &Bml) -> Vec<&'static str> {
+        bml.names().collect()
+    }
+
+    #[test]
+    fn the_btl_parameter_chooses_the_modules_in_open_mpis_syntax() {
+        let (builder, dir) = on_loopback("select");
+        let all = builder.clone().open().expect("the default selection");
+        assert_eq!(
+            selected(&all),
+            ["self", "sm", "tcp"],
+            "best first, udp only if named"
+        );
+        let udp = all.selection().iter().find(|c| c.component == "udp");
+        assert_eq!(udp.map(|c| &c.outcome), Some(&Outcome::OnlyIfNamed));
+        drop(all);
+
+        let only = builder
+            .clone()
+            .param("btl", "tcp,self")
+            .open()
+            .expect("tcp,self");
+        assert_eq!(selected(&only), ["self", "tcp"]);
+        let sm = only.selection().iter().find(|c| c.component == "sm");
+        assert!(
+            matches!(sm.map(|c| &c.outcome), Some(Outcome::Excluded { by }) if by == "tcp,self"),
+            "{:?}",
+            only.selection()
+        );
+        drop(only);
+
+        let but = builder
+            .clone()
+            .param("btl", "^sm,self")
+            .open()
+            .expect("^sm,self");
+        assert_eq!(selected(&but), ["tcp", "udp"], "an exclusion keeps udp");
+        drop(but);
+
+        let udp = builder.param("btl", "udp").open().expect("udp");
+        assert_eq!(selected(&udp), ["udp"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_bad_btl_list_is_a_clear_error() {
+        let (builder, dir) = on_loopback("bad-select");
+        let unknown = builder
+            .clone()
+            .param("btl", "tcp,infiniband")
+            .open()
+            .expect_err("no such component");
+        let text = unknown.to_string();
+        assert!(
+            text.contains("infiniband") && text.contains("self, sm, tcp, udp"),
+            "{text}"
+        );
+        let mixed = builder
+            .clone()
+            .param("btl", "tcp,^sm")
+            .open()
+            .expect_err("a ^ inside the list");
+        assert!(
+            matches!(mixed, OpenError::Param { ref name, .. } if name == "btl"),
+            "{mixed}"
+        );
+        let none = builder
+            .param("btl", "^self,sm,tcp,udp")
+            .open()
+            .expect_err("nothing left");
+        assert!(none.to_string().contains("no component"), "{none}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_named_component_that_cannot_open_is_an_error_and_an_unnamed_one_is_left_out() {
+        let (builder, dir) = on_loopback("unavailable");
+        // An MTU below the least datagram is a configuration udp refuses.
+        let named = builder
+            .clone()
+            .param("btl", "self,udp")
+            .param("btl_udp_mtu", "100")
+            .open()
+            .expect_err("udp was named");
+        assert!(named.to_string().contains("576"), "{named}");
+        let unnamed = builder
+            .param("btl", "^sm")
+            .param("btl_udp_mtu", "100")
+            .open()
+            .expect("udp left out");
+        assert_eq!(selected(&unnamed), ["self", "tcp"]);
+        let udp = unnamed.selection().iter().find(|c| c.component == "udp");
+        assert!(
+            matches!(udp.map(|c| &c.outcome), Some(Outcome::Unavailable { reason }) if reason.contains("576")),
+            "{:?}",
+            unnamed.selection()
         );
         let _ = std::fs::remove_dir_all(dir);
     }

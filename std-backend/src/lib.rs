@@ -8,6 +8,11 @@
 //! The book's "Getting started" chapter walks through a whole program
 //! (`examples/request_reply.rs`).
 //!
+//! [`ModuleBuilder::open`] opens every component the framework parameter
+//! `btl` selects (`self,sm,tcp` by default) under one [`Bml`], which routes
+//! each peer to the best module that reaches it: a service that runs on
+//! one host or many then needs no code per transport.
+//!
 //! Below that, in layers:
 //! - [`driver`]: the engine over sockets, a module driven by its caller or
 //!   by a progress thread, the network it runs on (the operating system's,
@@ -15,6 +20,7 @@
 //! - [`transports`]: the TCP and UDP components, and how they choose
 //!   interfaces; the shared-memory component (`sm`) for the processes of
 //!   one host;
+//! - [`bml`]: the modules of a process under one `Btl`, each peer routed;
 //! - [`bootstrap`]: how the processes of a job find each other;
 //! - [`config`]: the parameter sources a module reads (the environment, a
 //!   parameter file), for tools that list parameters as a module sees them;
@@ -25,9 +31,12 @@
 // Unsafe code only where a system call or a mapping needs it:
 // `driver::udp_offload` (Linux's UDP offloads, which cut a datagram
 // transport's system calls by up to 64), `driver::icmp` (the error queue),
-// and `transports::sm` (the shared segments, and copies across processes).
+// `transports::sm` (the shared segments, and copies across processes), and
+// `bml::region` (one registered region held by every module of a `Bml`,
+// which saves a copy of the region per module).
 #![deny(unsafe_code)]
 
+pub mod bml;
 pub mod bootstrap;
 mod builder;
 pub mod config;
@@ -38,6 +47,7 @@ pub mod transports;
 
 // What the `Btl` methods take and give, so that a service needs no
 // other crate to call them.
+pub use bml::Bml;
 pub use btl_core::btl::{
     Access, Attributes, Btl, BtlError, ErrorEvent, Event, Incoming, Limit, LostReason, MemError,
     MemHandle, MemSlice, OpId, RegisterError, RejectCode, RemoteKey, RemoteSlice, SendError,

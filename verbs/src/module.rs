@@ -22,6 +22,7 @@ use btl_core::engine::driver::{Io, Nonces};
 use btl_core::engine::{ConnectRequest, LinkId, Stream};
 use btl_core::time::Instant;
 use btl_std::bootstrap::{Bootstrap, Card, Contact, LookupError, PeerContacts};
+use btl_std::driver::heap::Buffer;
 use btl_std::driver::module::{EventOf, StdEngine, Transport as ModuleTransport};
 use btl_std::driver::net::{Net, Readiness, RegistryOf, Watch};
 use btl_std::driver::refusals::Refusals;
@@ -182,9 +183,9 @@ where
         &self.refusals
     }
 
-    fn on_event(
+    fn on_event<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         _registry: &RegistryOf<N>,
         event: &EventOf<N>,
         now: Instant,
@@ -194,9 +195,9 @@ where
         }
     }
 
-    fn connect(
+    fn connect<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         _registry: &RegistryOf<N>,
         req: ConnectRequest,
         now: Instant,
@@ -204,9 +205,9 @@ where
         Io::connect(&mut self.links, engine, req, now);
     }
 
-    fn close(
+    fn close<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         _registry: &RegistryOf<N>,
         link: LinkId,
         now: Instant,
@@ -214,7 +215,12 @@ where
         Io::close(&mut self.links, engine, link, now);
     }
 
-    fn flush(&mut self, engine: &mut StdEngine<Self>, _registry: &RegistryOf<N>, now: Instant) {
+    fn flush<M: Buffer>(
+        &mut self,
+        engine: &mut StdEngine<Self, M>,
+        _registry: &RegistryOf<N>,
+        now: Instant,
+    ) {
         self.links.poll(engine, now);
         Io::write(&mut self.links, engine, now);
     }
@@ -225,7 +231,12 @@ where
 
     /// Registers the region with the device too, so that puts and gets
     /// from it are RDMA; a region the device refuses goes in packets.
-    fn registered(&mut self, engine: &mut StdEngine<Self>, handle: MemHandle, access: Access) {
+    fn registered<M: Buffer>(
+        &mut self,
+        engine: &mut StdEngine<Self, M>,
+        handle: MemHandle,
+        access: Access,
+    ) {
         if let Err(e) = self.links.register(engine, handle, access) {
             tracing::debug!(
                 "verbs: a region stays off the device ({e}): its transfers go in packets"
@@ -233,19 +244,19 @@ where
         }
     }
 
-    fn deregister(
+    fn deregister<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         handle: MemHandle,
-    ) -> Result<Vec<u8>, BtlError> {
+    ) -> Result<M, BtlError> {
         self.links.deregister(engine, handle)
     }
 
     /// Nothing: the side channel and the completions are read by every
     /// flush, each pass, up to their bounds.
-    fn read_ready(
+    fn read_ready<M: Buffer>(
         &mut self,
-        _engine: &mut StdEngine<Self>,
+        _engine: &mut StdEngine<Self, M>,
         _registry: &RegistryOf<N>,
         _now: Instant,
     ) -> bool {
@@ -256,9 +267,9 @@ where
         self.links.side_channel_left()
     }
 
-    fn read_directly(
+    fn read_directly<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         _registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {

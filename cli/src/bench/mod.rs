@@ -20,7 +20,9 @@ pub mod message;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use btl_core::btl::{Access, Btl, BtlError, BtlFlags, Event, LostReason, MemHandle, MemSlice, Tag};
+use btl_core::btl::{
+    Access, Attributes, Btl, BtlError, BtlFlags, Event, LostReason, MemHandle, MemSlice, Tag,
+};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
 use btl_std::driver::module::{Module, Transport};
@@ -216,15 +218,12 @@ struct Source {
     handle: MemHandle,
     /// The same bytes, for `sendi`, which copies.
     copy: Vec<u8>,
-    /// Messages of at least this many bytes are sent as a fetch notice.
-    fetch_from: usize,
 }
 
-/// The length from which a message over `btl` goes as a fetch notice: the
-/// BTL's own word (`rdma_pipeline_send_length`) where it gets and the
-/// message takes more than one send; never otherwise.
-fn fetch_from<B: Btl>(btl: &B) -> usize {
-    let a = btl.attributes();
+/// The length from which a message over a BTL of attributes `a` goes as a
+/// fetch notice: the BTL's own word (`rdma_pipeline_send_length`) where it
+/// gets and the message takes more than one send; never otherwise.
+fn fetch_from(a: &Attributes) -> usize {
     if !a.flags.contains(BtlFlags::GET) {
         return usize::MAX;
     }
@@ -239,11 +238,7 @@ impl Source {
         let handle = btl
             .register_mem(region, Access::REMOTE_READ)
             .map_err(|e| btl_err("registering the send buffer")(e.error))?;
-        Ok(Source {
-            handle,
-            copy,
-            fetch_from: fetch_from(btl),
-        })
+        Ok(Source { handle, copy })
     }
 
     /// Sends the next piece of a message of `len` bytes with `tag` to `to`,
@@ -258,17 +253,19 @@ impl Source {
     ) -> Result<usize, BtlError> {
         let len = header.total as usize;
         let flags = DescFlags::BTL_OWNERSHIP;
-        if len >= self.fetch_from {
+        let a = btl.attributes_for(to);
+        let (fetch, max, eager) = (fetch_from(a), a.max_send_size, a.eager_limit);
+        if len >= fetch {
             // The source never changes, so the receiver may get it while
             // later messages are sent from it: no notice comes back.
             let from = self.handle.remote_key().slice(0, len as u64);
             btl.send_copy(to, tag, &header.notice(from))?;
             return Ok(len);
         }
-        let max = btl.attributes().max_send_size.saturating_sub(HEADER).max(1);
+        let max = max.saturating_sub(HEADER).max(1);
         let chunk = (len - sent).min(max);
         let header = header.emit();
-        if chunk + HEADER <= btl.attributes().eager_limit {
+        if chunk + HEADER <= eager {
             let payload = self.copy.get(sent..sent + chunk).unwrap_or_default();
             match btl.sendi(to, &header, payload, tag, Order(0), flags) {
                 Err(BtlError::TooLarge { .. }) => {}
@@ -372,7 +369,9 @@ impl Side {
         window: u32,
     ) -> Result<Self, BenchError> {
         let source = Source::register(btl, max_message)?;
-        let sink = if source.fetch_from <= max_message {
+        // A place to get into whenever some peer's module may send notices
+        // (over a `Bml`, the attributes are the widest any module allows).
+        let sink = if fetch_from(btl.attributes()) <= max_message {
             let region = vec![0u8; max_message];
             let handle = btl
                 .register_mem(region, Access::empty())

@@ -5,7 +5,7 @@
 //! [`forward_btl_operations!`](crate::forward_btl_operations).
 
 /// Inside an `impl Btl for Driver`, forwards every operation on peers
-/// already joined (`attributes`, `pools`, `alloc`, `free`, `prepare_src`,
+/// already joined (`attributes`, `attributes_for`, `pools`, `alloc`, `free`, `prepare_src`,
 /// `prepare_src_registered`, `send`, `sendi`, `region`, `region_mut`,
 /// `put`, `put_notify`, `get`, `poll_event`) to the BTL in field
 /// `$inner`. The driver writes `add_procs`, `del_procs`, `register_mem`,
@@ -16,6 +16,13 @@ macro_rules! forward_btl_operations {
     ($inner:ident) => {
         fn attributes(&self) -> &$crate::btl::Attributes {
             self.$inner.attributes()
+        }
+
+        fn attributes_for(
+            &self,
+            endpoint: $crate::endpoint::EndpointId,
+        ) -> &$crate::btl::Attributes {
+            self.$inner.attributes_for(endpoint)
         }
 
         fn pools(&self) -> $crate::pool::PoolsRef<'_> {

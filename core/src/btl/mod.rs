@@ -266,6 +266,15 @@ pub trait Btl {
     /// The module's published attributes.
     fn attributes(&self) -> &Attributes;
 
+    /// The attributes that hold for `endpoint`: a BTL over several (btl-std's
+    /// `Bml`) gives those of the one that carries the peer, whose limits may
+    /// be wider than the ones every module keeps ([`attributes`](Self::attributes));
+    /// any other BTL gives its own.
+    fn attributes_for(&self, endpoint: EndpointId) -> &Attributes {
+        let _ = endpoint;
+        self.attributes()
+    }
+
     /// The fragment pools descriptors come from, to fill their headers and
     /// payloads (`Descriptor::header_mut(btl.pools())`).
     fn pools(&self) -> PoolsRef<'_>;

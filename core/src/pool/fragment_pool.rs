@@ -64,6 +64,11 @@ pub(super) struct PoolCore {
 }
 
 impl PoolCore {
+    /// The pool's id, which its fragments carry.
+    pub(super) fn id(&self) -> u32 {
+        self.id
+    }
+
     /// Bytes of region that always suffice for `cfg`, whatever the region's
     /// alignment: the links, the fragments at their stride, and up to 63
     /// bytes of alignment slack. Saturates at `usize::MAX` for configurations

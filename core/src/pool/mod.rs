@@ -58,7 +58,7 @@ pub use fragment_pool::FragmentPool;
 pub use params::{
     MAX_FRAGMENT_PAYLOAD, PoolDefaults, PoolParams, PoolParamsError, pool_param_specs,
 };
-pub use pools::{FragmentPools, FragmentPoolsConfig, PoolsRef};
+pub use pools::{FragmentPools, FragmentPoolsConfig, PoolSets, PoolsRef};
 pub use region::{PoolCell, Region};
 
 use core::fmt;
@@ -285,6 +285,19 @@ pub struct PoolStats {
     pub ready: u32,
     /// The hard cap, `max`.
     pub capacity: u32,
+}
+
+impl PoolStats {
+    /// The counters of two pools taken together.
+    pub fn sum(self, other: PoolStats) -> PoolStats {
+        PoolStats {
+            in_use: self.in_use.saturating_add(other.in_use),
+            high_water: self.high_water.saturating_add(other.high_water),
+            failed_allocs: self.failed_allocs.wrapping_add(other.failed_allocs),
+            ready: self.ready.saturating_add(other.ready),
+            capacity: self.capacity.saturating_add(other.capacity),
+        }
+    }
 }
 
 /// Cache-line-aligned storage for pools, for a `static` or a stack frame on

@@ -678,3 +678,53 @@ proptest! {
         }
     }
 }
+
+/// Two modules' pools as one: each fragment is read and given back where
+/// it was made; allocation and sizes are the first set's.
+#[test]
+fn many_pools_find_each_fragment_in_its_own_set() {
+    struct Two<'a>([PoolsRef<'a>; 2]);
+    impl PoolSets for Two<'_> {
+        fn len(&self) -> usize {
+            2
+        }
+        fn set(&self, i: usize) -> Option<PoolsRef<'_>> {
+            self.0.get(i).copied()
+        }
+    }
+    let c = pools_cfg();
+    let (mut r1, mut r2, mut r3) = (
+        vec![0; FragmentPools::required_bytes(&c)],
+        vec![0; FragmentPools::required_bytes(&c)],
+        vec![0; FragmentPools::required_bytes(&c)],
+    );
+    let one = FragmentPools::new(&mut r1, c).expect("pools");
+    let two = FragmentPools::new(&mut r2, c).expect("pools");
+    let other = FragmentPools::new(&mut r3, c).expect("pools");
+    let sets = Two([one.view(), two.view()]);
+    let many = PoolsRef::many(&sets);
+
+    let mut a = one.view().alloc(10).expect("a fragment of the first");
+    let mut b = two.view().alloc(10).expect("a fragment of the second");
+    assert!(many.owns(&a) && many.owns(&b));
+    many.bytes_mut(&mut a).expect("a's bytes")[0] = 1;
+    many.bytes_mut(&mut b).expect("b's bytes")[0] = 2;
+    assert_eq!(one.view().bytes(&a).expect("in the first")[0], 1);
+    assert_eq!(two.view().bytes(&b).expect("in the second")[0], 2);
+    assert_eq!(many.stats(FragmentClass::Small).in_use, 2, "summed");
+
+    let stranger = other.view().alloc(10).expect("a fragment of neither");
+    assert!(!many.owns(&stranger));
+    assert_eq!(many.bytes(&stranger), Err(PoolError::Foreign));
+    let ForeignFragment(stranger) = many.free(stranger).expect_err("not theirs");
+    other.view().free(stranger).expect("back home");
+
+    let c2 = many.alloc(10).expect("allocated from the first set");
+    assert!(one.view().owns(&c2));
+    assert_eq!(many.class_size(FragmentClass::Eager), 1024);
+    for f in [a, b, c2] {
+        many.free(f).expect("each to its own pools");
+    }
+    assert_eq!(one.view().stats(FragmentClass::Small).in_use, 0);
+    assert_eq!(two.view().stats(FragmentClass::Small).in_use, 0);
+}

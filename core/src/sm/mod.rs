@@ -396,6 +396,12 @@ impl<
         self.transfers
     }
 
+    /// Whether a put or get under way reads or writes registration
+    /// `handle`: its deregistration is refused (`InUse`) until they end.
+    pub fn region_in_use(&self, handle: MemHandle) -> bool {
+        self.ops.iter().flatten().any(|o| o.local.handle == handle)
+    }
+
     /// Why peer `endpoint` was lost, if it was (`None` too for an
     /// endpoint never attached): the driver lets go of its memory then.
     pub fn lost(&self, endpoint: EndpointId) -> Option<LostReason> {
@@ -1396,8 +1402,7 @@ impl<
 
     fn deregister_mem(&mut self, handle: MemHandle) -> Result<M, BtlError> {
         // A peer's get of it is refused from here on (see `serve`).
-        let in_use = self.ops.iter().flatten().any(|o| o.local.handle == handle);
-        if in_use {
+        if self.region_in_use(handle) {
             return Err(BtlError::Memory(crate::btl::MemError::InUse));
         }
         Ok(self.regs.deregister(handle)?)

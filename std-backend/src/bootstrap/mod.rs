@@ -16,6 +16,7 @@
 
 mod card;
 mod contacts;
+mod one_card;
 mod shared_dir;
 mod static_peers;
 
@@ -25,6 +26,7 @@ use btl_core::endpoint::ProcName;
 
 pub use card::{AddressError, Card, CardError, Contact, SegmentContact};
 pub use contacts::{LookupError, PeerContacts};
+pub use one_card::OneCard;
 pub use shared_dir::SharedDir;
 pub use static_peers::{PEERS_FILE_VAR, PEERS_VAR, StaticPeers};
 

@@ -11,6 +11,12 @@ use btl_core::engine::framing::Framing;
 use btl_core::engine::{Capacities, Engine, Storage, Tables};
 use btl_core::pool::{FragmentPools, FragmentPoolsConfig, PoolCell, PoolError};
 
+/// What a module holds a registered region as: an owned buffer it keeps
+/// until deregistration hands it back (`Vec<u8>` for a service).
+pub trait Buffer: AsRef<[u8]> + AsMut<[u8]> {}
+
+impl<B: AsRef<[u8]> + AsMut<[u8]>> Buffer for B {}
+
 /// Storage whose tables are boxes, whose pools own their region, and
 /// whose registered memory is owned buffers of type `M` (`Vec<u8>`, or any
 /// owned `AsMut<[u8]>`), handed back at deregistration.

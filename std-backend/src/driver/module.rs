@@ -33,7 +33,7 @@ use btl_core::time;
 
 use crate::bootstrap::Card;
 use crate::bootstrap::LookupError;
-use crate::driver::heap::{Heap, HeapEngine};
+use crate::driver::heap::{Buffer, Heap, HeapEngine};
 use crate::driver::net::{Net, Poller, Readiness, RegistryOf, WAKE};
 use crate::driver::refusals::Refusals;
 /// How often a busy-polling module asks the engine for its next timer:
@@ -50,8 +50,8 @@ const CLOCK_EVERY: u32 = 8;
 pub type EventOf<N> = <<N as Net>::Poller as Poller>::Event;
 
 /// The engine of a module over transport `T`: its tables on the heap,
-/// registered memory owned `Vec<u8>`s.
-pub type StdEngine<T> = HeapEngine<<T as Transport>::Framing>;
+/// registered memory owned buffers of type `M`.
+pub type StdEngine<T, M = Vec<u8>> = HeapEngine<<T as Transport>::Framing, M>;
 
 /// What a module asks of its sockets; implemented by TCP and UDP, over
 /// any [`Net`].
@@ -85,9 +85,9 @@ pub trait Transport: Sized {
     /// A readiness event of the poller for one of this transport's tokens.
     /// A socket with bytes to read is only queued here, and read by
     /// [`read_ready`](Self::read_ready) once the pass has seen every event.
-    fn on_event(
+    fn on_event<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         registry: &RegistryOf<Self::Net>,
         event: &EventOf<Self::Net>,
         now: time::Instant,
@@ -95,18 +95,18 @@ pub trait Transport: Sized {
 
     /// Opens the connection the engine asks for (reporting success or
     /// failure to the engine, now or once the socket says).
-    fn connect(
+    fn connect<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         registry: &RegistryOf<Self::Net>,
         req: ConnectRequest,
         now: time::Instant,
     );
 
     /// Closes a link the engine is done with and tells the engine.
-    fn close(
+    fn close<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         registry: &RegistryOf<Self::Net>,
         link: LinkId,
         now: time::Instant,
@@ -115,9 +115,9 @@ pub trait Transport: Sized {
     /// Moves bytes both ways as far as the sockets and the engine allow
     /// without waiting: what the engine has to send, and input held back
     /// earlier because the engine had no receive fragment for it.
-    fn flush(
+    fn flush<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         registry: &RegistryOf<Self::Net>,
         now: time::Instant,
     );
@@ -130,18 +130,23 @@ pub trait Transport: Sized {
     /// The upper layer registered `handle` with the engine, for peers to
     /// reach with `access`: a transport whose device moves put and get
     /// data itself (RDMA) registers it there too. Nothing by default.
-    fn registered(&mut self, engine: &mut StdEngine<Self>, handle: MemHandle, access: Access) {
+    fn registered<M: Buffer>(
+        &mut self,
+        engine: &mut StdEngine<Self, M>,
+        handle: MemHandle,
+        access: Access,
+    ) {
         let _ = (engine, handle, access);
     }
 
     /// Deregisters `handle` from the engine and gives its memory back; a
     /// transport whose device holds the region takes it from the device
     /// first, so that no peer reaches memory the user owns again.
-    fn deregister(
+    fn deregister<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         handle: MemHandle,
-    ) -> Result<Vec<u8>, BtlError> {
+    ) -> Result<M, BtlError> {
         engine.deregister_mem(handle)
     }
 
@@ -150,9 +155,9 @@ pub trait Transport: Sized {
     /// full holds the pass on its own ([`read_queue`](super::read_queue)):
     /// those the poller reported, and those the last pass left with bytes
     /// unread. Whether anything came.
-    fn read_ready(
+    fn read_ready<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         registry: &RegistryOf<Self::Net>,
         now: time::Instant,
     ) -> bool;
@@ -165,9 +170,9 @@ pub trait Transport: Sized {
     /// Reads every socket directly, without the poller (see
     /// [`few_sockets`](Self::few_sockets)), each up to its budget as
     /// [`read_ready`](Self::read_ready) does; whether anything came.
-    fn read_directly(
+    fn read_directly<M: Buffer>(
         &mut self,
-        engine: &mut StdEngine<Self>,
+        engine: &mut StdEngine<Self, M>,
         registry: &RegistryOf<Self::Net>,
         now: time::Instant,
     ) -> bool;
@@ -180,16 +185,16 @@ struct Sockets<'a, T: Transport> {
     registry: &'a RegistryOf<T::Net>,
 }
 
-impl<T: Transport> Io<StdEngine<T>> for Sockets<'_, T> {
-    fn connect(&mut self, engine: &mut StdEngine<T>, req: ConnectRequest, now: time::Instant) {
+impl<T: Transport, M: Buffer> Io<StdEngine<T, M>> for Sockets<'_, T> {
+    fn connect(&mut self, engine: &mut StdEngine<T, M>, req: ConnectRequest, now: time::Instant) {
         self.transport.connect(engine, self.registry, req, now);
     }
 
-    fn write(&mut self, engine: &mut StdEngine<T>, now: time::Instant) {
+    fn write(&mut self, engine: &mut StdEngine<T, M>, now: time::Instant) {
         self.transport.flush(engine, self.registry, now);
     }
 
-    fn close(&mut self, engine: &mut StdEngine<T>, link: LinkId, now: time::Instant) {
+    fn close(&mut self, engine: &mut StdEngine<T, M>, link: LinkId, now: time::Instant) {
         self.transport.close(engine, self.registry, link, now);
     }
 }
@@ -204,12 +209,14 @@ pub fn source_of(at: std::net::SocketAddr) -> Source {
     }
 }
 
-/// A BTL module: the engine over transport `T`.
-pub struct Module<T: Transport> {
+/// A BTL module: the engine over transport `T`, holding registered memory
+/// as buffers of type `M` (`Vec<u8>`, which a service hands over and gets
+/// back).
+pub struct Module<T: Transport, M: Buffer = Vec<u8>> {
     // The transport drops first: a device it holds may reach the engine's
     // registered memory until then (RDMA), never after the memory goes.
     transport: T,
-    engine: StdEngine<T>,
+    engine: StdEngine<T, M>,
     /// The poller, unless a progress thread has it.
     poller: Option<<T::Net as Net>::Poller>,
     /// The poller's registry, for the transport's sockets wherever the
@@ -249,8 +256,8 @@ pub enum ReachError {
         /// Why.
         error: BtlError,
     },
-    /// The shared-memory module could not join it: not on this host, no
-    /// segment, or it did not join back in time.
+    /// The module could not join it: for shared memory, not on this
+    /// host, no segment, or it did not join back in time.
     #[error("joining process {proc}: {reason}")]
     Join {
         /// The process.
@@ -258,9 +265,17 @@ pub enum ReachError {
         /// Why.
         reason: String,
     },
+    /// No module of a [`Bml`](crate::Bml) reaches it.
+    #[error("no module reaches process {proc}: {said}")]
+    NoModule {
+        /// The process.
+        proc: ProcName,
+        /// What each module said, best first.
+        said: String,
+    },
 }
 
-impl<T: Transport> std::fmt::Debug for Module<T> {
+impl<T: Transport, M: Buffer> std::fmt::Debug for Module<T, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Module")
             .field("engine", &self.engine)
@@ -366,11 +381,11 @@ impl WaitCosts {
     }
 }
 
-impl<T: Transport> Module<T> {
+impl<T: Transport, M: Buffer> Module<T, M> {
     /// A module of `engine` over `transport`, whose sockets are already
     /// registered with `poller`.
     pub fn new(
-        engine: StdEngine<T>,
+        engine: StdEngine<T, M>,
         transport: T,
         poller: <T::Net as Net>::Poller,
         spin: Duration,
@@ -472,6 +487,12 @@ impl<T: Transport> Module<T> {
     /// for an unknown endpoint.
     pub fn max_send_to(&self, endpoint: EndpointId) -> Option<usize> {
         self.engine.max_send_to(endpoint)
+    }
+
+    /// Whether a put, get or send under way reads or writes registration
+    /// `handle` (its deregistration is refused until they end).
+    pub fn region_in_use(&self, handle: MemHandle) -> bool {
+        self.engine.region_in_use(handle)
     }
 
     /// How much of the engine's fixed storage is in use.
@@ -769,7 +790,7 @@ impl<T: Transport> Module<T> {
     }
 }
 
-impl<T: Transport> Module<T> {
+impl<T: Transport, M: Buffer> Module<T, M> {
     /// Serves the module until `take` takes one of its events, for at most
     /// `timeout`: each event goes to `take` in turn, and the first `Some`
     /// it returns is the answer. The events it passes over are gone (it
@@ -798,8 +819,8 @@ impl<T: Transport> Module<T> {
     }
 }
 
-impl<T: Transport> Btl for Module<T> {
-    type Memory = Vec<u8>;
+impl<T: Transport, M: Buffer> Btl for Module<T, M> {
+    type Memory = M;
 
     btl_core::forward_btl_operations!(engine);
 
@@ -837,15 +858,15 @@ impl<T: Transport> Btl for Module<T> {
 
     fn register_mem(
         &mut self,
-        region: Vec<u8>,
+        region: M,
         access: btl_core::btl::Access,
-    ) -> Result<MemHandle, RegisterError<Vec<u8>>> {
+    ) -> Result<MemHandle, RegisterError<M>> {
         let handle = self.engine.register_mem(region, access)?;
         self.transport.registered(&mut self.engine, handle, access);
         Ok(handle)
     }
 
-    fn deregister_mem(&mut self, handle: MemHandle) -> Result<Vec<u8>, BtlError> {
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<M, BtlError> {
         self.transport.deregister(&mut self.engine, handle)
     }
 
@@ -875,7 +896,7 @@ impl<T: Transport> Btl for Module<T> {
     }
 }
 
-impl<T: Transport> Drop for Module<T> {
+impl<T: Transport, M: Buffer> Drop for Module<T, M> {
     /// A module dropped without [`Btl::finalize`] (an early return, a
     /// panic) is finalized: its peers read a CLOSE and lose this process
     /// at once, instead of waiting out their peer timeout. Unless

@@ -3,6 +3,7 @@
 //! A harness builds two processes' BTLs (or, for the loopback, one),
 //! connects them, and carries their bytes when the suite calls `progress`.
 
+pub mod bml;
 pub mod datagram_pair;
 pub mod loopback;
 pub mod remote;

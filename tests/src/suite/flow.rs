@@ -65,7 +65,7 @@ fn check_in_order(tracker: &Tracker, total: u64, eager_limit: usize) {
 /// again.
 fn stall_then_resume(world: &mut dyn World, pause: bool) {
     let caps = world.capabilities();
-    let eager = world.btl(Side::A).attributes().eager_limit;
+    let eager = super::a_to_b(world).eager_limit;
     let mut tracker = Tracker::new(world);
     if pause {
         world.pause(Side::B);

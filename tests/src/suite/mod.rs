@@ -19,7 +19,7 @@ pub mod sendi;
 pub mod tags;
 pub mod xfer;
 
-use btl_core::btl::{Access, MemHandle, MemSlice, RemoteSlice};
+use btl_core::btl::{Access, Attributes, MemHandle, MemSlice, RemoteSlice};
 
 use crate::data::fill_pattern;
 use crate::world::{Side, World};
@@ -41,6 +41,13 @@ pub fn register(
         .btl(side)
         .register_mem(region, access)
         .expect("register_mem")
+}
+
+/// The attributes that hold for A's messages to B: the limits of the
+/// module that carries them.
+pub fn a_to_b(world: &mut dyn World) -> Attributes {
+    let peer = world.peer(Side::A);
+    *world.btl(Side::A).attributes_for(peer)
 }
 
 /// A local slice of `handle`.

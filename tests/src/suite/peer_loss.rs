@@ -28,7 +28,7 @@ pub fn outstanding_operations_fail_once_when_the_peer_dies(world: &mut dyn World
         caps.peer_loss && !caps.same_btl,
         "needs two processes and the kill hook"
     );
-    let max = world.btl(Side::A).attributes().max_send_size;
+    let max = super::a_to_b(world).max_send_size;
     let mut tracker = Tracker::new(world);
     let a = register(world, Side::A, 4096, Access::empty(), Some(40));
     let b = register(world, Side::B, 4096, Access::all(), Some(41));

@@ -112,7 +112,7 @@ fn transfer(
 
 /// The sizes of [`SIZES`] this world and BTL take for `kind`, aligned.
 fn sizes_for(world: &mut dyn World, kind: Rdma) -> (Vec<u64>, u64) {
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let (limit, alignment) = match kind {
         Rdma::Put => (attrs.put_limit, attrs.put_alignment),
         Rdma::Get => (attrs.get_limit, attrs.get_alignment),
@@ -159,7 +159,7 @@ pub fn get_reads_peer_memory(world: &mut dyn World) {
 /// One put of 64 MiB A → B, then one get of it back into A's cleared
 /// region (less when the harness or the BTL's limits say so).
 pub fn largest_put_and_get(world: &mut dyn World) {
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let len = (64u64 << 20)
         .min(world.capabilities().max_rdma_len)
         .min(attrs.put_limit)

@@ -41,7 +41,7 @@ fn seed(len: usize, tag: Tag) -> u64 {
 /// once, byte for byte, with its tag and from A's endpoint; every
 /// descriptor comes back once; every fragment returns to its pool.
 pub fn every_size_arrives_intact_once(world: &mut dyn World) {
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let sizes = sizes(attrs.eager_limit, attrs.max_send_size);
     let tags = [Tag(0x40), Tag(0x80), Tag(0xFF)];
     let mut tracker = Tracker::new(world);
@@ -97,7 +97,7 @@ pub fn every_size_arrives_intact_once(world: &mut dyn World) {
 /// With `ALWAYS_CALLBACK` a completion event always follows. The tracker
 /// fails on any event nobody is owed.
 pub fn descriptors_come_back_exactly_once_for_every_flag(world: &mut dyn World) {
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let flag_sets = [
         DescFlags::empty(),
         DescFlags::BTL_OWNERSHIP,
@@ -143,7 +143,7 @@ pub fn descriptors_come_back_exactly_once_for_every_flag(world: &mut dyn World) 
 /// A header written into the reserve arrives in front of the payload, for
 /// reserves of several sizes and totals up to `max_send_size`.
 pub fn header_reserve_precedes_the_payload(world: &mut dyn World) {
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let mut tracker = Tracker::new(world);
     let mut expected = Vec::new();
     for reserve in [1, 8, 16, 64] {
@@ -177,7 +177,7 @@ pub fn header_reserve_precedes_the_payload(world: &mut dyn World) {
 
 /// A descriptor from `alloc`, filled in place, sends what was written.
 pub fn alloc_then_fill_sends_the_payload(world: &mut dyn World) {
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let mut tracker = Tracker::new(world);
     let lens = [0, 1, 255, 4096, attrs.eager_limit, attrs.max_send_size];
     let ep = world.peer(Side::A);
@@ -209,7 +209,7 @@ pub fn alloc_then_fill_sends_the_payload(world: &mut dyn World) {
 pub fn registered_memory_is_sent(world: &mut dyn World) {
     const RESERVE: usize = 16;
     const OFFSET: usize = 7;
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let mut tracker = Tracker::new(world);
     let handle = register(
         world,
@@ -253,7 +253,7 @@ pub fn registered_memory_is_sent(world: &mut dyn World) {
 /// Asking for more than `max_send_size` (header included) is `TooLarge`
 /// and takes no fragment.
 pub fn larger_than_max_send_size_is_refused(world: &mut dyn World) {
-    let max = world.btl(Side::A).attributes().max_send_size;
+    let max = super::a_to_b(world).max_send_size;
     let ep = world.peer(Side::A);
     let data = vec![7u8; max + 1];
     let btl = world.btl(Side::A);
@@ -291,7 +291,7 @@ pub fn larger_than_max_send_size_is_refused(world: &mut dyn World) {
 /// 600 of them, each numbered, sent while the receiver drains.
 pub fn send_copy_keeps_order_per_peer(world: &mut dyn World) {
     const COUNT: u64 = 600;
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let lengths = [
         8,
         200,

@@ -517,7 +517,7 @@ impl Machines {
 /// staging area or the eager limit), so the BTL gets a descriptor
 /// referencing the buffer.
 fn descriptor_len(world: &mut dyn World) -> usize {
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let len = (MSG + 1).min(attrs.eager_limit.saturating_sub(MSG_HEADER) + 1);
     assert!(
         len + MSG_HEADER <= attrs.max_send_size,
@@ -588,7 +588,7 @@ fn check_receive_buffer(
 /// sender; every add completes once with its byte count.
 pub fn messages_fill_receive_buffers_once_each(world: &mut dyn World) {
     let mut m = Machines::new(world);
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let eager = attrs.eager_limit;
     let sendi = world.capabilities().sendi_max.min(eager);
     let mut sizes: Vec<usize> = [
@@ -792,7 +792,7 @@ fn bulk_transfer(
 /// written: both sides complete once with the length, the bytes are
 /// identical, and nothing past them is touched.
 pub fn passive_and_active_bulk_move_both_ways(world: &mut dyn World) {
-    let attrs = *world.btl(Side::A).attributes();
+    let attrs = super::a_to_b(world);
     let align = u64::from(attrs.put_alignment.max(attrs.get_alignment).max(1));
     let cap = world
         .capabilities()

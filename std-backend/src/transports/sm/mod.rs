@@ -30,6 +30,7 @@ pub use module::{SM_PEERS, SmError, SmModule, WATCH_EVERY};
 
 use crate::bootstrap::Bootstrap;
 use crate::config::socket_params::Registered;
+use crate::driver::heap::Buffer;
 
 /// The component's name.
 pub const NAME: &str = "sm";
@@ -99,7 +100,11 @@ pub struct SmSetup {
 impl SmSetup {
     /// The module of process `me`: its segment made, its card published
     /// through `bootstrap`.
-    pub fn build(&self, me: ProcName, bootstrap: Arc<dyn Bootstrap>) -> Result<SmModule, SmError> {
+    pub fn build<M: Buffer>(
+        &self,
+        me: ProcName,
+        bootstrap: Arc<dyn Bootstrap>,
+    ) -> Result<SmModule<M>, SmError> {
         SmModule::open(me, self.sm.clone(), self.pools, bootstrap)
     }
 }

@@ -16,7 +16,7 @@ use btl_core::sm::{AttachError, CrossCopy, SharedMemory, Transfers};
 use super::SmConfig;
 use super::segment::{Claimant, Segment, SegmentError, host_identity, running};
 use crate::bootstrap::{Bootstrap, BootstrapError, Card, SegmentContact};
-use crate::driver::heap::Heap;
+use crate::driver::heap::{Buffer, Heap};
 
 /// Same-host peers one module joins over its life, and slots in its
 /// segment: a peer that restarts takes another.
@@ -31,7 +31,7 @@ pub const WATCH_EVERY: Duration = Duration::from_millis(10);
 /// Progress calls between two looks at the clock.
 const CLOCK_EVERY: u32 = 64;
 
-type Core = SharedMemory<'static, Pin<Box<[PoolCell]>>, Vec<u8>, SM_PEERS, REGS, OPS, EVENTS>;
+type Core<M> = SharedMemory<'static, Pin<Box<[PoolCell]>>, M, SM_PEERS, REGS, OPS, EVENTS>;
 
 /// Why a shared-memory module could not be opened, or a peer joined.
 #[derive(Debug, thiserror::Error)]
@@ -57,10 +57,10 @@ pub enum SmError {
 /// once, a peer that leaves is `PeerLeft`, one whose process ends without
 /// a goodbye is lost as [`LostReason::Exited`] within [`WATCH_EVERY`] of
 /// progress, one that breaks the protocol as `ProtocolViolation`.
-pub struct SmModule {
+pub struct SmModule<M: Buffer = Vec<u8>> {
     /// First, so that it is dropped before the memory its rings lie in;
     /// boxed, as it holds a place for every peer (about 150 KB).
-    core: Box<Core>,
+    core: Box<Core<M>>,
     /// The peers joined, by endpoint.
     joined: Vec<Joined>,
     /// Peers whose segment this side claimed a slot in, waiting for their
@@ -108,7 +108,7 @@ enum SlotUse {
     Shut,
 }
 
-impl SmModule {
+impl<M: Buffer> SmModule<M> {
     /// Makes `me`'s segment, with a ring of `config.fifo_size` bytes per
     /// slot, and publishes it on `me`'s card.
     pub fn open(
@@ -186,6 +186,17 @@ impl SmModule {
             )),
             Err(reason) => Err(join(reason)),
         }
+    }
+
+    /// The peers joined now.
+    pub fn joined(&self) -> usize {
+        self.joined.len()
+    }
+
+    /// Whether a put or get under way reads or writes registration
+    /// `handle` (its deregistration is refused until they end).
+    pub fn region_in_use(&self, handle: MemHandle) -> bool {
+        self.core.region_in_use(handle)
     }
 
     /// How this module's puts and gets have gone: through the rings, or
@@ -595,8 +606,8 @@ impl SmModule {
     }
 }
 
-impl Btl for SmModule {
-    type Memory = Vec<u8>;
+impl<M: Buffer> Btl for SmModule<M> {
+    type Memory = M;
 
     btl_core::forward_btl_operations!(core);
 
@@ -636,15 +647,11 @@ impl Btl for SmModule {
         self.core.del_procs(endpoints)
     }
 
-    fn register_mem(
-        &mut self,
-        region: Vec<u8>,
-        access: Access,
-    ) -> Result<MemHandle, RegisterError<Vec<u8>>> {
+    fn register_mem(&mut self, region: M, access: Access) -> Result<MemHandle, RegisterError<M>> {
         self.core.register_mem(region, access)
     }
 
-    fn deregister_mem(&mut self, handle: MemHandle) -> Result<Vec<u8>, BtlError> {
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<M, BtlError> {
         self.core.deregister_mem(handle)
     }
 
@@ -671,7 +678,7 @@ impl Btl for SmModule {
     }
 }
 
-impl Drop for SmModule {
+impl<M: Buffer> Drop for SmModule<M> {
     /// Finalizes a module dropped without it, so that its peers hear the
     /// goodbye, and takes its card back; the segment goes with the module.
     fn drop(&mut self) {
@@ -680,7 +687,7 @@ impl Drop for SmModule {
     }
 }
 
-impl std::fmt::Debug for SmModule {
+impl<M: Buffer> std::fmt::Debug for SmModule<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SmModule")
             .field("me", &self.me)

@@ -9,7 +9,7 @@ use btl_core::time::Instant;
 
 use btl_core::engine::Stream;
 
-use crate::driver::heap::HeapEngine;
+use crate::driver::heap::{Buffer, HeapEngine};
 use crate::driver::net::StreamSocket;
 
 /// Bytes read ahead of the engine per connection, at most: one large
@@ -178,9 +178,9 @@ impl<S: StreamSocket> Conn<S> {
     /// ([`RX_PEEK`]), for the next frame's header, so that its payload too
     /// is read in place; once the frames behind are small, reads take all
     /// there is again.
-    pub fn read(
+    pub fn read<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         link: LinkId,
         now: Instant,
         budget: usize,
@@ -275,7 +275,11 @@ impl<S: StreamSocket> Conn<S> {
     /// Writes what the engine has for `link` until it has nothing more or
     /// the socket would block; returns whether bytes still wait, or an
     /// error when the connection broke.
-    pub fn write(&mut self, engine: &mut HeapEngine<Stream>, link: LinkId) -> io::Result<bool> {
+    pub fn write<M: Buffer>(
+        &mut self,
+        engine: &mut HeapEngine<Stream, M>,
+        link: LinkId,
+    ) -> io::Result<bool> {
         loop {
             let (n, total) = {
                 let Some(t) = engine.poll_transmit(link) else {

@@ -22,6 +22,7 @@ use crate::bootstrap::Bootstrap;
 use crate::config::socket_params::{
     ENGINE_PARAMS, Registered, SOCKET_PARAMS, SocketParams, engine_param_specs, socket_param_specs,
 };
+use crate::driver::heap::Buffer;
 use crate::driver::module::Module;
 use crate::driver::net::{Net, Os};
 use crate::transports::Ports;
@@ -141,13 +142,13 @@ impl TcpSetup {
     }
 
     /// [`build`](Self::build) over network `net`.
-    pub fn build_on<N: Net>(
+    pub fn build_on<N: Net, M: Buffer>(
         &self,
         net: N,
         me: ProcName,
         job_key: Option<&[u8]>,
         bootstrap: Arc<dyn Bootstrap>,
-    ) -> std::io::Result<Module<Tcp<N>>> {
+    ) -> std::io::Result<Module<Tcp<N>, M>> {
         let mut config = self.engine.clone();
         config.me = me;
         config.job_key = crate::config::socket_params::job_key(job_key)?;

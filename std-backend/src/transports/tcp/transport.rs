@@ -17,7 +17,7 @@ use super::TcpConfig;
 use super::conn::{Conn, ConnState, READ_BUDGET, ReadOutcome};
 use crate::bootstrap::{Bootstrap, Card, Contact};
 use crate::bootstrap::{LookupError, PeerContacts};
-use crate::driver::heap::HeapEngine;
+use crate::driver::heap::{Buffer, HeapEngine};
 use crate::driver::module::{EventOf, Transport, source_of};
 use crate::driver::net::{
     ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch,
@@ -190,9 +190,9 @@ impl<N: Net> Tcp<N> {
 
     /// A connection that broke or was closed by its peer (`why`, if it was
     /// still connecting): the engine is told and the socket dropped.
-    fn broken(
+    fn broken<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         i: usize,
         why: ConnectFailure,
@@ -208,9 +208,9 @@ impl<N: Net> Tcp<N> {
 
     /// Accepts what listener `l` has waiting, up to [`ACCEPTS_PER_PASS`];
     /// past it the listener waits for the next pass.
-    fn accept(
+    fn accept<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         l: usize,
         now: Instant,
@@ -280,9 +280,9 @@ impl<N: Net> Tcp<N> {
     }
 
     /// Our connect completed or failed (the socket became writable).
-    fn connected(
+    fn connected<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         i: usize,
         now: Instant,
@@ -321,9 +321,9 @@ impl<N: Net> Tcp<N> {
 
     /// Reads connection `i` into the engine, up to [`READ_BUDGET`]; queues
     /// it for the next pass if that was spent. Whether bytes came.
-    fn read(
+    fn read<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         i: usize,
         now: Instant,
@@ -349,9 +349,9 @@ impl<N: Net> Tcp<N> {
 
     /// Writes connection `i`'s pending bytes; watches for writability only
     /// while some wait (as Motr's `ep_balance`).
-    fn write(
+    fn write<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         i: usize,
         now: Instant,
@@ -429,9 +429,9 @@ impl<N: Net> Transport for Tcp<N> {
         &self.card
     }
 
-    fn on_event(
+    fn on_event<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         event: &EventOf<N>,
         now: Instant,
@@ -474,9 +474,9 @@ impl<N: Net> Transport for Tcp<N> {
         }
     }
 
-    fn connect(
+    fn connect<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         req: ConnectRequest,
         now: Instant,
@@ -501,9 +501,9 @@ impl<N: Net> Transport for Tcp<N> {
         }
     }
 
-    fn close(
+    fn close<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         link: LinkId,
         now: Instant,
@@ -526,9 +526,9 @@ impl<N: Net> Transport for Tcp<N> {
         self.by_link.len() <= 8
     }
 
-    fn read_ready(
+    fn read_ready<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
@@ -552,9 +552,9 @@ impl<N: Net> Transport for Tcp<N> {
         !self.readable.is_empty() || !self.accepting.is_empty()
     }
 
-    fn read_directly(
+    fn read_directly<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Stream>,
+        engine: &mut HeapEngine<Stream, M>,
         registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
@@ -566,7 +566,12 @@ impl<N: Net> Transport for Tcp<N> {
         self.read_ready(engine, registry, now)
     }
 
-    fn flush(&mut self, engine: &mut HeapEngine<Stream>, registry: &RegistryOf<N>, now: Instant) {
+    fn flush<M: Buffer>(
+        &mut self,
+        engine: &mut HeapEngine<Stream, M>,
+        registry: &RegistryOf<N>,
+        now: Instant,
+    ) {
         self.refusals.log_summaries(now, (NAME, self.me));
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_ref() else {

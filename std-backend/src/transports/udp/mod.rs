@@ -32,7 +32,7 @@ use crate::bootstrap::{LookupError, PeerContacts};
 use crate::config::socket_params::{
     ENGINE_PARAMS, Registered, SOCKET_PARAMS, SocketParams, engine_param_specs, socket_param_specs,
 };
-use crate::driver::heap::HeapEngine;
+use crate::driver::heap::{Buffer, HeapEngine};
 use crate::driver::module::{EventOf, Module, Transport, source_of};
 use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Segments, Watch};
 use crate::driver::read_queue::ReadQueue;
@@ -249,7 +249,12 @@ impl<N: Net> Udp<N> {
     /// Reads socket `s` until it would block, each datagram to its link,
     /// or until it has made [`RECVS_PER_PASS`] calls: then it is queued for
     /// the next pass. Whether any came.
-    fn receive(&mut self, engine: &mut HeapEngine<Datagram>, s: usize, now: Instant) -> bool {
+    fn receive<M: Buffer>(
+        &mut self,
+        engine: &mut HeapEngine<Datagram, M>,
+        s: usize,
+        now: Instant,
+    ) -> bool {
         let mut any = false;
         for _ in 0..RECVS_PER_PASS {
             let Some((socket, _)) = self.sockets.get(s) else {
@@ -297,7 +302,7 @@ impl<N: Net> Udp<N> {
     /// the peer timeout would say it), and forgets the link: the engine
     /// asks again, and gives the peer up once the refusals last the
     /// refusal timeout. A refusal for an address with no link is dropped.
-    fn refused(&mut self, engine: &mut HeapEngine<Datagram>, s: usize, now: Instant) {
+    fn refused<M: Buffer>(&mut self, engine: &mut HeapEngine<Datagram, M>, s: usize, now: Instant) {
         // Bounded: the error queue holds what the socket's buffer does.
         while let Some(Ok(Some(to))) = self.sockets.get(s).map(|(socket, _)| socket.next_refused())
         {
@@ -323,9 +328,9 @@ impl<N: Net> Udp<N> {
     /// opens a link, anything else is dropped (see the engine's
     /// `handle_stranger`). Nothing is kept for an address until it has
     /// shown that it receives there.
-    fn stranger(
+    fn stranger<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Datagram>,
+        engine: &mut HeapEngine<Datagram, M>,
         s: usize,
         from: SocketAddr,
         datagram: &[u8],
@@ -428,9 +433,9 @@ impl<N: Net> Transport for Udp<N> {
         &self.card
     }
 
-    fn on_event(
+    fn on_event<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Datagram>,
+        engine: &mut HeapEngine<Datagram, M>,
         registry: &RegistryOf<N>,
         event: &EventOf<N>,
         now: Instant,
@@ -448,9 +453,9 @@ impl<N: Net> Transport for Udp<N> {
         }
     }
 
-    fn connect(
+    fn connect<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Datagram>,
+        engine: &mut HeapEngine<Datagram, M>,
         _registry: &RegistryOf<N>,
         req: ConnectRequest,
         now: Instant,
@@ -474,9 +479,9 @@ impl<N: Net> Transport for Udp<N> {
         }
     }
 
-    fn close(
+    fn close<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Datagram>,
+        engine: &mut HeapEngine<Datagram, M>,
         _registry: &RegistryOf<N>,
         link: LinkId,
         now: Instant,
@@ -493,9 +498,9 @@ impl<N: Net> Transport for Udp<N> {
         self.sockets.len() <= 8
     }
 
-    fn read_ready(
+    fn read_ready<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Datagram>,
+        engine: &mut HeapEngine<Datagram, M>,
         _registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
@@ -512,9 +517,9 @@ impl<N: Net> Transport for Udp<N> {
         !self.readable.is_empty()
     }
 
-    fn read_directly(
+    fn read_directly<M: Buffer>(
         &mut self,
-        engine: &mut HeapEngine<Datagram>,
+        engine: &mut HeapEngine<Datagram, M>,
         registry: &RegistryOf<N>,
         now: Instant,
     ) -> bool {
@@ -524,7 +529,12 @@ impl<N: Net> Transport for Udp<N> {
         self.read_ready(engine, registry, now)
     }
 
-    fn flush(&mut self, engine: &mut HeapEngine<Datagram>, registry: &RegistryOf<N>, now: Instant) {
+    fn flush<M: Buffer>(
+        &mut self,
+        engine: &mut HeapEngine<Datagram, M>,
+        registry: &RegistryOf<N>,
+        now: Instant,
+    ) {
         self.refusals.log_summaries(now, (NAME, self.me));
         let mut links = std::mem::take(&mut self.scratch_links);
         let mut blocked = std::mem::take(&mut self.scratch_blocked);
@@ -671,13 +681,13 @@ impl UdpSetup {
     }
 
     /// [`build`](Self::build) over network `net`.
-    pub fn build_on<N: Net>(
+    pub fn build_on<N: Net, M: Buffer>(
         &self,
         net: N,
         me: ProcName,
         job_key: Option<&[u8]>,
         bootstrap: Arc<dyn Bootstrap>,
-    ) -> io::Result<Module<Udp<N>>> {
+    ) -> io::Result<Module<Udp<N>, M>> {
         let mut config = self.engine.clone();
         config.me = me;
         config.job_key = crate::config::socket_params::job_key(job_key)?;

@@ -1,0 +1,666 @@
+//! The BTL multiplexer (Open MPI's BML): one [`Btl`] over every selected
+//! module, each peer routed to the best module that reaches it.
+//!
+//! A service opens it with [`ModuleBuilder::open`](crate::ModuleBuilder::open),
+//! which reads the framework parameter `btl` (`self,sm,tcp`, `^udp`),
+//! opens the components it names, and orders them by exclusivity: `self`
+//! for this process, `sm` for the processes of this host, then the
+//! networks (`tcp`, then `udp`). [`Bml::reach`] and `add_procs` ask each
+//! module in that order and route the peer to the first that reaches it,
+//! so a peer on this host goes over shared memory and one elsewhere over
+//! TCP, with no choice made in the service's code.
+//!
+//! Everything else is the chosen module's: a send, put or get to a peer is
+//! the module's own call, its events are the module's events, and a peer
+//! lost is reported once, by the one module that carried it. What a peer
+//! sends on its own (a client that connects) arrives on whichever module
+//! it came by. A registered region is registered with every module, so a
+//! peer reaches it over whichever module carries that peer, without a copy.
+//!
+//! Endpoints name their module: the `Bml`'s endpoint is the module's with
+//! the module's place in bits 13 to 15, which every module of btl-std
+//! leaves clear (their tables hold fewer than 8,192 peers). Operation ids
+//! are the module's shifted left by 3 with the place below.
+
+mod member;
+#[allow(unsafe_code)]
+mod region;
+
+use std::time::{Duration, Instant};
+
+use btl_core::btl::{
+    Access, Attributes, Btl, BtlError, BtlFlags, ErrorEvent, Event, Incoming, MemError, MemHandle,
+    MemSlice, OpId, RegisterError, RemoteSlice, SendError, SendStatus, Tag, Undelivered,
+};
+use btl_core::desc::{DescFlags, Descriptor, Order};
+use btl_core::endpoint::{EndpointError, EndpointId, ProcName, Reachability};
+use btl_core::mca::Exclusivity;
+use btl_core::pool::{PoolSets, PoolsRef};
+
+pub(crate) use member::Member;
+pub(crate) use region::Shared;
+
+use crate::ReachError;
+use crate::driver::module::{Unflushed, WaitError, wait_for_event};
+
+/// The most modules one `Bml` holds: its place must fit in 3 bits.
+pub const MAX_MEMBERS: usize = 8;
+
+/// The bits of an endpoint that name its module.
+const PLACE_SHIFT: u32 = 13;
+const PLACE_MASK: u32 = 0b111 << PLACE_SHIFT;
+
+/// A module with no peer is served only every this many passes (for the
+/// peers that come to it on their own): an idle TCP module costs a system
+/// call per pass that a peer over shared memory would pay for nothing.
+const IDLE_EVERY: u32 = 64;
+
+/// What became of one component when a `Bml` was opened: `btl info` and
+/// [`Bml::selection`] list these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    /// The component.
+    pub component: String,
+    /// Selected and opened, or why not.
+    pub outcome: Outcome,
+}
+
+/// Whether a component runs in a `Bml`, and why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Opened; its exclusivity ranks it among the others.
+    Selected {
+        /// Its exclusivity.
+        exclusivity: Exclusivity,
+    },
+    /// The `btl` parameter leaves it out.
+    Excluded {
+        /// The parameter's value, as read.
+        by: String,
+    },
+    /// Not named, and not used unless named (`udp`, which reaches the
+    /// peers `tcp` does).
+    OnlyIfNamed,
+    /// It cannot run here.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Selected { exclusivity } => write!(f, "selected (exclusivity {exclusivity})"),
+            Outcome::Excluded { by } => write!(f, "left out by btl={by}"),
+            Outcome::OnlyIfNamed => f.write_str("not named in btl (used only when named)"),
+            Outcome::Unavailable { reason } => write!(f, "unavailable: {reason}"),
+        }
+    }
+}
+
+/// The modules of a `Bml`, best first.
+struct Members(Vec<Box<dyn Member>>);
+
+impl PoolSets for Members {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn set(&self, i: usize) -> Option<PoolsRef<'_>> {
+        self.0.get(i).map(|m| m.pools())
+    }
+}
+
+/// Every selected module under one [`Btl`], each peer routed to the best
+/// that reaches it. See the [module documentation](self).
+pub struct Bml {
+    members: Members,
+    /// Whether each module has peers, looked at every [`IDLE_EVERY`] passes.
+    busy: Vec<bool>,
+    attributes: Attributes,
+    choices: Vec<Choice>,
+    passes: u32,
+    /// The module whose events are polled first.
+    next: usize,
+}
+
+impl std::fmt::Debug for Bml {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bml")
+            .field("modules", &self.names().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A module's endpoint as the `Bml` names it.
+fn outer(place: usize, inner: EndpointId) -> EndpointId {
+    EndpointId(inner.0 | (place as u32) << PLACE_SHIFT)
+}
+
+/// A module's operation as the `Bml` names it.
+fn outer_op(place: usize, op: OpId) -> OpId {
+    OpId(op.0 << 3 | place as u64)
+}
+
+/// The event of module `place` as the `Bml` hands it out.
+fn outer_event(place: usize, event: Event<'_>) -> Event<'_> {
+    let ep = |e| outer(place, e);
+    match event {
+        Event::Received(m) => Event::Received(Incoming {
+            from: ep(m.from),
+            ..m
+        }),
+        Event::SendComplete {
+            endpoint,
+            tag,
+            desc,
+            result,
+        } => Event::SendComplete {
+            endpoint: ep(endpoint),
+            tag,
+            desc,
+            result,
+        },
+        Event::PutComplete { op, ctx, result } => Event::PutComplete {
+            op: outer_op(place, op),
+            ctx,
+            result,
+        },
+        Event::GetComplete { op, ctx, result } => Event::GetComplete {
+            op: outer_op(place, op),
+            ctx,
+            result,
+        },
+        Event::PutArrived { from, slice, imm } => Event::PutArrived {
+            from: ep(from),
+            slice,
+            imm,
+        },
+        Event::PeerLeft { endpoint } => Event::PeerLeft {
+            endpoint: ep(endpoint),
+        },
+        Event::Room { endpoint } => Event::Room {
+            endpoint: ep(endpoint),
+        },
+        Event::Error(e) => Event::Error(ErrorEvent {
+            endpoint: e.endpoint.map(ep),
+            ..e
+        }),
+    }
+}
+
+/// The attributes every module keeps: the narrowest limits, the flags all
+/// share.
+fn common(members: &[Box<dyn Member>]) -> Attributes {
+    let all = || members.iter().map(|m| m.attributes());
+    let min_usize = |f: fn(&Attributes) -> usize| all().map(f).min().unwrap_or(0);
+    let min_u64 = |f: fn(&Attributes) -> u64| all().map(f).min().unwrap_or(0);
+    Attributes {
+        name: "bml",
+        eager_limit: min_usize(|a| a.eager_limit),
+        max_send_size: min_usize(|a| a.max_send_size),
+        rdma_pipeline_send_length: min_usize(|a| a.rdma_pipeline_send_length),
+        rdma_pipeline_frag_size: min_usize(|a| a.rdma_pipeline_frag_size),
+        put_limit: min_u64(|a| a.put_limit),
+        put_alignment: all().map(|a| a.put_alignment).max().unwrap_or(0),
+        get_limit: min_u64(|a| a.get_limit),
+        get_alignment: all().map(|a| a.get_alignment).max().unwrap_or(0),
+        exclusivity: all()
+            .map(|a| a.exclusivity)
+            .max()
+            .unwrap_or(Exclusivity::LOW),
+        latency_us: all().map(|a| a.latency_us).min().unwrap_or(0),
+        bandwidth_mbps: all().map(|a| a.bandwidth_mbps).max().unwrap_or(0),
+        flags: all().fold(BtlFlags::all(), |f, a| f & a.flags),
+        registration_handle_size: min_usize(|a| a.registration_handle_size),
+    }
+}
+
+impl Bml {
+    /// A `Bml` over `members`, best first, with the `choices` that made
+    /// them.
+    pub(crate) fn new(members: Vec<Box<dyn Member>>, choices: Vec<Choice>) -> Self {
+        assert!(
+            members.len() <= MAX_MEMBERS,
+            "at most {MAX_MEMBERS} modules"
+        );
+        let attributes = common(&members);
+        Bml {
+            busy: vec![true; members.len()],
+            members: Members(members),
+            attributes,
+            choices,
+            passes: 0,
+            next: 0,
+        }
+    }
+
+    /// What became of every component: selected (best first), or why not.
+    pub fn selection(&self) -> &[Choice] {
+        &self.choices
+    }
+
+    /// The names of the modules, best first.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.members.0.iter().map(|m| m.attributes().name)
+    }
+
+    /// The name of the module that carries `endpoint` (`self`, `sm`,
+    /// `tcp`), or `None` for an endpoint no module gave.
+    pub fn carrier(&self, endpoint: EndpointId) -> Option<&'static str> {
+        self.route(endpoint)
+            .ok()
+            .map(|(place, _)| self.members.0[place].attributes().name)
+    }
+
+    /// The module of `endpoint` and its own endpoint.
+    fn route(&self, endpoint: EndpointId) -> Result<(usize, EndpointId), BtlError> {
+        let place = ((endpoint.0 & PLACE_MASK) >> PLACE_SHIFT) as usize;
+        if place < self.members.0.len() {
+            Ok((place, EndpointId(endpoint.0 & !PLACE_MASK)))
+        } else {
+            Err(BtlError::Endpoint(EndpointError::Unknown(endpoint)))
+        }
+    }
+
+    /// The module of `endpoint`, and its own endpoint, to call.
+    fn member(&mut self, endpoint: EndpointId) -> Result<(&mut dyn Member, EndpointId), BtlError> {
+        let (place, inner) = self.route(endpoint)?;
+        Ok((self.members.0[place].as_mut(), inner))
+    }
+
+    /// `inner` of module `place`, unless it has bits that name a module
+    /// (a module with more peers than a `Bml` can number): then it is
+    /// given back and refused.
+    fn adopt(&mut self, place: usize, inner: EndpointId) -> Result<EndpointId, BtlError> {
+        if inner.0 & PLACE_MASK != 0 {
+            let _ = self.members.0[place].del_procs(&[inner]);
+            return Err(BtlError::OutOfResource);
+        }
+        self.busy[place] = true;
+        Ok(outer(place, inner))
+    }
+
+    /// Joins `proc` over the best module that reaches it, each module
+    /// waiting up to what is left of `timeout`: its endpoint, or what each
+    /// module said.
+    pub fn reach(&mut self, proc: ProcName, timeout: Duration) -> Result<EndpointId, ReachError> {
+        let start = Instant::now();
+        let mut said = Vec::new();
+        for place in 0..self.members.0.len() {
+            let left = timeout.saturating_sub(start.elapsed());
+            match self.members.0[place].reach(proc, left) {
+                Ok(inner) => {
+                    return self
+                        .adopt(place, inner)
+                        .map_err(|error| ReachError::Btl { proc, error });
+                }
+                Err(e) => said.push(format!("{}: {e}", self.members.0[place].attributes().name)),
+            }
+        }
+        Err(ReachError::NoModule {
+            proc,
+            said: said.join("; "),
+        })
+    }
+
+    /// Waits up to `timeout` for an event: serves every module without
+    /// waiting for a while, then waits in the busiest one, a slice at a
+    /// time when several have peers. Returns how many events are ready.
+    pub fn wait(&mut self, timeout: Duration) -> usize {
+        let start = Instant::now();
+        loop {
+            let ready = self.progress();
+            if ready > 0 {
+                return ready;
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return 0;
+            }
+            let busy: Vec<usize> = (0..self.busy.len()).filter(|&i| self.busy[i]).collect();
+            let ready = match busy.as_slice() {
+                [] => {
+                    std::thread::sleep(left.min(Duration::from_millis(1)));
+                    0
+                }
+                [one] => self.members.0[*one].wait(left),
+                several => {
+                    let slice = left.min(Duration::from_millis(1)) / several.len() as u32;
+                    several.iter().map(|&i| self.members.0[i].wait(slice)).sum()
+                }
+            };
+            if ready > 0 {
+                return ready;
+            }
+        }
+    }
+
+    /// Serves the modules until `take` takes one of the events, for at
+    /// most `timeout` (as [`Module::wait_for`](crate::Module::wait_for)).
+    pub fn wait_for<R>(
+        &mut self,
+        timeout: Duration,
+        take: impl FnMut(Event<'_>) -> Option<R>,
+    ) -> Result<R, WaitError> {
+        self.progress();
+        wait_for_event(self, timeout, take, |b, left| {
+            b.wait(left);
+            Ok(())
+        })
+    }
+
+    /// Makes dropping this `Bml` close its socket modules without a word,
+    /// as a killed process's are ([`Module::abort_on_drop`](crate::Module::abort_on_drop)).
+    pub fn abort_on_drop(&mut self) {
+        for m in &mut self.members.0 {
+            m.abort_on_drop();
+        }
+    }
+
+    /// Waits up to `timeout` for what every module sent to be
+    /// acknowledged (as [`Module::flush`](crate::Module::flush)).
+    pub fn flush(&mut self, timeout: Duration) -> Result<(), Unflushed> {
+        let start = Instant::now();
+        for m in &mut self.members.0 {
+            m.flush(timeout.saturating_sub(start.elapsed()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Btl for Bml {
+    type Memory = Vec<u8>;
+
+    fn attributes(&self) -> &Attributes {
+        &self.attributes
+    }
+
+    fn attributes_for(&self, endpoint: EndpointId) -> &Attributes {
+        match self.route(endpoint) {
+            Ok((place, inner)) => self.members.0[place].attributes_for(inner),
+            Err(_) => &self.attributes,
+        }
+    }
+
+    /// The pools of every module: a descriptor's bytes are found in the
+    /// pools of the module that made it.
+    fn pools(&self) -> PoolsRef<'_> {
+        PoolsRef::many(&self.members)
+    }
+
+    /// Asks each module in turn, best first, and routes each process to
+    /// the first that reaches it.
+    fn add_procs(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
+            *ep = None;
+            for place in 0..self.members.0.len() {
+                let Some(inner) = btl_core::btl::add_proc(self.members.0[place].as_mut(), *proc)?
+                else {
+                    continue;
+                };
+                if reachable.set(i) {
+                    *ep = Some(self.adopt(place, inner)?);
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        for &endpoint in endpoints {
+            let (m, inner) = self.member(endpoint)?;
+            m.del_procs(&[inner])?;
+        }
+        Ok(())
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        let (m, inner) = self.member(endpoint)?;
+        m.alloc(inner, order, size, flags)
+    }
+
+    /// Gives the descriptor back to the module whose pools made it.
+    fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
+        match self
+            .members
+            .0
+            .iter_mut()
+            .find(|m| m.pools().owns(desc.fragment()))
+        {
+            Some(m) => m.free(desc),
+            None => Err(BtlError::Memory(MemError::UnknownRegion)),
+        }
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        let (m, inner) = self.member(endpoint)?;
+        m.prepare_src(inner, data, reserve, order, flags)
+    }
+
+    fn prepare_src_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        let (m, inner) = self.member(endpoint)?;
+        m.prepare_src_registered(inner, data, reserve, order, flags)
+    }
+
+    fn send(
+        &mut self,
+        endpoint: EndpointId,
+        desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError> {
+        match self.member(endpoint) {
+            Ok((m, inner)) => m.send(inner, desc, tag),
+            Err(error) => Err(SendError { error, desc }),
+        }
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<(), BtlError> {
+        let (m, inner) = self.member(endpoint)?;
+        m.sendi(inner, header, payload, tag, order, flags)
+    }
+
+    /// The module's own `send_copy`, with its own limits.
+    fn send_copy(&mut self, endpoint: EndpointId, tag: Tag, data: &[u8]) -> Result<(), BtlError> {
+        let (m, inner) = self.member(endpoint)?;
+        m.send_copy(inner, tag, data)
+    }
+
+    /// Registers the region with every module, under one handle: a peer
+    /// reaches it over whichever module carries that peer.
+    fn register_mem(
+        &mut self,
+        region: Vec<u8>,
+        access: Access,
+    ) -> Result<MemHandle, RegisterError<Vec<u8>>> {
+        let shared = Shared::new(region);
+        let mut handle = None;
+        let mut failed = None;
+        for place in 0..self.members.0.len() {
+            match self.members.0[place].register_mem(shared.holder(), access) {
+                // Every module numbers registrations alike (the first free
+                // slot, its generation raised), so one handle names the
+                // region in each.
+                Ok(h) if handle.is_none_or(|first| first == h) => handle = Some(h),
+                Ok(h) => {
+                    let _ = self.members.0[place].deregister_mem(h);
+                    failed = Some((place, BtlError::Memory(MemError::UnknownRegion)));
+                    break;
+                }
+                Err(refused) => {
+                    failed = Some((place, refused.error));
+                    break;
+                }
+            }
+        }
+        let back = |shared: Shared| shared.into_inner().unwrap_or_default();
+        match (handle, failed) {
+            (Some(h), None) => Ok(h),
+            (handle, failed) => {
+                if let Some(h) = handle {
+                    let took = failed.map_or(0, |(place, _)| place);
+                    for m in &mut self.members.0[..took] {
+                        let _ = m.deregister_mem(h);
+                    }
+                }
+                let error = failed.map_or(BtlError::Memory(MemError::Full), |(_, e)| e);
+                Err(RegisterError {
+                    error,
+                    region: back(shared),
+                })
+            }
+        }
+    }
+
+    /// Deregisters the region from every module and gives it back; while
+    /// an operation of any module uses it, none lets go (`InUse`).
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<Vec<u8>, BtlError> {
+        if self.members.0.iter().any(|m| m.region_in_use(handle)) {
+            return Err(BtlError::Memory(MemError::InUse));
+        }
+        let mut last = None;
+        for m in &mut self.members.0 {
+            last = Some(m.deregister_mem(handle)?);
+        }
+        last.ok_or(BtlError::Memory(MemError::UnknownRegion))?
+            .into_inner()
+            .map_err(|_| BtlError::Memory(MemError::InUse))
+    }
+
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
+        self.members
+            .0
+            .first()
+            .ok_or(BtlError::Memory(MemError::UnknownRegion))?
+            .region(handle)
+    }
+
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
+        self.members
+            .0
+            .first_mut()
+            .ok_or(BtlError::Memory(MemError::UnknownRegion))?
+            .region_mut(handle)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let (place, inner) = self.route(endpoint)?;
+        let op = self.members.0[place].put(inner, local, remote, ctx)?;
+        Ok(outer_op(place, op))
+    }
+
+    fn put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let (place, inner) = self.route(endpoint)?;
+        let op = self.members.0[place].put_notify(inner, local, remote, imm, ctx)?;
+        Ok(outer_op(place, op))
+    }
+
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let (place, inner) = self.route(endpoint)?;
+        let op = self.members.0[place].get(inner, local, remote, ctx)?;
+        Ok(outer_op(place, op))
+    }
+
+    /// Serves every module with peers, and each idle one every
+    /// 64th pass (for peers that come to it).
+    fn progress(&mut self) -> usize {
+        self.passes = self.passes.wrapping_add(1);
+        let look = self.passes.is_multiple_of(IDLE_EVERY);
+        let mut ready = 0;
+        for (m, busy) in self.members.0.iter_mut().zip(&mut self.busy) {
+            if look {
+                *busy = m.peers() > 0;
+            }
+            if *busy || look {
+                ready += m.progress();
+            }
+        }
+        ready
+    }
+
+    /// The next event of any module, the one that gave the last first.
+    fn poll_event(&mut self) -> Option<Event<'_>> {
+        let start = self.next.min(self.members.0.len());
+        let (before, after) = self.members.0.split_at_mut(start);
+        let order = after
+            .iter_mut()
+            .enumerate()
+            .map(|(i, m)| (start + i, m))
+            .chain(before.iter_mut().enumerate());
+        for (place, m) in order {
+            if let Some(event) = m.poll_event() {
+                self.next = place;
+                if let Some(b) = self.busy.get_mut(place) {
+                    *b = true;
+                }
+                return Some(outer_event(place, event));
+            }
+        }
+        None
+    }
+
+    /// Finalizes every module; what each left undelivered, summed.
+    fn finalize(&mut self) -> Undelivered {
+        let outstanding = self
+            .members
+            .0
+            .iter_mut()
+            .map(|m| m.finalize().outstanding)
+            .sum();
+        Undelivered { outstanding }
+    }
+}

@@ -12,6 +12,7 @@ use super::region::Shared;
 use crate::ReachError;
 use crate::builder::SharedSelf;
 use crate::driver::module::{Module, Transport, Unflushed};
+#[cfg(not(loom))]
 use crate::transports::sm::SmModule;
 
 /// A module of a `Bml`.
@@ -68,6 +69,7 @@ where
     }
 }
 
+#[cfg(not(loom))]
 impl Member for SmModule<Shared> {
     fn reach(&mut self, proc: ProcName, timeout: Duration) -> Result<EndpointId, ReachError> {
         SmModule::reach(self, proc, timeout)

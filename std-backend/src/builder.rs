@@ -31,6 +31,7 @@ use crate::bootstrap::{Bootstrap, BootstrapError, OneCard, SharedDir, StaticPeer
 use crate::config::sources::{
     SourceError, apply_environment, apply_file, default_param_file, warn_environment_mistakes,
 };
+use crate::driver::heap::Buffer;
 use crate::driver::module::Module;
 use crate::driver::net::Os;
 #[cfg(not(loom))]
@@ -39,20 +40,42 @@ use crate::transports::tcp::{Tcp, TcpComponent, TcpModule, TcpSetup};
 use crate::transports::udp::{Udp, UdpComponent, UdpModule, UdpSetup};
 
 /// The loopback module (`self`): messages, puts and gets within this
-/// process, 16 registrations and 256 events deep.
-pub type SelfModule = Loopback<Pin<Box<[PoolCell]>>, Vec<u8>, 16, 256>;
+/// process, 16 registrations and 256 events deep, registered memory held
+/// as `M`.
+pub type SelfModule<M = Vec<u8>> = Loopback<Pin<Box<[PoolCell]>>, M, 16, 256>;
 
 /// The loopback module as a [`Bml`] holds it.
-pub(crate) type SharedSelf = Loopback<Pin<Box<[PoolCell]>>, Shared, 16, 256>;
+pub(crate) type SharedSelf = SelfModule<Shared>;
 
-/// The components a [`Bml`] opens, best first when they all reach a peer:
-/// their names, exclusivities, and whether an empty `btl` list takes them.
-const BML_COMPONENTS: [(&str, Exclusivity, bool); 4] = [
-    ("self", Exclusivity::HIGH, true),
-    ("sm", Exclusivity::SHARED_MEMORY, true),
-    ("tcp", Exclusivity::LOW.plus(100), true),
-    // It reaches the peers tcp reaches: opened only when named.
-    ("udp", Exclusivity::LOW.plus(100), false),
+/// A component a [`Bml`] can open, as its selection sees it.
+struct Offered {
+    candidate: Candidate<'static>,
+    /// Whether an empty `btl` list takes it.
+    by_default: bool,
+}
+
+const fn offered(name: &'static str, exclusivity: Exclusivity, priority: i32) -> Offered {
+    Offered {
+        candidate: Candidate {
+            name,
+            exclusivity,
+            priority,
+        },
+        by_default: true,
+    }
+}
+
+/// The components a [`Bml`] opens; `select` orders them by the
+/// exclusivities and priorities they declare.
+const BML_COMPONENTS: [Offered; 4] = [
+    offered("self", Exclusivity::HIGH, 0),
+    offered("sm", Exclusivity::SHARED_MEMORY, 0),
+    offered("tcp", Exclusivity::LOW.plus(100), 1),
+    // It reaches the peers tcp reaches, after it: opened only when named.
+    Offered {
+        by_default: false,
+        ..offered("udp", Exclusivity::LOW.plus(100), 0)
+    },
 ];
 
 /// Opens a module of process `me` ([`tcp`](Self::tcp),
@@ -182,76 +205,55 @@ impl ModuleBuilder {
     /// [`Bml::selection`] says why.
     pub fn open(self) -> Result<Bml, OpenError> {
         let list = self.selection_list()?;
-        let candidates: Vec<Candidate<'_>> = BML_COMPONENTS
-            .iter()
-            .map(|&(name, exclusivity, _)| Candidate {
-                name,
-                exclusivity,
-                priority: if name == "udp" { 0 } else { 1 },
-            })
-            .collect();
-        let unknown: Vec<&str> = list
-            .items()
-            .filter(|item| !BML_COMPONENTS.iter().any(|(name, ..)| name == item))
-            .collect();
+        let candidates = BML_COMPONENTS.map(|o| o.candidate);
+        let names = candidates.map(|c| c.name);
+        let unknown: Vec<&str> = list.items().filter(|item| !names.contains(item)).collect();
+        let bad_list = |reason: String| OpenError::Param {
+            name: "btl".into(),
+            reason,
+        };
         if !unknown.is_empty() {
-            return Err(OpenError::Param {
-                name: "btl".into(),
-                reason: format!(
-                    "no component {} in this build: the components are {}",
-                    unknown.join(", "),
-                    BML_COMPONENTS.map(|(name, ..)| name).join(", ")
-                ),
-            });
+            return Err(bad_list(format!(
+                "no component {} in this build: the components are {}",
+                unknown.join(", "),
+                names.join(", ")
+            )));
         }
-        let selection = select::<{ BML_COMPONENTS.len() }>(&list, &candidates).map_err(|e| {
-            OpenError::Param {
-                name: "btl".into(),
-                reason: e.to_string(),
-            }
-        })?;
-        let named = |name: &str| !list.is_empty() && !list.is_negated() && list.contains(name);
+        let selection = select::<{ BML_COMPONENTS.len() }>(&list, &candidates)
+            .map_err(|e| bad_list(e.to_string()))?;
         let by = list.to_string();
-        let mut choices: Vec<Choice> = Vec::new();
-        let mut members: Vec<Box<dyn Member>> = Vec::new();
         let bootstrap: Arc<dyn Bootstrap> = Arc::new(OneCard::new(self.peers()?));
+        let mut members: Vec<Box<dyn Member>> = Vec::new();
+        let mut choices: Vec<Choice> = Vec::new();
+        // The selected best first, as `select` orders them, then the rest.
         let chosen = selection.indices();
-        for (i, &(name, _, by_default)) in BML_COMPONENTS.iter().enumerate() {
-            if !chosen.contains(&i) {
-                choices.push(Choice {
-                    component: name.into(),
-                    outcome: Outcome::Excluded { by: by.clone() },
-                });
-            } else if list.is_empty() && !by_default {
-                choices.push(Choice {
-                    component: name.into(),
-                    outcome: Outcome::OnlyIfNamed,
-                });
-            }
-        }
-        for (i, candidate) in selection.iter() {
-            let (name, _, by_default) = BML_COMPONENTS[i];
-            if list.is_empty() && !by_default {
-                continue;
-            }
-            match self.member(name, &bootstrap) {
-                Ok(member) => {
-                    choices.push(Choice {
-                        component: name.into(),
-                        outcome: Outcome::Selected {
-                            exclusivity: candidate.exclusivity,
-                        },
-                    });
-                    members.push(member);
-                }
-                Err(e) if named(name) => return Err(e),
-                Err(e) => choices.push(Choice {
-                    component: name.into(),
-                    outcome: Outcome::Unavailable {
+        let rest = (0..BML_COMPONENTS.len()).filter(|i| !chosen.contains(i));
+        for i in chosen.iter().copied().chain(rest) {
+            let offer = &BML_COMPONENTS[i];
+            let name = offer.candidate.name;
+            let outcome = if !chosen.contains(&i) {
+                Outcome::Excluded { by: by.clone() }
+            } else if list.is_empty() && !offer.by_default {
+                Outcome::OnlyIfNamed
+            } else {
+                match self.member(name, &bootstrap) {
+                    Ok(member) => {
+                        members.push(member);
+                        Outcome::Selected {
+                            exclusivity: offer.candidate.exclusivity,
+                        }
+                    }
+                    // A component the list names must run.
+                    Err(e) if !list.is_negated() && list.contains(name) => return Err(e),
+                    Err(e) => Outcome::Unavailable {
                         reason: e.to_string(),
                     },
-                }),
-            }
+                }
+            };
+            choices.push(Choice {
+                component: name.into(),
+                outcome,
+            });
         }
         if members.is_empty() {
             return Err(OpenError::NotAvailable {
@@ -294,13 +296,7 @@ impl ModuleBuilder {
         let io = |component: &'static str| move |error| OpenError::Io { component, error };
         Ok(match name {
             "self" => {
-                let setup = self.setup(&mut SelfComponent::default())?;
-                let module: SharedSelf = setup
-                    .build(PoolCell::boxed(setup.required_bytes()), self.me)
-                    .map_err(|e| OpenError::NotAvailable {
-                        component: "self",
-                        reason: format!("{e:?}"),
-                    })?;
+                let module: SharedSelf = self.self_module()?;
                 Box::new(module)
             }
             #[cfg(not(loom))]
@@ -416,6 +412,11 @@ impl ModuleBuilder {
 
     /// Opens the loopback module, which reaches this process only.
     pub fn loopback(self) -> Result<SelfModule, OpenError> {
+        self.self_module()
+    }
+
+    /// The loopback module, holding registered memory as `M`.
+    fn self_module<M: Buffer>(&self) -> Result<SelfModule<M>, OpenError> {
         let setup = self.setup(&mut SelfComponent::default())?;
         setup
             .build(PoolCell::boxed(setup.required_bytes()), self.me)

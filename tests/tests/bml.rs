@@ -40,13 +40,12 @@ fn each_peer_goes_over_the_best_module_that_reaches_it() {
     use btl_core::endpoint::ProcName;
     use btl_tests::harness::bml::open;
 
-    let job = u64::from(std::process::id()) << 16 | 0xfff0;
-    let dir = std::env::temp_dir().join(format!("btl-bml-routes-{job:x}"));
+    let (job, dir) = btl_tests::harness::fresh_job("bml-routes");
     let names = [ProcName::new(job, 0), ProcName::new(job, 1)];
     for (selection, to_other) in [("", "sm"), ("self,tcp", "tcp")] {
         let (mut a, mut b) = (
-            open(names[0], &dir, selection),
-            open(names[1], &dir, selection),
+            open(names[0], &dir.0, selection),
+            open(names[1], &dir.0, selection),
         );
         let (to_self, to_b) = std::thread::scope(|s| {
             let joining = s.spawn(|| {
@@ -74,5 +73,4 @@ fn each_peer_goes_over_the_best_module_that_reaches_it() {
             "{why}"
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

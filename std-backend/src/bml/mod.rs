@@ -270,6 +270,17 @@ impl Bml {
         Ok((self.members.0[place].as_mut(), inner))
     }
 
+    /// Starts a put or get on the module of `endpoint` (`start` given the
+    /// module and its own endpoint): its id as the `Bml` names it.
+    fn operation(
+        &mut self,
+        endpoint: EndpointId,
+        start: impl FnOnce(&mut dyn Member, EndpointId) -> Result<OpId, BtlError>,
+    ) -> Result<OpId, BtlError> {
+        let (place, inner) = self.route(endpoint)?;
+        start(self.members.0[place].as_mut(), inner).map(|op| outer_op(place, op))
+    }
+
     /// `inner` of module `place`, unless it has bits that name a module
     /// (a module with more peers than a `Bml` can number): then it is
     /// given back and refused.
@@ -305,9 +316,11 @@ impl Bml {
         })
     }
 
-    /// Waits up to `timeout` for an event: serves every module without
-    /// waiting for a while, then waits in the busiest one, a slice at a
-    /// time when several have peers. Returns how many events are ready.
+    /// Waits up to `timeout` for an event: serves the modules, then waits
+    /// in the one that has peers, or in each in turn, a slice of a
+    /// millisecond at most, when several or none have (a server waiting
+    /// for its first peer waits in every listener). Returns how many
+    /// events are ready.
     pub fn wait(&mut self, timeout: Duration) -> usize {
         let start = Instant::now();
         loop {
@@ -319,16 +332,21 @@ impl Bml {
             if left.is_zero() {
                 return 0;
             }
-            let busy: Vec<usize> = (0..self.busy.len()).filter(|&i| self.busy[i]).collect();
-            let ready = match busy.as_slice() {
-                [] => {
-                    std::thread::sleep(left.min(Duration::from_millis(1)));
-                    0
-                }
-                [one] => self.members.0[*one].wait(left),
-                several => {
-                    let slice = left.min(Duration::from_millis(1)) / several.len() as u32;
-                    several.iter().map(|&i| self.members.0[i].wait(slice)).sum()
+            let busy = self.busy.iter().filter(|b| **b).count();
+            let ready = match self.busy.iter().position(|b| *b) {
+                Some(one) if busy == 1 => self.members.0[one].wait(left),
+                // Several modules have peers, or none does (a server
+                // waiting for its first): each waits in turn, a slice each.
+                _ => {
+                    let turns = if busy == 0 { self.busy.len() } else { busy };
+                    let slice = left.min(Duration::from_millis(1)) / turns.max(1) as u32;
+                    let mut ready = 0;
+                    for (m, busy_one) in self.members.0.iter_mut().zip(&self.busy) {
+                        if *busy_one || busy == 0 {
+                            ready += m.wait(slice);
+                        }
+                    }
+                    ready
                 }
             };
             if ready > 0 {
@@ -510,41 +528,37 @@ impl Btl for Bml {
     ) -> Result<MemHandle, RegisterError<Vec<u8>>> {
         let shared = Shared::new(region);
         let mut handle = None;
-        let mut failed = None;
         for place in 0..self.members.0.len() {
-            match self.members.0[place].register_mem(shared.holder(), access) {
+            let error = match self.members.0[place].register_mem(shared.holder(), access) {
                 // Every module numbers registrations alike (the first free
                 // slot, its generation raised), so one handle names the
                 // region in each.
-                Ok(h) if handle.is_none_or(|first| first == h) => handle = Some(h),
+                Ok(h) if handle.is_none_or(|first| first == h) => {
+                    handle = Some(h);
+                    continue;
+                }
                 Ok(h) => {
                     let _ = self.members.0[place].deregister_mem(h);
-                    failed = Some((place, BtlError::Memory(MemError::UnknownRegion)));
-                    break;
+                    BtlError::Memory(MemError::UnknownRegion)
                 }
-                Err(refused) => {
-                    failed = Some((place, refused.error));
-                    break;
+                Err(refused) => refused.error,
+            };
+            // The modules that took it let go, and the region goes back.
+            if let Some(h) = handle {
+                for m in &mut self.members.0[..place] {
+                    let _ = m.deregister_mem(h);
                 }
             }
+            return Err(RegisterError {
+                error,
+                region: shared.into_inner().unwrap_or_default(),
+            });
         }
-        let back = |shared: Shared| shared.into_inner().unwrap_or_default();
-        match (handle, failed) {
-            (Some(h), None) => Ok(h),
-            (handle, failed) => {
-                if let Some(h) = handle {
-                    let took = failed.map_or(0, |(place, _)| place);
-                    for m in &mut self.members.0[..took] {
-                        let _ = m.deregister_mem(h);
-                    }
-                }
-                let error = failed.map_or(BtlError::Memory(MemError::Full), |(_, e)| e);
-                Err(RegisterError {
-                    error,
-                    region: back(shared),
-                })
-            }
-        }
+        // A `Bml` has a module at least.
+        handle.ok_or(RegisterError {
+            error: BtlError::Memory(MemError::Full),
+            region: Vec::new(),
+        })
     }
 
     /// Deregisters the region from every module and gives it back; while
@@ -585,9 +599,7 @@ impl Btl for Bml {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        let (place, inner) = self.route(endpoint)?;
-        let op = self.members.0[place].put(inner, local, remote, ctx)?;
-        Ok(outer_op(place, op))
+        self.operation(endpoint, |m, inner| m.put(inner, local, remote, ctx))
     }
 
     fn put_notify(
@@ -598,9 +610,9 @@ impl Btl for Bml {
         imm: u64,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        let (place, inner) = self.route(endpoint)?;
-        let op = self.members.0[place].put_notify(inner, local, remote, imm, ctx)?;
-        Ok(outer_op(place, op))
+        self.operation(endpoint, |m, inner| {
+            m.put_notify(inner, local, remote, imm, ctx)
+        })
     }
 
     fn get(
@@ -610,9 +622,7 @@ impl Btl for Bml {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        let (place, inner) = self.route(endpoint)?;
-        let op = self.members.0[place].get(inner, local, remote, ctx)?;
-        Ok(outer_op(place, op))
+        self.operation(endpoint, |m, inner| m.get(inner, local, remote, ctx))
     }
 
     /// Serves every module with peers, and each idle one every

@@ -14,6 +14,7 @@ use btl_core::btl::Btl;
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_std::{Bml, ModuleBuilder};
 
+use super::TempDir;
 use super::sockets::{KEY, MAX_ROUNDS, PEER_TIMEOUT};
 use crate::world::{Capabilities, Memory, Side, World};
 
@@ -25,15 +26,6 @@ pub struct BmlWorld {
     /// The module that carries A's peer.
     route: &'static str,
     _dir: TempDir,
-}
-
-/// A directory removed when dropped.
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A `Bml` of process `me` with `selection`, its cards in `dir`.
@@ -57,25 +49,13 @@ impl BmlWorld {
     /// Two `Bml`s of a fresh job opened with `selection` (`self,sm,tcp`),
     /// each reaching the other.
     pub fn over(selection: &str) -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static JOBS: AtomicU32 = AtomicU32::new(0);
-        let n = JOBS.fetch_add(1, Ordering::Relaxed);
-        let job = (u64::from(std::process::id()) << 16) | u64::from(n);
-        let dir = TempDir(std::env::temp_dir().join(format!("btl-bml-world-{job:x}")));
+        let (job, dir) = super::fresh_job("bml-world");
         let names = [ProcName::new(job, 0), ProcName::new(job, 1)];
-        let (mut a, mut b) = (
+        let ([a, b], peers) = super::join_pair(
             open(names[0], &dir.0, selection),
             open(names[1], &dir.0, selection),
+            names,
         );
-        let (a, b, peers) = std::thread::scope(|s| {
-            let joining = s.spawn(move || {
-                let ep = super::add_peer(&mut a, names[1]);
-                (a, ep)
-            });
-            let to_a = super::add_peer(&mut b, names[0]);
-            let (a, to_b) = joining.join().expect("A joins B");
-            (a, b, [to_b, to_a])
-        });
         let route = a.carrier(peers[0]).expect("A's peer has a module");
         assert_eq!(
             b.carrier(peers[1]),

@@ -55,6 +55,47 @@ pub fn engine_config(me: ProcName, key: &[u8], tick: Duration, max_rto_ticks: u6
     config
 }
 
+/// A directory removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh job of this process, and its shared directory (`what` in its
+/// name), removed when dropped.
+pub fn fresh_job(what: &str) -> (u64, TempDir) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static JOBS: AtomicU32 = AtomicU32::new(0);
+    let n = JOBS.fetch_add(1, Ordering::Relaxed);
+    let job = (u64::from(std::process::id()) << 16) | u64::from(n);
+    let dir = std::env::temp_dir().join(format!("btl-{what}-{job:x}"));
+    std::fs::create_dir_all(&dir).expect("the job's directory");
+    (job, TempDir(dir))
+}
+
+/// `a` (process `names[0]`) and `b` (`names[1]`) each made to know the
+/// other at once, on two threads, as two processes would (a module that
+/// waits for its peer to join back needs the peer to be joining too): the
+/// two, and each one's endpoint for the other.
+pub fn join_pair<B: Btl + Send>(
+    mut a: B,
+    mut b: B,
+    names: [ProcName; 2],
+) -> ([B; 2], [EndpointId; 2]) {
+    std::thread::scope(|s| {
+        let joining = s.spawn(move || {
+            let ep = add_peer(&mut a, names[1]);
+            (a, ep)
+        });
+        let to_a = add_peer(&mut b, names[0]);
+        let (a, to_b) = joining.join().expect("A joins B");
+        ([a, b], [to_b, to_a])
+    })
+}
+
 /// Makes `proc` known to `btl` (`add_procs`); its endpoint.
 pub fn add_peer<B: Btl + ?Sized>(btl: &mut B, proc: ProcName) -> EndpointId {
     btl_core::btl::add_proc(btl, proc)

@@ -17,6 +17,7 @@ use btl_core::sm::SharedMemory;
 use btl_std::driver::heap::Heap;
 
 use super::remote::RemoteBtl;
+use super::{TempDir, fresh_job};
 use crate::world::{Capabilities, Memory, Side, World};
 
 /// The module the harness runs: 4 peers, 16 registrations, 32 operations,
@@ -153,44 +154,15 @@ pub struct SmModuleWorld {
     _dir: TempDir,
 }
 
-/// A directory removed when dropped.
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A fresh job of this process, and its shared directory (`what` in its
-/// name), removed when dropped.
-fn fresh_job(what: &str) -> (u64, TempDir) {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static JOBS: AtomicU32 = AtomicU32::new(0);
-    let n = JOBS.fetch_add(1, Ordering::Relaxed);
-    let job = (u64::from(std::process::id()) << 16) | u64::from(n);
-    let dir = std::env::temp_dir().join(format!("btl-{what}-{job:x}"));
-    std::fs::create_dir_all(&dir).expect("the job's directory");
-    (job, TempDir(dir))
-}
-
 impl SmModuleWorld {
     /// Two modules of a fresh job, joined.
     pub fn new() -> Self {
         let (job, dir) = fresh_job("sm-world");
         let names = [ProcName::new(job, 0), ProcName::new(job, 1)];
-        let (mut a, mut b) = (open_sm(&dir.0, names[0]), open_sm(&dir.0, names[1]));
-        let (a, b, peers) = std::thread::scope(|s| {
-            let joining = s.spawn(move || {
-                let ep = super::add_peer(&mut a, names[1]);
-                (a, ep)
-            });
-            let to_a = super::add_peer(&mut b, names[0]);
-            let (a, to_b) = joining.join().expect("A joins B");
-            (a, b, [to_b, to_a])
-        });
+        let (modules, peers) =
+            super::join_pair(open_sm(&dir.0, names[0]), open_sm(&dir.0, names[1]), names);
         SmModuleWorld {
-            modules: [a, b],
+            modules,
             peers,
             paused: [false; 2],
             _dir: dir,

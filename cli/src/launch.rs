@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::endpoint::ProcName;
 
 use btl_std::bootstrap::Bootstrap;
-use btl_std::{ModuleBuilder, SelfModule, TcpModule, UdpModule};
+use btl_std::{Bml, ModuleBuilder, TcpModule, UdpModule};
 
 /// Environment variable holding the job key both sides prove.
 pub const JOB_KEY_VAR: &str = "BTL_JOB_KEY";
@@ -97,6 +97,40 @@ pub fn udp_module(
     builder.udp().map_err(|e| e.to_string())
 }
 
+/// The modules `list` selects (the `btl` parameter's syntax; `None`: what
+/// the parameter's sources say, else `self,sm,tcp`) for process `me`,
+/// under one `Bml`, its card published through `bootstrap` (`None`: a run
+/// within this process).
+pub fn open_bml(
+    sources: &ParamSources,
+    me: ProcName,
+    bootstrap: Option<Arc<dyn Bootstrap>>,
+    list: Option<&str>,
+) -> Result<Bml, String> {
+    let mut builder = sources.builder(me);
+    builder = match bootstrap {
+        Some(b) => builder.bootstrap(b),
+        // Nobody to find: a list that names nobody.
+        None => builder.bootstrap(Arc::new(btl_std::bootstrap::StaticPeers::new(
+            Vec::new(),
+            "a run within one process",
+        ))),
+    };
+    if let Some(list) = list {
+        builder = builder.param("btl", list);
+    }
+    builder.open().map_err(|e| e.to_string())
+}
+
+/// The verbs module a run opens.
+#[cfg(feature = "rdma")]
+pub type VerbsModule = btl_verbs::module::RdmaModule;
+
+/// What stands for a verbs module in a build without RDMA support (none is
+/// ever made).
+#[cfg(not(feature = "rdma"))]
+pub type VerbsModule = TcpModule;
+
 /// A verbs module of process `me`, on the RDMA device the parameters
 /// choose (`btl_verbs_device`, else the first one).
 #[cfg(feature = "rdma")]
@@ -104,7 +138,7 @@ pub fn verbs_module(
     sources: &ParamSources,
     me: ProcName,
     bootstrap: Arc<dyn Bootstrap>,
-) -> Result<btl_verbs::module::RdmaModule, String> {
+) -> Result<VerbsModule, String> {
     let builder = sources.builder(me).bootstrap(bootstrap);
     btl_verbs::module::open(builder).map_err(|e| e.to_string())
 }
@@ -116,33 +150,8 @@ pub fn verbs_module(
     _sources: &ParamSources,
     _me: ProcName,
     _bootstrap: Arc<dyn Bootstrap>,
-) -> Result<TcpModule, String> {
+) -> Result<VerbsModule, String> {
     Err("verbs: this build has no RDMA support (build btl with `--features rdma`)".to_owned())
-}
-
-/// A shared-memory module of process `me`.
-pub fn sm_module(
-    sources: &ParamSources,
-    me: ProcName,
-    bootstrap: Arc<dyn Bootstrap>,
-) -> Result<btl_std::SmModule, String> {
-    let builder = sources.builder(me).bootstrap(bootstrap);
-    builder.sm().map_err(|e| e.to_string())
-}
-
-/// The loopback module of process `me`.
-pub fn self_module(sources: &ParamSources, me: ProcName) -> Result<SelfModule, String> {
-    sources.builder(me).loopback().map_err(|e| e.to_string())
-}
-
-/// Makes `proc` known to `btl`; its endpoint, or why not.
-pub fn reach<B: btl_core::btl::Btl + ?Sized>(
-    btl: &mut B,
-    proc: ProcName,
-) -> Result<EndpointId, String> {
-    btl_core::btl::add_proc(btl, proc)
-        .map_err(|e| format!("adding {proc}: {e:?}"))?
-        .ok_or_else(|| format!("process {proc} is not reachable"))
 }
 
 /// A scratch directory for a local run's bootstrap, removed when dropped.

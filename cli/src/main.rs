@@ -11,7 +11,7 @@ use std::time::Duration;
 use btl_cli::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
 use btl_cli::info::{Filter, Report};
 use btl_cli::launch::{
-    ParamSources, RunDir, reach, self_module, sm_module, tcp_module, udp_module, verbs_module,
+    ParamSources, RunDir, VerbsModule, open_bml, tcp_module, udp_module, verbs_module,
 };
 use btl_core::btl::{Btl, BtlError, LostReason};
 use btl_core::endpoint::{EndpointId, ProcName};
@@ -19,7 +19,7 @@ use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
 use btl_std::bootstrap::{Bootstrap, Card, Contact, SharedDir, StaticPeers};
 use btl_std::config::sources::{apply_environment, apply_file, default_param_file};
 use btl_std::driver::module::{Module, Transport};
-use btl_std::{ComponentInfo, ParamRegistry, register_all};
+use btl_std::{Bml, ComponentInfo, ParamRegistry, register_all};
 use clap::{Parser, Subcommand};
 
 /// btl, a byte transfer layer: inspect and exercise its components.
@@ -54,21 +54,13 @@ enum Command {
     Spin,
 }
 
-/// The BTL a run uses.
+/// The network BTL `btl serve` and `btl connect` use across hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Which {
+enum Network {
     /// TCP over the kernel's sockets.
     Tcp,
     /// UDP, made reliable by the engine.
     Udp,
-    /// RDMA verbs: reliable-connected queue pairs of an InfiniBand or RoCE
-    /// device (a build with the feature `rdma`, on a host with a device).
-    Verbs,
-    /// Shared memory between two processes of this host.
-    Sm,
-    /// Within the process (no second process).
-    #[value(name = "self")]
-    SelfBtl,
 }
 
 /// How a waiting process moves the BTL forward.
@@ -91,9 +83,14 @@ impl From<WaitMode> for Waiting {
 
 #[derive(Debug, Clone, clap::Args)]
 struct RunArgs {
-    /// The BTL to measure.
-    #[arg(long = "btl", value_enum, default_value = "tcp")]
-    which: Which,
+    /// The BTLs to choose from, as the `btl` parameter takes them: `sm`,
+    /// `tcp`, `udp`, `self` (one process), `^sm`, `verbs` (alone). The
+    /// two processes meet over the best one that reaches across; by
+    /// default what the parameter's sources say (`BTL`, the parameter
+    /// file), else `self,sm,tcp`: shared memory. `btl connect` takes `tcp`
+    /// or `udp`.
+    #[arg(long = "btl", value_name = "LIST")]
+    btl: Option<String>,
     /// Smallest message size (k, M suffixes).
     #[arg(long, default_value = "1", value_parser = parse_size)]
     min_size: usize,
@@ -211,7 +208,7 @@ fn pin_to(cpu: usize) -> Result<(), String> {
 struct ServeArgs {
     /// The BTL to serve on.
     #[arg(long = "btl", value_enum, default_value = "tcp")]
-    which: Which,
+    network: Network,
     /// Largest message a client may send (k, M suffixes): what the server
     /// holds for one client at most, and the longest reply it sends.
     #[arg(long, default_value = "4M", value_parser = parse_size)]
@@ -278,8 +275,8 @@ enum TestName {
 
 #[derive(Debug, clap::Args)]
 struct PeerArgs {
-    #[arg(long = "btl", value_enum)]
-    which: Which,
+    #[arg(long = "btl")]
+    btl: Option<String>,
     #[arg(long)]
     max_size: usize,
     #[arg(long)]
@@ -517,13 +514,10 @@ fn test_name(test: Test) -> &'static str {
     }
 }
 
-fn which_name(which: Which) -> &'static str {
-    match which {
-        Which::Tcp => "tcp",
-        Which::Udp => "udp",
-        Which::Verbs => "verbs",
-        Which::Sm => "sm",
-        Which::SelfBtl => "self",
+fn network_name(network: Network) -> &'static str {
+    match network {
+        Network::Tcp => "tcp",
+        Network::Udp => "udp",
     }
 }
 
@@ -583,28 +577,47 @@ fn progress_bar(len: u64, json: bool) -> indicatif::ProgressBar {
     indicatif::ProgressBar::new(len)
 }
 
+/// What a local run's `--btl` list asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Local {
+    /// `self` alone: one process.
+    Within,
+    /// `verbs`, which a `Bml` does not hold: its own module.
+    Verbs,
+    /// Anything else: a `Bml` of what the list selects.
+    Bml,
+}
+
+impl Local {
+    fn of(list: Option<&str>) -> Self {
+        match list.map(str::trim) {
+            Some("self") => Local::Within,
+            Some("verbs") => Local::Verbs,
+            _ => Local::Bml,
+        }
+    }
+}
+
 /// `btl pingpong|bw|rate`: the second process is started here, on
-/// loopback, unless the BTL is `self`.
+/// loopback, unless the BTL is `self`; the two meet over the best BTL the
+/// `--btl` list (else the `btl` parameter) selects.
 fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     let plan = plan(test, &args)?;
     let sources = ParamSources::new(args.param_file.clone(), true);
-    let me = ProcName::new(0, 0);
     let mode = match args.wait {
         WaitMode::Poll => "busy-polling",
         WaitMode::Block => "blocking",
     };
-    if args.which == Which::SelfBtl {
-        let mut m = self_module(&sources, me)?;
-        let ep = reach(&mut m, me)?;
+    let list = args.btl.as_deref();
+    let local = Local::of(list);
+    if local == Local::Within {
+        let me = ProcName::new(0, 0);
+        let mut m = open_bml(&sources, me, None, list)?;
+        let ep = m.reach(me, PEER_START).map_err(|e| e.to_string())?;
         let title = format!("btl {} over self, one process, {mode}", test_name(test));
         return lead(&mut m, ep, &plan, &args, &title)
             .map(|_| ())
             .map_err(|e| Failure::Run(e.to_string()));
-    }
-    if args.baseline && !matches!(args.which, Which::Tcp | Which::Sm) {
-        return Err(Failure::Usage(
-            "--baseline compares with a plain socket: use it with --btl tcp or --btl sm".into(),
-        ));
     }
     let _load = Load::start(args.load)?;
     let pinning = args.pinning();
@@ -616,16 +629,15 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     let boot = Arc::new(SharedDir::new(dir.path()));
     let peer_name = ProcName::new(job, 1);
     let me = ProcName::new(job, 0);
-    // Verbs may not run here at all (no device, no RDMA support): known
-    // before a peer process is started for nothing.
-    let mut verbs = match args.which {
-        Which::Verbs => Some(verbs_module(&sources, me, boot.clone())?),
-        _ => None,
+    // What cannot open here (no RDMA device, a bad list) is known before
+    // a peer process is started for nothing.
+    let mut opened = match local {
+        Local::Verbs => Opened::Verbs(Box::new(verbs_module(&sources, me, boot.clone())?)),
+        _ => Opened::Bml(open_bml(&sources, me, Some(boot.clone()), list)?),
     };
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("peer")
-        .args(["--btl", which_name(args.which)])
         .args(["--job", &job.to_string()])
         .arg("--dir")
         .arg(dir.path())
@@ -639,6 +651,9 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
                 "block"
             },
         ]);
+    if let Some(list) = list {
+        cmd.args(["--btl", list]);
+    }
     if let Some(f) = &sources.file {
         cmd.arg("--param-file").arg(f);
     }
@@ -658,50 +673,39 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         let _ = child.kill();
         return Err(Failure::Run(e));
     }
-    let place = match args.which {
-        Which::Sm => "2 processes of one host",
-        _ => "2 processes on loopback",
-    };
-    let title = format!(
-        "btl {} over {}, {place}, {mode}, {}",
-        test_name(test),
-        which_name(args.which),
-        placement(pinning)
-    );
     let to = format!("the peer process {peer_name}");
-    let result = match args.which {
-        Which::Tcp => measure(
-            tcp_module(&sources, me, boot)?,
-            peer_name,
-            &to,
-            &plan,
-            &args,
-            &title,
-        ),
-        Which::Udp => measure(
-            udp_module(&sources, me, boot)?,
-            peer_name,
-            &to,
-            &plan,
-            &args,
-            &title,
-        ),
-        Which::Verbs => match verbs.take() {
-            Some(m) => measure(m, peer_name, &to, &plan, &args, &title),
-            None => unreachable!("opened above"),
-        },
-        Which::Sm => {
-            let mut m = sm_module(&sources, me, boot)?;
-            m.reach(peer_name, PEER_START)
-                .map_err(|e| e.to_string())
-                .and_then(|ep| {
-                    lead(&mut m, ep, &plan, &args, &title).map_err(|e| failure_with(&e, &to))
-                })
+    let title = |over: &str| {
+        let place = if over == "sm" {
+            "2 processes of one host"
+        } else {
+            "2 processes on loopback"
+        };
+        format!(
+            "btl {} over {over}, {place}, {mode}, {}",
+            test_name(test),
+            placement(pinning)
+        )
+    };
+    let result = match &mut opened {
+        Opened::Verbs(m) => {
+            let title = title("verbs");
+            measure(m, peer_name, &to, &plan, &args, &title).map(|rows| (rows, "verbs", title))
         }
-        Which::SelfBtl => unreachable!("handled above"),
+        Opened::Bml(m) => m
+            .reach(peer_name, PEER_START)
+            .map_err(|e| e.to_string())
+            .and_then(|ep| {
+                let over = m.carrier(ep).unwrap_or("bml");
+                let title = title(over);
+                lead(m, ep, &plan, &args, &title)
+                    .map(|rows| (rows, over, title))
+                    .map_err(|e| failure_with(&e, &to))
+            }),
     };
     let result = match result {
-        Ok(rows) if args.baseline => baseline(&plan, &args, dir.path(), &rows, &title),
+        Ok((rows, over, title)) if args.baseline => {
+            baseline(&plan, &args, over, dir.path(), &rows, &title)
+        }
         other => other.map(|_| ()),
     };
     if result.is_err() {
@@ -715,10 +719,16 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The module a local run opened.
+enum Opened {
+    Verbs(Box<VerbsModule>),
+    Bml(Bml),
+}
+
 /// Looks the peer `server` up over `m`, runs `plan` against it and says,
 /// on failure, what went wrong with `to` in words.
 fn measure<T: Transport>(
-    mut m: Module<T>,
+    m: &mut Module<T>,
     server: ProcName,
     to: &str,
     plan: &Plan,
@@ -727,7 +737,7 @@ fn measure<T: Transport>(
 ) -> Result<Vec<bench::Row>, String> {
     let lookup = m.transport().lookup_timeout();
     let ep = m.reach(server, lookup).map_err(|e| e.to_string())?;
-    lead(&mut m, ep, plan, args, title).map_err(|e| failure_with(&e, to))
+    lead(m, ep, plan, args, title).map_err(|e| failure_with(&e, to))
 }
 
 /// A run's failure as the user reads it: why `to` was lost, in words.
@@ -774,6 +784,7 @@ const RAW_SOCKET_FILE: &str = "raw.sock";
 fn baseline(
     plan: &Plan,
     args: &RunArgs,
+    over: &str,
     dir: &std::path::Path,
     btl_rows: &[bench::Row],
     title: &str,
@@ -786,7 +797,7 @@ fn baseline(
             ));
         }
     };
-    let (name, raw_rows) = if args.which == Which::Sm {
+    let (name, raw_rows) = if over == "sm" {
         let stream = wait_for_peer(|| {
             std::os::unix::net::UnixStream::connect(dir.join(RAW_SOCKET_FILE)).ok()
         })?;
@@ -795,7 +806,7 @@ fn baseline(
         }
         let rows = btl_cli::raw::lead(stream, plan, args.wait.into(), print);
         ("raw unix", rows)
-    } else {
+    } else if over == "tcp" {
         let file = dir.join(RAW_PORT_FILE);
         let port: u16 = wait_for_peer(|| {
             std::fs::read_to_string(&file)
@@ -809,9 +820,13 @@ fn baseline(
         }
         let rows = btl_cli::raw::lead(stream, plan, args.wait.into(), print);
         ("raw tcp", rows)
+    } else {
+        return Err(format!(
+            "--baseline compares with a plain socket, for a run over tcp or sm; this one went over {over}"
+        ));
     };
     let raw_rows = raw_rows.map_err(|e| format!("raw socket: {e}"))?;
-    let copies = (args.which == Which::Sm).then(|| btl_cli::raw::memcpy(plan));
+    let copies = (over == "sm").then(|| btl_cli::raw::memcpy(plan));
     if args.json {
         say(serde_json::json!({ "baseline": name, "rows": raw_rows }).to_string());
         if let Some(rows) = &copies {
@@ -840,7 +855,7 @@ fn baseline(
         }
     }
     if let Some(path) = &args.svg {
-        let btl_name = format!("btl {}", which_name(args.which));
+        let btl_name = format!("btl {over}");
         btl_cli::plot::compare(
             path,
             title,
@@ -901,10 +916,10 @@ enum RawListener {
 }
 
 impl RawListener {
-    /// Listens as `which`'s baseline does, and says where through the
-    /// run's directory.
-    fn open(which: Which, dir: &std::path::Path) -> Result<Self, String> {
-        if which == Which::Sm {
+    /// Listens as the baseline of a run over `over` does (a Unix socket
+    /// for sm, else TCP), and says where through the run's directory.
+    fn open(over: &str, dir: &std::path::Path) -> Result<Self, String> {
+        if over == "sm" {
             std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
             let listener = std::os::unix::net::UnixListener::bind(dir.join(RAW_SOCKET_FILE))
                 .map_err(|e| e.to_string())?;
@@ -944,40 +959,30 @@ fn peer(args: PeerArgs) -> Result<(), String> {
     if let Some(cpu) = args.cpu {
         pin_to(cpu)?;
     }
-    let raw = args
-        .baseline
-        .then(|| RawListener::open(args.which, &args.dir))
-        .transpose()?;
     let sources = ParamSources::new(args.param_file, true);
     let boot = Arc::new(SharedDir::new(&args.dir));
     let me = ProcName::new(args.job, 1);
     let lead_name = ProcName::new(args.job, 0);
     let wait = args.wait.into();
-    match args.which {
-        Which::Tcp => {
-            let mut m = tcp_module(&sources, me, boot)?;
-            m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
-            bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
-        }
-        Which::Udp => {
-            let mut m = udp_module(&sources, me, boot)?;
-            m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
-            bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
-        }
-        Which::Verbs => {
+    let answer = |m: &mut dyn FnMut() -> Result<(), BenchError>| m().map_err(|e| e.to_string());
+    let over = match Local::of(args.btl.as_deref()) {
+        Local::Within => return Err("a self run has no peer process".into()),
+        Local::Verbs => {
             let mut m = verbs_module(&sources, me, boot)?;
             m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
-            bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
+            answer(&mut || bench::answer(&mut m, args.max_size, wait, PEER_START))?;
+            "verbs"
         }
-        Which::Sm => {
-            let mut m = sm_module(&sources, me, boot)?;
-            m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
-            bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
+        Local::Bml => {
+            let mut m = open_bml(&sources, me, Some(boot), args.btl.as_deref())?;
+            let ep = m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
+            let over = m.carrier(ep).unwrap_or("bml");
+            answer(&mut || bench::answer(&mut m, args.max_size, wait, PEER_START))?;
+            over
         }
-        Which::SelfBtl => return Err("a self run has no peer process".into()),
-    }
-    if let Some(listener) = raw {
-        listener.answer(wait)?;
+    };
+    if args.baseline {
+        RawListener::open(over, &args.dir)?.answer(wait)?;
     }
     Ok(())
 }
@@ -1013,12 +1018,9 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     if let (Some(tap), Some(address)) = (&args.tap, &args.address) {
         return serve_tap(&args, tap, address, &sources, printed_key, me, &stop);
     }
-    match args.which {
-        Which::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, printed_key, &stop),
-        Which::Udp => serve_on(udp_module(&sources, me, boot)?, &args, printed_key, &stop),
-        Which::SelfBtl | Which::Verbs | Which::Sm => {
-            Err(Failure::Usage("serve needs tcp or udp".into()))
-        }
+    match args.network {
+        Network::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, printed_key, &stop),
+        Network::Udp => serve_on(udp_module(&sources, me, boot)?, &args, printed_key, &stop),
     }
 }
 
@@ -1085,19 +1087,16 @@ fn serve_tap(
         let on = format!("{component} {at} (smoltcp on {tap})");
         connect_line(&on, &at, component, printed_key)
     };
-    match args.which {
-        Which::Tcp => {
+    match args.network {
+        Network::Tcp => {
             let server = btl_cli::tap::tcp(&builder, me, key, tap, cidr, args.port)?;
             announce(&[line("tcp")]);
             serve_driven(server, args, stop)
         }
-        Which::Udp => {
+        Network::Udp => {
             let server = btl_cli::tap::udp(&builder, me, key, tap, cidr, args.port)?;
             announce(&[line("udp")]);
             serve_driven(server, args, stop)
-        }
-        Which::SelfBtl | Which::Verbs | Which::Sm => {
-            Err(Failure::Usage("serve needs tcp or udp".into()))
         }
     }
 }
@@ -1142,8 +1141,8 @@ fn announce(lines: &[String]) {
 
 /// The server's contact from what the user typed: HOST:PORT for the
 /// component chosen, or an endpoint address, which must name it.
-fn server_contact(text: &str, which: Which) -> Result<Contact, Failure> {
-    let component = which_name(which);
+fn server_contact(text: &str, network: Network) -> Result<Contact, Failure> {
+    let component = network_name(network);
     if let Ok(addr) = text.parse::<std::net::SocketAddr>() {
         return Ok(Contact {
             component: component.to_string(),
@@ -1173,6 +1172,15 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
         TestName::Rate => Test::Rate,
     };
     let run = args.run;
+    let network = match run.btl.as_deref().map(str::trim) {
+        None | Some("tcp") => Network::Tcp,
+        Some("udp") => Network::Udp,
+        Some(other) => {
+            return Err(Failure::Usage(format!(
+                "connect needs --btl tcp or --btl udp, not {other}"
+            )));
+        }
+    };
     let plan = plan(test, &run)?;
     let mut sources = ParamSources::new(run.param_file.clone(), false);
     if let Some(key) = args.key {
@@ -1183,7 +1191,7 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
     let (boot, to): (Arc<dyn Bootstrap>, String) = match (args.address, &args.dir) {
         (Some(address), _) => {
             let mut card = Card::new(server);
-            card.contacts.push(server_contact(&address, run.which)?);
+            card.contacts.push(server_contact(&address, network)?);
             let list = StaticPeers::parse(&card.to_string(), "the address given")
                 .map_err(|e| e.to_string())?;
             (Arc::new(list), address)
@@ -1197,30 +1205,27 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
     let title = format!(
         "btl {} over {} to {}",
         test_name(test),
-        which_name(run.which),
+        network_name(network),
         to
     );
     let to = format!("the server at {to}");
-    let rows = match run.which {
-        Which::Tcp => measure(
-            tcp_module(&sources, me, boot)?,
+    let rows = match network {
+        Network::Tcp => measure(
+            &mut tcp_module(&sources, me, boot)?,
             server,
             &to,
             &plan,
             &run,
             &title,
         ),
-        Which::Udp => measure(
-            udp_module(&sources, me, boot)?,
+        Network::Udp => measure(
+            &mut udp_module(&sources, me, boot)?,
             server,
             &to,
             &plan,
             &run,
             &title,
         ),
-        Which::SelfBtl | Which::Verbs | Which::Sm => {
-            return Err(Failure::Usage("connect needs tcp or udp".into()));
-        }
     };
     rows.map(|_| ()).map_err(Failure::Run)
 }

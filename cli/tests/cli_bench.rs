@@ -41,7 +41,15 @@ fn rows(out: &Output) -> Vec<serde_json::Value> {
 
 #[test]
 fn pingpong_over_tcp_prints_a_row_per_size() {
-    let out = run(&["pingpong", "--max-size", "64k", "--iters", "20"]);
+    let out = run(&[
+        "pingpong",
+        "--btl",
+        "tcp",
+        "--max-size",
+        "64k",
+        "--iters",
+        "20",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("btl pingpong over tcp, 2 processes on loopback"),
@@ -59,6 +67,35 @@ fn pingpong_over_tcp_prints_a_row_per_size() {
             .expect("number");
         assert!(median > 0.0, "{row}");
     }
+}
+
+/// With no `--btl`, the two processes of one host meet over shared memory
+/// (the default selection, `self,sm,tcp`); a list leaves it out, and a
+/// list that names no component is refused with the components there are.
+#[test]
+fn pingpong_picks_the_best_btl_the_list_selects() {
+    let title = |args: &[&str]| {
+        let out = run(args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines().next().unwrap_or_default().to_owned()
+    };
+    let small = ["--max-size", "8", "--iters", "20"];
+    let by_default = title(&[&["pingpong"][..], &small].concat());
+    assert!(
+        by_default.contains("over sm, 2 processes of one host"),
+        "{by_default}"
+    );
+    let without_sm = title(&[&["pingpong", "--btl", "^sm"][..], &small].concat());
+    assert!(without_sm.contains("over tcp"), "{without_sm}");
+    let out = btl_cmd(&["pingpong", "--btl", "sm,shmem"])
+        .output()
+        .expect("btl runs");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("no component shmem") && said.contains("self, sm, tcp, udp"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -210,6 +247,8 @@ fn baseline_runs_the_same_plan_over_a_raw_socket_and_draws_it() {
     let svg = std::env::temp_dir().join(format!("btl-baseline-{}.svg", std::process::id()));
     let out = run(&[
         "pingpong",
+        "--btl",
+        "tcp",
         "--baseline",
         "--max-size",
         "64",

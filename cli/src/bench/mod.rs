@@ -159,6 +159,25 @@ impl Driven for btl_std::SmModule {
     }
 }
 
+impl Driven for btl_std::Bml {
+    type Btl = Self;
+
+    fn btl(&mut self) -> &mut Self {
+        self
+    }
+
+    fn step(&mut self, waiting: Waiting) {
+        match waiting {
+            Waiting::Poll => {
+                self.progress();
+            }
+            Waiting::Block => {
+                self.wait(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
 impl<T: Transport> Driven for Module<T> {
     type Btl = Self;
 

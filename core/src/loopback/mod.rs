@@ -107,6 +107,12 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
         }
     }
 
+    /// Whether the process has added itself (and not deleted itself
+    /// since), or events wait: whether there is anything to serve.
+    pub fn in_use(&self) -> bool {
+        self.endpoint_refs > 0 || !self.queue.is_empty()
+    }
+
     /// Passes `result` on, noting an `OutOfResource` for `Room`.
     fn noted<T>(&mut self, result: Result<T, BtlError>) -> Result<T, BtlError> {
         self.refused |= matches!(result, Err(BtlError::OutOfResource));

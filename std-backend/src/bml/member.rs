@@ -112,7 +112,7 @@ impl Member for SharedSelf {
     }
 
     fn peers(&self) -> usize {
-        1
+        usize::from(self.in_use())
     }
 
     fn region_in_use(&self, _handle: MemHandle) -> bool {

@@ -50,10 +50,11 @@ pub const MAX_MEMBERS: usize = 8;
 const PLACE_SHIFT: u32 = 13;
 const PLACE_MASK: u32 = 0b111 << PLACE_SHIFT;
 
-/// A module with no peer is served only every this many passes (for the
-/// peers that come to it on their own): an idle TCP module costs a system
-/// call per pass that a peer over shared memory would pay for nothing.
-const IDLE_EVERY: u32 = 64;
+/// A module with no peer is served, and its events polled, only every
+/// this many passes (for the peers that come to it on their own): an idle
+/// TCP module costs a system call per pass that a peer over shared memory
+/// would pay for nothing.
+const IDLE_EVERY: u32 = 256;
 
 /// What became of one component when a `Bml` was opened: `btl info` and
 /// [`Bml::selection`] list these.
@@ -626,7 +627,7 @@ impl Btl for Bml {
     }
 
     /// Serves every module with peers, and each idle one every
-    /// 64th pass (for peers that come to it).
+    /// 256th pass (for peers that come to it).
     fn progress(&mut self) -> usize {
         self.passes = self.passes.wrapping_add(1);
         let look = self.passes.is_multiple_of(IDLE_EVERY);
@@ -636,13 +637,17 @@ impl Btl for Bml {
                 *busy = m.peers() > 0;
             }
             if *busy || look {
-                ready += m.progress();
+                let made = m.progress();
+                // Its events are polled until the next look.
+                *busy |= made > 0;
+                ready += made;
             }
         }
         ready
     }
 
-    /// The next event of any module, the one that gave the last first.
+    /// The next event of any module with peers, or with events its last
+    /// serving made, the one that gave the last first.
     fn poll_event(&mut self) -> Option<Event<'_>> {
         let start = self.next.min(self.members.0.len());
         let (before, after) = self.members.0.split_at_mut(start);
@@ -651,12 +656,10 @@ impl Btl for Bml {
             .enumerate()
             .map(|(i, m)| (start + i, m))
             .chain(before.iter_mut().enumerate());
-        for (place, m) in order {
+        let busy = &self.busy;
+        for (place, m) in order.filter(|(place, _)| busy[*place]) {
             if let Some(event) = m.poll_event() {
                 self.next = place;
-                if let Some(b) = self.busy.get_mut(place) {
-                    *b = true;
-                }
                 return Some(outer_event(place, event));
             }
         }

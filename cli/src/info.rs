@@ -5,8 +5,9 @@
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
-use btl_core::mca::{Param, Params, Source, Version};
+use btl_core::mca::{ListValue, Param, Params, Source, Version};
 use btl_std::ComponentInfo;
+use btl_std::bml::Outcome;
 use serde::{Serialize, Serializer};
 
 /// Level names of ompi_info: who a parameter is for, and how deep it goes.
@@ -85,8 +86,73 @@ pub struct Report {
     /// Components in this build.
     #[serde(serialize_with = "components_json")]
     pub components: Vec<ComponentInfo>,
+    /// What the `btl` list makes of each component, best first: what a
+    /// service's `ModuleBuilder::open` and `btl pingpong` would open.
+    pub selection: Selection,
     /// Parameters that pass the filter.
     pub params: Vec<ParamInfo>,
+}
+
+/// The `btl` list and what it makes of each component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Selection {
+    /// The list, as read (empty: the default).
+    pub list: String,
+    /// Each component and what becomes of it, or why the list is refused.
+    pub components: Result<Vec<Chosen>, String>,
+}
+
+/// One component as the selection treats it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Chosen {
+    /// The component.
+    pub component: String,
+    /// Whether it is opened, and why not.
+    pub outcome: String,
+}
+
+impl Selection {
+    /// What `list` makes of the components a `Bml` opens, knowing which
+    /// of `components` cannot run here; a component a `Bml` does not
+    /// hold (verbs) is said to run alone.
+    pub fn of(list: &ListValue, components: &[ComponentInfo]) -> Self {
+        let unavailable = |name: &str| {
+            components
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| c.unavailable.clone())
+        };
+        let chosen = btl_std::bml::choose(list).map(|choices| {
+            let mut lines: Vec<Chosen> = choices
+                .into_iter()
+                .map(|c| {
+                    let outcome = match (&c.outcome, unavailable(&c.component)) {
+                        (Outcome::Selected { .. }, Some(why)) => {
+                            format!("selected, but cannot run here ({why}): left out unless named")
+                        }
+                        (outcome, _) => outcome.to_string(),
+                    };
+                    Chosen {
+                        component: c.component,
+                        outcome,
+                    }
+                })
+                .collect();
+            for c in components {
+                if !lines.iter().any(|l| l.component == c.name) {
+                    lines.push(Chosen {
+                        component: c.name.clone(),
+                        outcome: format!("runs alone, not beside the others (--btl {})", c.name),
+                    });
+                }
+            }
+            lines
+        });
+        Selection {
+            list: list.to_string(),
+            components: chosen,
+        }
+    }
 }
 
 impl Report {
@@ -96,6 +162,7 @@ impl Report {
         framework: &str,
         framework_version: Version,
         components: Vec<ComponentInfo>,
+        selection: Selection,
         params: &dyn Params,
         param_file: Option<PathBuf>,
         filter: &Filter,
@@ -122,6 +189,7 @@ impl Report {
             framework_version: framework_version.to_string(),
             param_file,
             components,
+            selection,
             params,
         }
     }
@@ -157,6 +225,19 @@ impl fmt::Display for Report {
                 Some(why) => writeln!(f, ": not available: {why}")?,
                 None => writeln!(f)?,
             }
+        }
+        let list = match self.selection.list.as_str() {
+            "" => "(empty: the default)",
+            list => list,
+        };
+        writeln!(f, "Selection: btl = {list}")?;
+        match &self.selection.components {
+            Ok(chosen) => {
+                for c in chosen {
+                    writeln!(f, "  {}: {}", c.component, c.outcome)?;
+                }
+            }
+            Err(why) => writeln!(f, "  refused: {why}")?,
         }
         if self.params.is_empty() {
             writeln!(f, "No parameters at this level (try --level 9).")?;
@@ -286,10 +367,13 @@ mod tests {
         let id = reg.find("btl_demo_eager_limit").expect("registered");
         reg.set(id, "8k", Source::ConfigFile { line: 7 })
             .expect("set");
+        let components = vec![ComponentInfo::of(&demo)];
+        let selection = Selection::of(&ListValue::default(), &components);
         Report::gather(
             BTL_FRAMEWORK,
             BTL_FRAMEWORK_VERSION,
-            vec![ComponentInfo::of(&demo)],
+            components,
+            selection,
             &reg,
             Some(PathBuf::from("site.conf")),
             filter,

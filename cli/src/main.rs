@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use btl_cli::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
-use btl_cli::info::{Filter, Report};
+use btl_cli::info::{Filter, Report, Selection};
 use btl_cli::launch::{
     ParamSources, RunDir, VerbsModule, open_bml, tcp_module, udp_module, verbs_module,
 };
@@ -427,10 +427,17 @@ fn info(args: InfoArgs) -> Result<(), Failure> {
         component,
         level: args.level,
     };
+    let list = params
+        .find(BTL_FRAMEWORK)
+        .and_then(|id| params.list(id).ok())
+        .cloned()
+        .unwrap_or_default();
+    let selection = Selection::of(&list, &components);
     let report = Report::gather(
         BTL_FRAMEWORK,
         BTL_FRAMEWORK_VERSION,
         components,
+        selection,
         params,
         param_file,
         &filter,

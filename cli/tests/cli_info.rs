@@ -263,3 +263,58 @@ fn a_udp_size_the_datagram_caps_is_said_once_per_module() {
         stderr(&defaults)
     );
 }
+
+/// `btl info` says what the `btl` list selects, best first, and why each
+/// other component is not used: left out by the list, used only when
+/// named, or run alone; a list that names no component is refused there.
+#[test]
+fn info_shows_what_the_btl_list_selects_and_why_not_the_others() {
+    let section = |env: &[(&str, &str)]| {
+        let out = btl(&["info"], env);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        let lines: Vec<String> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Selection: "))
+            .take_while(|l| l.starts_with("Selection: ") || l.starts_with("  "))
+            .map(str::to_owned)
+            .collect();
+        lines
+    };
+    let by_default = section(&[]);
+    assert_eq!(by_default[0], "Selection: btl = (empty: the default)");
+    let firsts: Vec<&str> = by_default[1..4].iter().map(|l| l.trim()).collect();
+    assert!(firsts[0].starts_with("self: selected"), "{by_default:?}");
+    assert!(firsts[1].starts_with("sm: selected"), "{by_default:?}");
+    assert!(firsts[2].starts_with("tcp: selected"), "{by_default:?}");
+    assert!(
+        by_default
+            .iter()
+            .any(|l| l.trim() == "udp: not named in btl (used only when named)"),
+        "{by_default:?}"
+    );
+    assert!(
+        by_default
+            .iter()
+            .any(|l| l.trim().starts_with("verbs: runs alone")),
+        "{by_default:?}"
+    );
+    let without = section(&[("BTL", "^sm")]);
+    assert!(
+        without
+            .iter()
+            .any(|l| l.trim() == "sm: left out by btl=^sm"),
+        "{without:?}"
+    );
+    assert!(
+        without
+            .iter()
+            .any(|l| l.trim().starts_with("udp: selected")),
+        "{without:?}"
+    );
+    let bad = section(&[("BTL", "tcp,shmem")]);
+    assert!(
+        bad[1].contains("refused: no component shmem") && bad[1].contains("self, sm, tcp, udp"),
+        "{bad:?}"
+    );
+}

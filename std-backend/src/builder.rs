@@ -20,13 +20,11 @@ use std::sync::Arc;
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
 use btl_core::loopback::{Loopback, SelfComponent};
-use btl_core::mca::{
-    Candidate, Component, Exclusivity, ListValue, Params, Source, register_framework_params, select,
-};
+use btl_core::mca::{Component, ListValue, Params, Source, register_framework_params};
 use btl_core::pool::PoolCell;
 
 use crate::ParamRegistry;
-use crate::bml::{Bml, Choice, Member, Outcome, Shared};
+use crate::bml::{Bml, Member, Outcome, Shared};
 use crate::bootstrap::{Bootstrap, BootstrapError, OneCard, SharedDir, StaticPeers};
 use crate::config::sources::{
     SourceError, apply_environment, apply_file, default_param_file, warn_environment_mistakes,
@@ -46,37 +44,6 @@ pub type SelfModule<M = Vec<u8>> = Loopback<Pin<Box<[PoolCell]>>, M, 16, 256>;
 
 /// The loopback module as a [`Bml`] holds it.
 pub(crate) type SharedSelf = SelfModule<Shared>;
-
-/// A component a [`Bml`] can open, as its selection sees it.
-struct Offered {
-    candidate: Candidate<'static>,
-    /// Whether an empty `btl` list takes it.
-    by_default: bool,
-}
-
-const fn offered(name: &'static str, exclusivity: Exclusivity, priority: i32) -> Offered {
-    Offered {
-        candidate: Candidate {
-            name,
-            exclusivity,
-            priority,
-        },
-        by_default: true,
-    }
-}
-
-/// The components a [`Bml`] opens; `select` orders them by the
-/// exclusivities and priorities they declare.
-const BML_COMPONENTS: [Offered; 4] = [
-    offered("self", Exclusivity::HIGH, 0),
-    offered("sm", Exclusivity::SHARED_MEMORY, 0),
-    offered("tcp", Exclusivity::LOW.plus(100), 1),
-    // It reaches the peers tcp reaches, after it: opened only when named.
-    Offered {
-        by_default: false,
-        ..offered("udp", Exclusivity::LOW.plus(100), 0)
-    },
-];
 
 /// Opens a module of process `me` ([`tcp`](Self::tcp),
 /// [`udp`](Self::udp), [`sm`](Self::sm), [`loopback`](Self::loopback)).
@@ -205,60 +172,33 @@ impl ModuleBuilder {
     /// [`Bml::selection`] says why.
     pub fn open(self) -> Result<Bml, OpenError> {
         let list = self.selection_list()?;
-        let candidates = BML_COMPONENTS.map(|o| o.candidate);
-        let names = candidates.map(|c| c.name);
-        let unknown: Vec<&str> = list.items().filter(|item| !names.contains(item)).collect();
-        let bad_list = |reason: String| OpenError::Param {
+        let mut choices = crate::bml::choose(&list).map_err(|reason| OpenError::Param {
             name: "btl".into(),
             reason,
-        };
-        if !unknown.is_empty() {
-            return Err(bad_list(format!(
-                "no component {} in this build: the components are {}",
-                unknown.join(", "),
-                names.join(", ")
-            )));
-        }
-        let selection = select::<{ BML_COMPONENTS.len() }>(&list, &candidates)
-            .map_err(|e| bad_list(e.to_string()))?;
-        let by = list.to_string();
+        })?;
         let bootstrap: Arc<dyn Bootstrap> = Arc::new(OneCard::new(self.peers()?));
         let mut members: Vec<Box<dyn Member>> = Vec::new();
-        let mut choices: Vec<Choice> = Vec::new();
-        // The selected best first, as `select` orders them, then the rest.
-        let chosen = selection.indices();
-        let rest = (0..BML_COMPONENTS.len()).filter(|i| !chosen.contains(i));
-        for i in chosen.iter().copied().chain(rest) {
-            let offer = &BML_COMPONENTS[i];
-            let name = offer.candidate.name;
-            let outcome = if !chosen.contains(&i) {
-                Outcome::Excluded { by: by.clone() }
-            } else if list.is_empty() && !offer.by_default {
-                Outcome::OnlyIfNamed
-            } else {
-                match self.member(name, &bootstrap) {
-                    Ok(member) => {
-                        members.push(member);
-                        Outcome::Selected {
-                            exclusivity: offer.candidate.exclusivity,
-                        }
-                    }
-                    // A component the list names must run.
-                    Err(e) if !list.is_negated() && list.contains(name) => return Err(e),
-                    Err(e) => Outcome::Unavailable {
-                        reason: e.to_string(),
-                    },
+        for choice in &mut choices {
+            if !matches!(choice.outcome, Outcome::Selected { .. }) {
+                continue;
+            }
+            match self.member(&choice.component, &bootstrap) {
+                Ok(member) => members.push(member),
+                // A component the list names must run.
+                Err(e) if !list.is_negated() && list.contains(&choice.component) => {
+                    return Err(e);
                 }
-            };
-            choices.push(Choice {
-                component: name.into(),
-                outcome,
-            });
+                Err(e) => {
+                    choice.outcome = Outcome::Unavailable {
+                        reason: e.to_string(),
+                    }
+                }
+            }
         }
         if members.is_empty() {
             return Err(OpenError::NotAvailable {
                 component: "btl",
-                reason: format!("no component selected by btl={by} can run"),
+                reason: format!("no component selected by btl={list} can run"),
             });
         }
         Ok(Bml::new(members, choices))

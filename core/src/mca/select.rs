@@ -204,7 +204,8 @@ pub const BTL_SELECTION_PARAM: ParamSpec =
     ParamSpec::new(BTL_FRAMEWORK, "", "", ParamKind::List, "")
         .help(
             "Components to use, comma-separated (`tcp,self`), or `^` and the \
-             ones not to use (`^tcp`); empty uses every available component",
+             ones not to use (`^tcp`); empty uses the default ones (self, sm \
+             and tcp; udp only when named)",
         )
         .level(2);
 

@@ -34,7 +34,7 @@ use btl_core::btl::{
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointError, EndpointId, ProcName, Reachability};
-use btl_core::mca::Exclusivity;
+use btl_core::mca::{Candidate, Exclusivity, ListValue, select};
 use btl_core::pool::{PoolSets, PoolsRef};
 
 pub(crate) use member::Member;
@@ -98,6 +98,83 @@ impl std::fmt::Display for Outcome {
             Outcome::Unavailable { reason } => write!(f, "unavailable: {reason}"),
         }
     }
+}
+
+/// A component a [`Bml`] can open, as its selection sees it.
+struct Offered {
+    candidate: Candidate<'static>,
+    /// Whether an empty `btl` list takes it.
+    by_default: bool,
+}
+
+const fn offered(name: &'static str, exclusivity: Exclusivity, priority: i32) -> Offered {
+    Offered {
+        candidate: Candidate {
+            name,
+            exclusivity,
+            priority,
+        },
+        by_default: true,
+    }
+}
+
+/// The components a [`Bml`] opens; `select` orders them by the
+/// exclusivities and priorities they declare.
+const BML_COMPONENTS: [Offered; 4] = [
+    offered("self", Exclusivity::HIGH, 0),
+    offered("sm", Exclusivity::SHARED_MEMORY, 0),
+    offered("tcp", Exclusivity::LOW.plus(100), 1),
+    // It reaches the peers tcp reaches, after it: opened only when named.
+    Offered {
+        by_default: false,
+        ..offered("udp", Exclusivity::LOW.plus(100), 0)
+    },
+];
+
+/// What the `btl` list `list` makes of each component a [`Bml`] opens:
+/// those it selects first, best first (`Selected`, to be opened), then the
+/// others and why not. A name no component has is refused, with the
+/// names there are; so is a list that mixes included and excluded names.
+/// Whether a selected component can run here is known once it is opened
+/// ([`ModuleBuilder::open`](crate::ModuleBuilder::open)).
+pub fn choose(list: &ListValue) -> Result<Vec<Choice>, String> {
+    let candidates = BML_COMPONENTS.map(|o| o.candidate);
+    let names = candidates.map(|c| c.name);
+    let unknown: Vec<&str> = list.items().filter(|item| !names.contains(item)).collect();
+    if !unknown.is_empty() {
+        return Err(format!(
+            "no component {} among those a Bml opens: they are {}",
+            unknown.join(", "),
+            names.join(", ")
+        ));
+    }
+    let selection =
+        select::<{ BML_COMPONENTS.len() }>(list, &candidates).map_err(|e| e.to_string())?;
+    let by = list.to_string();
+    // The selected best first, as `select` orders them, then the rest.
+    let chosen = selection.indices();
+    let rest = (0..BML_COMPONENTS.len()).filter(|i| !chosen.contains(i));
+    Ok(chosen
+        .iter()
+        .copied()
+        .chain(rest)
+        .map(|i| {
+            let offer = &BML_COMPONENTS[i];
+            let outcome = if !chosen.contains(&i) {
+                Outcome::Excluded { by: by.clone() }
+            } else if list.is_empty() && !offer.by_default {
+                Outcome::OnlyIfNamed
+            } else {
+                Outcome::Selected {
+                    exclusivity: offer.candidate.exclusivity,
+                }
+            };
+            Choice {
+                component: offer.candidate.name.into(),
+                outcome,
+            }
+        })
+        .collect())
 }
 
 /// The modules of a `Bml`, best first.

@@ -8,12 +8,16 @@
 //! - [`bench`](mod@bench): the measurements between two processes
 //!   (ping-pong latency, bandwidth, message rate) and the messages they
 //!   exchange;
+//! - [`job`]: how `btl alltoall` joins a job of many processes (launched
+//!   through PMIx, by hand with a shared directory, or by the command
+//!   itself) and gathers its report;
 //! - [`raw`]: the same measurements over a plain TCP socket, the baseline;
 //! - [`plot`]: the chart comparing the two, as SVG.
 #![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod info;
+pub mod job;
 pub mod launch;
 pub mod plot;
 pub mod raw;

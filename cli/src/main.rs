@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use btl_cli::bench::alltoall::AlltoallPlan;
 use btl_cli::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
 use btl_cli::info::{Filter, Report, Selection};
+use btl_cli::job;
 use btl_cli::launch::{
     ParamSources, RunDir, VerbsModule, open_bml, tcp_module, udp_module, verbs_module,
 };
@@ -42,6 +44,11 @@ enum Command {
     Bw(RunArgs),
     /// Message rate of small messages, with a window in flight.
     Rate(RunArgs),
+    /// All to all among the processes of a job: every pair's latency and
+    /// the aggregate bandwidth, and the BTL of each pair. Under `mpirun`
+    /// or `srun --mpi=pmix` each process is one rank; started alone, it
+    /// starts `--np` processes on this host.
+    Alltoall(AlltoallArgs),
     /// Wait for `btl connect` from another host and answer its runs.
     Serve(ServeArgs),
     /// Run a measurement against `btl serve` on HOST:PORT.
@@ -70,6 +77,9 @@ enum WaitMode {
     Poll,
     /// Spin briefly, then block in the poller.
     Block,
+    /// Busy-poll, giving the core away whenever nothing came (for more
+    /// processes than cores).
+    Yield,
 }
 
 impl From<WaitMode> for Waiting {
@@ -77,6 +87,7 @@ impl From<WaitMode> for Waiting {
         match w {
             WaitMode::Poll => Waiting::Poll,
             WaitMode::Block => Waiting::Block,
+            WaitMode::Yield => Waiting::Yield,
         }
     }
 }
@@ -295,6 +306,47 @@ struct PeerArgs {
     cpu: Option<usize>,
 }
 
+#[derive(Debug, Clone, clap::Args)]
+struct AlltoallArgs {
+    /// The BTLs to choose from for each pair, as the `btl` parameter takes
+    /// them (default: what the parameter's sources say, else
+    /// `self,sm,tcp`).
+    #[arg(long = "btl", value_name = "LIST")]
+    btl: Option<String>,
+    /// Processes in the job, when no launcher started this one: this many
+    /// are started on this host (or, with --shared-dir, joined).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    np: u32,
+    /// Message sizes, comma-separated (k, M suffixes).
+    #[arg(long, value_delimiter = ',', default_value = "8,4k,64k,1M", value_parser = parse_size)]
+    sizes: Vec<usize>,
+    /// Timed round trips per pair and size (fewer for large messages).
+    #[arg(long, default_value_t = 200)]
+    iters: u32,
+    /// Messages in flight per window in the bandwidth rounds.
+    #[arg(long, default_value_t = 16)]
+    window: u32,
+    /// How every process waits (default: poll while the processes of a
+    /// host have a core each, else yield).
+    #[arg(long, value_enum)]
+    wait: Option<WaitMode>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Read parameters from this file.
+    #[arg(long, value_name = "PATH")]
+    param_file: Option<PathBuf>,
+    /// Join a job of --np processes started by hand or by a script: this
+    /// one is named by BTL_JOB and BTL_RANK, proves BTL_JOB_KEY if set,
+    /// and finds the others' cards in DIR, a directory they all reach (one
+    /// host's, or a shared filesystem's).
+    #[arg(long, value_name = "DIR")]
+    shared_dir: Option<PathBuf>,
+    /// Keep TCP on loopback (the processes this command starts itself).
+    #[arg(long, hide = true)]
+    loopback: bool,
+}
+
 #[derive(Debug, clap::Args)]
 struct InfoArgs {
     /// Show only the parameters of FRAMEWORK and COMPONENT (`all` matches
@@ -349,6 +401,7 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => run_local(Test::PingPong, args),
         Command::Bw(args) => run_local(Test::Bandwidth, args),
         Command::Rate(args) => run_local(Test::Rate, args),
+        Command::Alltoall(args) => alltoall(args),
         Command::Serve(args) => serve(args),
         Command::Connect(args) => connect(args),
         Command::Peer(args) => peer(args).map_err(Failure::Run),
@@ -613,6 +666,7 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     let sources = ParamSources::new(args.param_file.clone(), true);
     let mode = match args.wait {
         WaitMode::Poll => "busy-polling",
+        WaitMode::Yield => "polling and yielding",
         WaitMode::Block => "blocking",
     };
     let list = args.btl.as_deref();
@@ -652,10 +706,10 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         .args(["--max-size", &args.max_size.to_string()])
         .args([
             "--wait",
-            if args.wait == WaitMode::Poll {
-                "poll"
-            } else {
-                "block"
+            match args.wait {
+                WaitMode::Poll => "poll",
+                WaitMode::Block => "block",
+                WaitMode::Yield => "yield",
             },
         ]);
     if let Some(list) = list {
@@ -990,6 +1044,51 @@ fn peer(args: PeerArgs) -> Result<(), String> {
     };
     if args.baseline {
         RawListener::open(over, &args.dir)?.answer(wait)?;
+    }
+    Ok(())
+}
+
+/// `btl alltoall`: one process of a job, or the job's processes started
+/// here.
+fn alltoall(args: AlltoallArgs) -> Result<(), Failure> {
+    if args.sizes.is_empty() {
+        return Err(Failure::Usage("--sizes names no size".into()));
+    }
+    let plan = AlltoallPlan {
+        sizes: args.sizes.clone(),
+        iters: args.iters.max(1),
+        window: args.window.max(1),
+    };
+    let waiting = args.wait.map(Waiting::from);
+    let member = match &args.shared_dir {
+        Some(dir) => job::Member::from_dir(dir, args.np)?,
+        None => {
+            let joined = btl_std::bootstrap::Job::join().map_err(|e| e.to_string())?;
+            match job::Member::launched(&joined) {
+                Some(member) => member,
+                None => {
+                    // Nobody launched this process: it starts the job here.
+                    let dir = RunDir::new(u64::from(std::process::id()) << 16 | 0xa2a);
+                    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                    let mut child_args: Vec<String> = std::env::args().skip(1).collect();
+                    child_args.push("--loopback".into());
+                    return job::start_local(&exe, &child_args, args.np, dir.path())
+                        .map_err(Failure::Run);
+                }
+            }
+        }
+    };
+    let sources = ParamSources::new(args.param_file.clone(), args.loopback);
+    let report = member.run(&sources, args.btl.as_deref(), &plan, waiting)?;
+    if let Some(report) = report {
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&report).map_err(|e| e.to_string())?
+            );
+        } else {
+            print!("{report}");
+        }
     }
     Ok(())
 }

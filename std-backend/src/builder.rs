@@ -201,6 +201,7 @@ impl ModuleBuilder {
                 reason: format!("no component selected by btl={list} can run"),
             });
         }
+        bootstrap.published().map_err(OpenError::Bootstrap)?;
         Ok(Bml::new(members, choices))
     }
 

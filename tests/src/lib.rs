@@ -23,6 +23,7 @@ pub mod harness;
 pub mod netns;
 pub mod pair;
 pub mod rogue;
+pub mod slurm;
 pub mod suite;
 pub mod track;
 pub mod world;

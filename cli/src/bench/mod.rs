@@ -15,13 +15,15 @@
 //! receiver gets the message from the sender's registered memory: one
 //! copy over shared memory.
 
+pub mod alltoall;
 pub mod message;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{
-    Access, Attributes, Btl, BtlError, BtlFlags, Event, LostReason, MemHandle, MemSlice, Tag,
+    Access, Attributes, Btl, BtlError, BtlFlags, Event, LostReason, MemHandle, MemSlice,
+    RemoteSlice, Tag,
 };
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::EndpointId;
@@ -39,6 +41,8 @@ const STREAM: Tag = Tag(0xF2);
 const WINDOW_ACK: Tag = Tag(0xF3);
 /// The lead is done: the answering side stops.
 const DONE: Tag = Tag(0xF4);
+/// Where the sender takes puts: a notice of its landing region.
+const LANDING: Tag = Tag(0xF5);
 /// How long a step may wait for the peer before the run fails.
 pub const STALL: Duration = Duration::from_secs(30);
 
@@ -60,6 +64,10 @@ pub enum Waiting {
     Poll,
     /// Spin briefly, then block in the poller (kind to shared cores).
     Block,
+    /// Call `progress` in a loop, giving the core away after each call
+    /// that found nothing (`sched_yield`): for more processes than cores,
+    /// as Open MPI's `mpi_yield_when_idle`.
+    Yield,
 }
 
 /// What to measure.
@@ -152,6 +160,11 @@ impl Driven for btl_std::SmModule {
             Waiting::Poll => {
                 self.progress();
             }
+            Waiting::Yield => {
+                if self.progress() == 0 {
+                    std::thread::yield_now();
+                }
+            }
             Waiting::Block => {
                 self.wait(Duration::from_millis(10));
             }
@@ -171,6 +184,11 @@ impl Driven for btl_std::Bml {
             Waiting::Poll => {
                 self.progress();
             }
+            Waiting::Yield => {
+                if self.progress() == 0 {
+                    std::thread::yield_now();
+                }
+            }
             Waiting::Block => {
                 self.wait(Duration::from_millis(10));
             }
@@ -189,6 +207,11 @@ impl<T: Transport> Driven for Module<T> {
         match waiting {
             Waiting::Poll => {
                 self.progress();
+            }
+            Waiting::Yield => {
+                if self.progress() == 0 {
+                    std::thread::yield_now();
+                }
             }
             Waiting::Block => {
                 let _ = self.wait(Duration::from_millis(10));
@@ -372,6 +395,15 @@ pub struct Side {
     counted: [u64; 4],
     /// Peers dropped for breaking the protocol or outgrowing their share.
     dropped: u64,
+    /// DONEs per peer, for a process that runs with several in turn.
+    dones: BTreeMap<EndpointId, u64>,
+    /// Peers that may leave once they have sent this many DONEs: their
+    /// leaving then ends nothing.
+    may_leave: BTreeMap<EndpointId, u64>,
+    /// Where each peer takes puts, once it has said.
+    landings: BTreeMap<EndpointId, RemoteSlice>,
+    /// Puts completed.
+    puts_done: u64,
     /// Where the round of replies starts next, so that every peer is
     /// served in turn.
     turn: Option<EndpointId>,
@@ -409,6 +441,10 @@ impl Side {
             window: window.max(1),
             counted: [0; 4],
             dropped: 0,
+            dones: BTreeMap::new(),
+            may_leave: BTreeMap::new(),
+            landings: BTreeMap::new(),
+            puts_done: 0,
             turn: None,
             order: Vec::new(),
         })
@@ -517,6 +553,14 @@ impl Side {
                         Err(e) => Some((from, BenchError::Protocol(e))),
                     }
                 }
+                Event::PutComplete { result, .. } => match result {
+                    Ok(()) => {
+                        self.puts_done += 1;
+                        None
+                    }
+                    Err(error) if lead => return Err(btl_err("a put")(error)),
+                    Err(_) => None,
+                },
                 Event::GetComplete { ctx, result, .. } => {
                     let from = EndpointId((ctx >> 32) as u32);
                     self.got(from, ctx as u32, result).err().map(|e| (from, e))
@@ -525,7 +569,9 @@ impl Side {
                     if let Some(ep) = e.endpoint {
                         self.forget(ep);
                     }
-                    if lead {
+                    let expected = matches!(e.error, BtlError::PeerLost(_))
+                        && e.endpoint.is_some_and(|ep| self.done_with(ep));
+                    if lead && !expected {
                         return Err(BenchError::Btl {
                             what: "the peer",
                             error: e.error,
@@ -536,7 +582,7 @@ impl Side {
                 }
                 Event::PeerLeft { endpoint } => {
                     self.forget(endpoint);
-                    if lead {
+                    if lead && !self.done_with(endpoint) {
                         return Err(BenchError::Btl {
                             what: "the peer",
                             error: BtlError::PeerLost(LostReason::Left),
@@ -576,6 +622,10 @@ impl Side {
 
     /// Queues a message to get from `from`.
     fn on_fetch(&mut self, from: EndpointId, fetch: Fetch) -> Result<(), BenchError> {
+        if fetch.tag == LANDING {
+            self.landings.insert(from, fetch.from);
+            return Ok(());
+        }
         if self.sink.is_none() {
             return Err(BenchError::Protocol(MessageError::NoFetch));
         }
@@ -711,6 +761,7 @@ impl Side {
             }
             DONE => {
                 self.counted[3] += 1;
+                *self.dones.entry(from).or_default() += 1;
                 if self
                     .peers
                     .get(&from)
@@ -840,8 +891,19 @@ impl Side {
         n: u64,
         waiting: Waiting,
     ) -> Result<(), BenchError> {
+        self.until_with(btl, waiting, |side| side.counted[k] >= n)
+    }
+
+    /// Steps until `done` says so, answering what arrives; fails after
+    /// `stall` without an arrival.
+    fn until_with<B: Driven>(
+        &mut self,
+        btl: &mut B,
+        waiting: Waiting,
+        done: impl Fn(&Side) -> bool,
+    ) -> Result<(), BenchError> {
         let mut patience = Patience::new(STALL);
-        while self.counted[k] < n {
+        while !done(self) {
             let moved = self.take(btl.btl(), true)?;
             self.reply(btl.btl(), true)?;
             if moved {
@@ -849,11 +911,107 @@ impl Side {
             } else if patience.idle() {
                 return Err(BenchError::Stalled(STALL));
             }
-            if self.counted[k] < n {
+            if !done(self) {
                 btl.step(waiting);
             }
         }
         Ok(())
+    }
+
+    /// Registers a region of `len` bytes that peers may put into, and
+    /// returns where it lies for them.
+    fn open_landing<B: Btl<Memory = Vec<u8>>>(
+        &mut self,
+        btl: &mut B,
+        len: usize,
+    ) -> Result<RemoteSlice, BenchError> {
+        let handle = btl
+            .register_mem(vec![0u8; len.max(1)], Access::REMOTE_WRITE)
+            .map_err(|e| btl_err("registering the landing region")(e.error))?;
+        Ok(handle.remote_key().slice(0, len.max(1) as u64))
+    }
+
+    /// Tells `to` where this process takes puts.
+    fn send_landing<B: Driven>(
+        &mut self,
+        btl: &mut B,
+        to: EndpointId,
+        at: RemoteSlice,
+        waiting: Waiting,
+    ) -> Result<(), BenchError> {
+        let header = Header {
+            total: at.len,
+            window: self.window,
+            fetch: true,
+        };
+        let notice = header.notice(at);
+        self.retry(btl, waiting, |b| b.send_copy(to, LANDING, &notice))
+    }
+
+    /// Puts the first `len` bytes of the source into `at` at `to`: counted
+    /// in `puts_done` once in the peer's memory.
+    fn put<B: Driven>(
+        &mut self,
+        btl: &mut B,
+        to: EndpointId,
+        at: RemoteSlice,
+        len: usize,
+        waiting: Waiting,
+    ) -> Result<(), BenchError> {
+        let local = MemSlice {
+            handle: self.source.handle,
+            offset: 0,
+            len: len as u64,
+        };
+        let remote = RemoteSlice {
+            len: len as u64,
+            ..at
+        };
+        self.retry(btl, waiting, |b| b.put(to, local, remote, 0).map(|_| ()))
+    }
+
+    /// Calls `op` until the BTL has room for it, stepping and taking what
+    /// arrives meanwhile; fails after [`STALL`].
+    fn retry<B: Driven>(
+        &mut self,
+        btl: &mut B,
+        waiting: Waiting,
+        mut op: impl FnMut(&mut B::Btl) -> Result<(), BtlError>,
+    ) -> Result<(), BenchError> {
+        let mut refused_since = None;
+        loop {
+            match op(btl.btl()) {
+                Ok(()) => return Ok(()),
+                Err(BtlError::OutOfResource) => {
+                    let since = *refused_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > STALL {
+                        return Err(BenchError::Stalled(STALL));
+                    }
+                    btl.step(waiting);
+                    self.take(btl.btl(), true)?;
+                }
+                Err(error) => return Err(btl_err("a put or notice")(error)),
+            }
+        }
+    }
+
+    /// Lets `peer` leave without failing the run once it has sent `dones`
+    /// DONEs: its last word.
+    fn may_leave_after(&mut self, peer: EndpointId, dones: u64) {
+        self.may_leave.insert(peer, dones);
+    }
+
+    /// Whether `peer` has said its last word, so that its leaving is
+    /// expected.
+    fn done_with(&self, peer: EndpointId) -> bool {
+        self.may_leave
+            .get(&peer)
+            .is_some_and(|&n| self.dones_from(peer) >= n)
+    }
+
+    /// DONEs `peer` has sent so far.
+    fn dones_from(&self, peer: EndpointId) -> u64 {
+        self.dones.get(&peer).copied().unwrap_or(0)
     }
 }
 

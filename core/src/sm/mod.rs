@@ -319,6 +319,17 @@ impl<
         Ok(id)
     }
 
+    /// Whether `endpoint` wrote records this side has not taken yet (a
+    /// message held for `poll_event` among them): a peer whose process
+    /// ended is lost only once what it wrote before has been read, so
+    /// that its last messages are not lost with it.
+    pub fn unread(&mut self, endpoint: EndpointId) -> bool {
+        let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
+            return false;
+        };
+        peer.lost.is_none() && (peer.held || matches!(peer.rx.peek(), Ok(Some(_))))
+    }
+
     /// The driver found peer `endpoint` gone (its process died): it is
     /// lost with `reason`, once; what was under way to it fails.
     pub fn lose(&mut self, endpoint: EndpointId, reason: LostReason) {

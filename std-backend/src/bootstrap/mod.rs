@@ -6,9 +6,11 @@
 //! Two implementations need no launcher: [`StaticPeers`], a list written in
 //! advance (environment or file), and [`SharedDir`], a directory every
 //! process can read and write (one host, or several on a shared
-//! filesystem). A launcher plugs in by implementing [`Bootstrap`] over its
-//! own key-value store (PMIx `put`/`get`, a coordinator's RPC): publish
-//! writes the card's text under the process's name, lookup reads it back.
+//! filesystem). With feature `pmix`, `Pmix` is the bootstrap of processes
+//! an `mpirun` or `srun --mpi=pmix` started. Another launcher plugs in by
+//! implementing [`Bootstrap`] over its own key-value store (a
+//! coordinator's RPC): publish writes the card's text under the process's
+//! name, lookup reads it back.
 //!
 //! A socket transport keeps what it looked up of its peers in
 //! [`PeerContacts`], and says with a [`LookupError`] why a peer cannot be
@@ -16,7 +18,10 @@
 
 mod card;
 mod contacts;
+mod job;
 mod one_card;
+#[cfg(feature = "pmix")]
+mod pmix;
 mod shared_dir;
 mod static_peers;
 
@@ -26,7 +31,10 @@ use btl_core::endpoint::ProcName;
 
 pub use card::{AddressError, Card, CardError, Contact, SegmentContact};
 pub use contacts::{LookupError, PeerContacts};
+pub use job::{Job, Launcher};
 pub use one_card::OneCard;
+#[cfg(feature = "pmix")]
+pub use pmix::{CardExchange, PMIX_EXCHANGE_VAR, Pmix};
 pub use shared_dir::SharedDir;
 pub use static_peers::{PEERS_FILE_VAR, PEERS_VAR, StaticPeers};
 
@@ -42,6 +50,13 @@ pub trait Bootstrap: Send + Sync {
 
     /// The card of `proc`, waiting up to `timeout` for it to be published.
     fn lookup(&self, proc: ProcName, timeout: Duration) -> Result<Card, BootstrapError>;
+
+    /// Called once every module of the process has published its part
+    /// of the card: a bootstrap that exchanges cards collectively (a
+    /// PMIx fence) does so now. Nothing to do by default.
+    fn published(&self) -> Result<(), BootstrapError> {
+        Ok(())
+    }
 
     /// Takes back `card`, published by this process, as it stops
     /// listening: a process that comes later finds no stale addresses.
@@ -100,6 +115,14 @@ pub enum BootstrapError {
         what: String,
         /// The error.
         source: std::io::Error,
+    },
+    /// A PMIx call failed.
+    #[error("{call}: {status}")]
+    Pmix {
+        /// The call.
+        call: &'static str,
+        /// PMIx's status, or what was wrong with its answer.
+        status: String,
     },
     /// The job or rank in the environment is missing or not a number.
     #[error("environment variable {var}: {problem}")]

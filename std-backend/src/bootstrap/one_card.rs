@@ -1,8 +1,9 @@
 //! One card for a process whose several modules each publish their part
 //! (a [`Bml`](crate::Bml)'s `tcp` its addresses, its `sm` its segment):
-//! each part is added to the card the process has published so far, and
-//! the whole card goes to the bootstrap, so that no module's card hides
-//! another's.
+//! each part is added to the process's card, and the whole card goes to
+//! the bootstrap once every module has added its part
+//! ([`Bootstrap::published`]), so that no module's card hides another's
+//! and no peer reads a card that lacks a part.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -14,7 +15,14 @@ use super::{Bootstrap, BootstrapError, Card};
 /// A bootstrap that publishes the union of what its users publish.
 pub struct OneCard {
     inner: Arc<dyn Bootstrap>,
-    card: Mutex<Option<Card>>,
+    card: Mutex<Held>,
+}
+
+/// The process's card so far, and whether it has gone out.
+#[derive(Default)]
+struct Held {
+    card: Option<Card>,
+    out: bool,
 }
 
 impl OneCard {
@@ -22,7 +30,7 @@ impl OneCard {
     pub fn new(inner: Arc<dyn Bootstrap>) -> Self {
         OneCard {
             inner,
-            card: Mutex::new(None),
+            card: Mutex::new(Held::default()),
         }
     }
 }
@@ -34,11 +42,12 @@ impl std::fmt::Debug for OneCard {
 }
 
 impl Bootstrap for OneCard {
-    /// Adds `card`'s contacts and segment to the process's card and
-    /// publishes the whole.
+    /// Adds `card`'s contacts and segment to the process's card; publishes
+    /// the whole if it has gone out already.
     fn publish(&self, card: &Card) -> Result<(), BootstrapError> {
         let mut held = self.card.lock().unwrap_or_else(PoisonError::into_inner);
-        let whole = held.get_or_insert_with(|| Card::new(card.proc));
+        let out = held.out;
+        let whole = held.card.get_or_insert_with(|| Card::new(card.proc));
         for contact in &card.contacts {
             if !whole.contacts.contains(contact) {
                 whole.contacts.push(contact.clone());
@@ -47,7 +56,21 @@ impl Bootstrap for OneCard {
         if card.segment.is_some() {
             whole.segment.clone_from(&card.segment);
         }
-        self.inner.publish(whole)
+        if out {
+            self.inner.publish(whole)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Publishes the whole card: every module has added its part.
+    fn published(&self) -> Result<(), BootstrapError> {
+        let mut held = self.card.lock().unwrap_or_else(PoisonError::into_inner);
+        held.out = true;
+        if let Some(whole) = &held.card {
+            self.inner.publish(whole)?;
+        }
+        self.inner.published()
     }
 
     fn lookup(&self, proc: ProcName, timeout: Duration) -> Result<Card, BootstrapError> {
@@ -58,8 +81,13 @@ impl Bootstrap for OneCard {
     /// published again, and the card withdrawn once nothing is left.
     fn withdraw(&self, card: &Card) -> Result<(), BootstrapError> {
         let mut held = self.card.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(whole) = held.as_mut() else {
-            return self.inner.withdraw(card);
+        let out = held.out;
+        let Some(whole) = held.card.as_mut() else {
+            return if out {
+                self.inner.withdraw(card)
+            } else {
+                Ok(())
+            };
         };
         let published = whole.clone();
         whole.contacts.retain(|c| !card.contacts.contains(c));
@@ -67,12 +95,18 @@ impl Bootstrap for OneCard {
             whole.segment = None;
         }
         if whole.contacts.is_empty() && whole.segment.is_none() {
-            *held = None;
+            held.card = None;
             // The card as it was published, which the bootstrap compares
             // with what it holds.
-            self.inner.withdraw(&published)
-        } else {
+            if out {
+                self.inner.withdraw(&published)
+            } else {
+                Ok(())
+            }
+        } else if out {
             self.inner.publish(whole)
+        } else {
+            Ok(())
         }
     }
 
@@ -106,6 +140,11 @@ mod tests {
         });
         one.publish(&tcp).expect("tcp");
         one.publish(&sm).expect("sm");
+        assert!(
+            shared.lookup(me, Duration::from_millis(20)).is_err(),
+            "no part goes out before the whole card"
+        );
+        one.published().expect("out");
         let seen = shared.lookup(me, Duration::ZERO).expect("published");
         assert_eq!(seen.contacts, tcp.contacts, "the tcp part stays");
         assert_eq!(seen.segment, sm.segment, "beside the sm part");

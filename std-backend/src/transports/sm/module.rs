@@ -56,7 +56,8 @@ pub enum SmError {
 /// The whole [`Btl`] contract holds over it: every operation completes
 /// once, a peer that leaves is `PeerLeft`, one whose process ends without
 /// a goodbye is lost as [`LostReason::Exited`] within [`WATCH_EVERY`] of
-/// progress, one that breaks the protocol as `ProtocolViolation`.
+/// progress once what it wrote before has been read, one that breaks the
+/// protocol as `ProtocolViolation`.
 pub struct SmModule<M: Buffer = Vec<u8>> {
     /// First, so that it is dropped before the memory its rings lie in;
     /// boxed, as it holds a place for every peer (about 150 KB).
@@ -487,7 +488,13 @@ impl<M: Buffer> SmModule<M> {
                 }
             }
             for &i in &ended {
-                self.core.lose(EndpointId(i as u32), LostReason::Exited);
+                // What it wrote before it ended is read first: it is lost
+                // at a later watch, once its ring is empty (or at its
+                // goodbye, as having left).
+                let ep = EndpointId(i as u32);
+                if !self.core.unread(ep) {
+                    self.core.lose(ep, LostReason::Exited);
+                }
             }
         }
         for i in 0..self.joined.len() {

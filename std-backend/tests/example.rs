@@ -1,6 +1,7 @@
-//! The request/reply example runs as a user would run it: two processes
-//! on loopback, three clients with 256 requests outstanding each, every
-//! request answered, 4 MiB put and checked.
+//! The examples run as a user would run them: request/reply as two
+//! processes on loopback, three clients with 256 requests outstanding
+//! each, every request answered, 4 MiB put and checked; a job's process
+//! started without a launcher, a job of one.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -47,4 +48,25 @@ fn request_reply_answers_256_outstanding_requests_per_client_and_checks_a_put() 
         "3000 requests answered, 256 outstanding per client; 4 MiB put and checked"
     );
     assert!(start.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn a_jobs_process_started_alone_is_a_singleton_that_reaches_itself_over_self() {
+    let out = Command::new(example("job"))
+        .env_remove("PMIX_NAMESPACE")
+        .env_remove("BTL")
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("rank 0 of 1: reached every process in")
+            && stdout.contains(r#"{"self": 1}"#),
+        "{stdout}"
+    );
 }

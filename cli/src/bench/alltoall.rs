@@ -86,6 +86,9 @@ pub struct SizeResult {
     pub put: u64,
     /// When its put rounds began and ended, as `stream_span`.
     pub put_span: (f64, f64),
+    /// Messages this process got from their senders' memory, where the
+    /// BTL moves large messages better by a get.
+    pub gets: u64,
 }
 
 /// Now, in seconds since the Unix epoch.
@@ -147,6 +150,7 @@ pub fn run<B: Driven>(
         .filter(|&p| p < n)
         .collect();
     for &size in &plan.sizes {
+        let gets_before = side.gets_done;
         let (iters, warmup) = plan.round_trips(size);
         let mut latency_us = Vec::new();
         for &p in &partners {
@@ -206,6 +210,7 @@ pub fn run<B: Driven>(
             stream_span,
             put,
             put_span: (put_from, wall()),
+            gets: side.gets_done - gets_before,
         });
     }
     // The barrier: nobody leaves while another still needs an answer.
@@ -295,6 +300,8 @@ pub struct SizeReport {
     pub aggregate_mb_s: f64,
     /// The same for puts, MB/s.
     pub put_mb_s: f64,
+    /// Messages got from their senders' memory, over all processes.
+    pub gets: u64,
 }
 
 impl Report {
@@ -333,6 +340,7 @@ impl Report {
             let mut samples: Vec<f64> = Vec::new();
             let mut streamed = Throughput::default();
             let mut put = Throughput::default();
+            let mut gets = 0;
             for r in &results {
                 let Some(mine) = r.sizes.get(k).filter(|m| m.size == s.size) else {
                     return Err(format!("rank {} did not measure size {}", r.rank, s.size));
@@ -340,6 +348,7 @@ impl Report {
                 samples.extend_from_slice(&mine.latency_us);
                 streamed.add(mine.streamed, mine.stream_span);
                 put.add(mine.put, mine.put_span);
+                gets += mine.gets;
             }
             samples.sort_by(f64::total_cmp);
             let pick = |q: f64| {
@@ -355,6 +364,7 @@ impl Report {
                 p99_us: pick(0.99),
                 aggregate_mb_s: streamed.mb_s(),
                 put_mb_s: put.mb_s(),
+                gets,
             });
         }
         Ok(Report {
@@ -442,6 +452,7 @@ mod tests {
                 stream_span: (10.0 + f64::from(rank), 11.0 + f64::from(rank)),
                 put: 1_500_000,
                 put_span: (20.0, 20.5),
+                gets: 2,
             }],
         }
     }
@@ -476,6 +487,7 @@ mod tests {
         // 6 MB from the first start (10 s) to the last end (13 s).
         assert!((s.aggregate_mb_s - 2.0).abs() < 1e-9);
         assert!((s.put_mb_s - 9.0).abs() < 1e-9);
+        assert_eq!(s.gets, 6);
         assert_eq!(
             report.carried(),
             [("self".into(), 3), ("tcp".into(), 2), ("sm".into(), 1)]

@@ -379,8 +379,9 @@ pub const MAX_REPLIES: usize = 64;
 /// `del_procs`: it is told, and its slot comes back), and only that peer.
 pub struct Side {
     source: Source,
-    /// Where messages sent as fetch notices are got to, where the BTL
-    /// gets: one region for every peer, whose bytes nobody reads.
+    /// Where messages sent as fetch notices are got to: one region for
+    /// every peer, whose bytes nobody reads, registered when the first
+    /// notice comes (only peers over a BTL that gets send them).
     sink: Option<MemHandle>,
     /// Fetch notices queued, over all peers.
     fetches: usize,
@@ -404,6 +405,8 @@ pub struct Side {
     landings: BTreeMap<EndpointId, RemoteSlice>,
     /// Puts completed.
     puts_done: u64,
+    /// Messages got from their senders' memory (fetch notices served).
+    gets_done: u64,
     /// Where the round of replies starts next, so that every peer is
     /// served in turn.
     turn: Option<EndpointId>,
@@ -420,20 +423,9 @@ impl Side {
         window: u32,
     ) -> Result<Self, BenchError> {
         let source = Source::register(btl, max_message)?;
-        // A place to get into whenever some peer's module may send notices
-        // (over a `Bml`, the attributes are the widest any module allows).
-        let sink = if fetch_from(btl.attributes()) <= max_message {
-            let region = vec![0u8; max_message];
-            let handle = btl
-                .register_mem(region, Access::empty())
-                .map_err(|e| btl_err("registering the receive buffer")(e.error))?;
-            Some(handle)
-        } else {
-            None
-        };
         Ok(Side {
             source,
-            sink,
+            sink: None,
             fetches: 0,
             replies: 0,
             max_message: max_message as u64,
@@ -445,6 +437,7 @@ impl Side {
             may_leave: BTreeMap::new(),
             landings: BTreeMap::new(),
             puts_done: 0,
+            gets_done: 0,
             turn: None,
             order: Vec::new(),
         })
@@ -497,32 +490,12 @@ impl Side {
             fetch: false,
         };
         let mut sent = 0;
-        // The clock is read only once the BTL has no room.
-        let mut refused_since = None;
         loop {
-            match self.source.send_piece(btl.btl(), to, tag, &header, sent) {
-                Ok(n) => {
-                    sent += n;
-                    if sent >= len {
-                        return Ok(());
-                    }
-                }
-                Err(BtlError::OutOfResource) => {
-                    let since = *refused_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > STALL {
-                        return Err(BenchError::Stalled(STALL));
-                    }
-                    btl.step(waiting);
-                    // Take what arrives meanwhile (answered later), or both
-                    // sides could wait for each other's room.
-                    self.take(btl.btl(), true)?;
-                }
-                Err(error) => {
-                    return Err(BenchError::Btl {
-                        what: "sending",
-                        error,
-                    });
-                }
+            sent += self.retry(btl, waiting, "sending", |side, b| {
+                side.source.send_piece(b, to, tag, &header, sent)
+            })?;
+            if sent >= len {
+                return Ok(());
             }
         }
     }
@@ -626,9 +599,6 @@ impl Side {
             self.landings.insert(from, fetch.from);
             return Ok(());
         }
-        if self.sink.is_none() {
-            return Err(BenchError::Protocol(MessageError::NoFetch));
-        }
         let peer = self.peer(from);
         if peer.fetches.len() >= MAX_REPLIES {
             return Err(BenchError::Protocol(MessageError::Fetches {
@@ -648,11 +618,27 @@ impl Side {
         btl: &mut B,
         lead: bool,
     ) -> Result<(), BenchError> {
-        let Some(sink) = self.sink else {
-            return Ok(());
+        // Registered at the first notice, whichever peer sent it.
+        let sink = match self.sink {
+            Some(sink) => sink,
+            None => {
+                let region = vec![0u8; self.max_message as usize];
+                let sink = btl
+                    .register_mem(region, Access::empty())
+                    .map_err(|e| btl_err("registering the receive buffer")(e.error))?;
+                *self.sink.insert(sink)
+            }
         };
         let mut failed = None;
         'peers: for (&ep, peer) in &mut self.peers {
+            if !peer.fetches.is_empty()
+                && fetch_from(btl.attributes_for(ep)) as u64 > self.max_message
+            {
+                // Its BTL does not get messages of this side's size: the
+                // notice breaks the protocol.
+                failed = Some((ep, BenchError::Protocol(MessageError::NoFetch)));
+                break;
+            }
             while peer.getting < GETS_IN_FLIGHT
                 && let Some(&(number, fetch)) = peer.fetches.get(peer.getting)
             {
@@ -702,6 +688,7 @@ impl Side {
         peer.getting -= 1;
         self.fetches -= 1;
         result.map_err(btl_err("getting a message"))?;
+        self.gets_done += 1;
         self.on_whole(
             from,
             Whole {
@@ -945,7 +932,9 @@ impl Side {
             fetch: true,
         };
         let notice = header.notice(at);
-        self.retry(btl, waiting, |b| b.send_copy(to, LANDING, &notice))
+        self.retry(btl, waiting, "telling where to put", |_, b| {
+            b.send_copy(to, LANDING, &notice)
+        })
     }
 
     /// Puts the first `len` bytes of the source into `at` at `to`: counted
@@ -967,21 +956,26 @@ impl Side {
             len: len as u64,
             ..at
         };
-        self.retry(btl, waiting, |b| b.put(to, local, remote, 0).map(|_| ()))
+        self.retry(btl, waiting, "putting", |_, b| b.put(to, local, remote, 0))?;
+        Ok(())
     }
 
-    /// Calls `op` until the BTL has room for it, stepping and taking what
-    /// arrives meanwhile; fails after [`STALL`].
-    fn retry<B: Driven>(
+    /// Calls `op` (`what` it does, for an error) until the BTL has room
+    /// for it, stepping and taking what arrives meanwhile (answered later,
+    /// or both sides could wait for each other's room); fails after
+    /// [`STALL`] without room.
+    fn retry<B: Driven, T>(
         &mut self,
         btl: &mut B,
         waiting: Waiting,
-        mut op: impl FnMut(&mut B::Btl) -> Result<(), BtlError>,
-    ) -> Result<(), BenchError> {
+        what: &'static str,
+        mut op: impl FnMut(&mut Side, &mut B::Btl) -> Result<T, BtlError>,
+    ) -> Result<T, BenchError> {
+        // The clock is read only once the BTL has no room.
         let mut refused_since = None;
         loop {
-            match op(btl.btl()) {
-                Ok(()) => return Ok(()),
+            match op(self, btl.btl()) {
+                Ok(done) => return Ok(done),
                 Err(BtlError::OutOfResource) => {
                     let since = *refused_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > STALL {
@@ -990,7 +984,7 @@ impl Side {
                     btl.step(waiting);
                     self.take(btl.btl(), true)?;
                 }
-                Err(error) => return Err(btl_err("a put or notice")(error)),
+                Err(error) => return Err(BenchError::Btl { what, error }),
             }
         }
     }

@@ -964,6 +964,7 @@ impl Side {
     /// for it, stepping and taking what arrives meanwhile (answered later,
     /// or both sides could wait for each other's room); fails after
     /// [`STALL`] without room.
+    #[inline]
     fn retry<B: Driven, T>(
         &mut self,
         btl: &mut B,

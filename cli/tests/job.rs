@@ -244,6 +244,7 @@ mod three_hosts {
             .map(|h| {
                 let script = format!(
                     "mount -t tmpfs btl-shm-{h} /dev/shm || exit 9; \
+                     echo \"host {h}: /dev/shm is device $(stat -c %d /dev/shm)\" >&2; \
                      BTL_RANK={a} \"$0\" \"$@\" & first=$!; \
                      BTL_RANK={b} \"$0\" \"$@\" & second=$!; \
                      s=0; wait $first || s=1; wait $second || s=1; exit $s",
@@ -278,6 +279,31 @@ mod three_hosts {
             .map(|c| btl_tests::netns::Reaper(c).finish(LIMIT))
             .collect();
         let _ = std::fs::remove_dir_all(&dir);
+        for (h, out) in outs.iter().enumerate() {
+            assert!(
+                out.status.success(),
+                "host {h}: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // Rank 0, on host 0, reports.
+        let host_of = |rank: u64| rank / 2;
+        // What each host says of its /dev/shm, should a check fail.
+        let said: Vec<String> = outs
+            .iter()
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .collect();
+        eprintln!("{}", said.join(""));
+        check(&report(&outs[0]), 6, &SIZES, 20, |a, b| {
+            if a == b {
+                "self"
+            } else if host_of(a) == host_of(b) {
+                "sm"
+            } else {
+                "tcp"
+            }
+        });
         // The bytes of the cross-host pairs crossed the links: at 1 MiB
         // alone, each of the four pairs a link joins streams two windows
         // of 16 MiB each way.
@@ -299,24 +325,6 @@ mod three_hosts {
                 );
             }
         }
-        // Rank 0, on host 0, reports.
-        let host_of = |rank: u64| rank / 2;
-        for (h, out) in outs.iter().enumerate().skip(1) {
-            assert!(
-                out.status.success(),
-                "host {h}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        check(&report(&outs[0]), 6, &SIZES, 20, |a, b| {
-            if a == b {
-                "self"
-            } else if host_of(a) == host_of(b) {
-                "sm"
-            } else {
-                "tcp"
-            }
-        });
     }
 }
 

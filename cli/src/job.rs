@@ -20,7 +20,7 @@ use crate::launch::{JOB_KEY_VAR, ParamSources};
 pub const JOB_START: Duration = Duration::from_secs(60);
 
 /// One process of a job, as `btl alltoall` runs it.
-pub struct Member {
+pub struct Rank {
     /// This process.
     pub me: ProcName,
     /// Processes in the job.
@@ -79,10 +79,10 @@ fn cpus_in(list: &str) -> Option<usize> {
     (n > 0).then_some(n)
 }
 
-impl Member {
+impl Rank {
     /// Rank `BTL_RANK` of job `BTL_JOB` of `size` processes, whose cards
     /// are in `dir`; the key is `BTL_JOB_KEY`'s, if set.
-    pub fn from_dir(dir: &Path, size: u32) -> Result<Member, String> {
+    pub fn from_dir(dir: &Path, size: u32) -> Result<Rank, String> {
         let me = btl_std::bootstrap::proc_from_env().map_err(|e| {
             format!("{e}: a process joining by --shared-dir is named by {JOB_VAR} and {RANK_VAR}")
         })?;
@@ -92,7 +92,7 @@ impl Member {
                 me.rank
             ));
         }
-        Ok(Member {
+        Ok(Rank {
             me,
             size,
             bootstrap: Arc::new(SharedDir::new(dir)),
@@ -104,10 +104,10 @@ impl Member {
 
     /// This process as one of the job a launcher started; `None` for a
     /// singleton, which nobody launched.
-    pub fn launched(job: &Job) -> Option<Member> {
+    pub fn launched(job: &Job) -> Option<Rank> {
         match job.launcher() {
             #[cfg(feature = "pmix")]
-            Launcher::Pmix(pmix) => Some(Member {
+            Launcher::Pmix(pmix) => Some(Rank {
                 me: job.me(),
                 size: job.size(),
                 bootstrap: job.bootstrap(),

@@ -1060,12 +1060,12 @@ fn alltoall(args: AlltoallArgs) -> Result<(), Failure> {
         window: args.window.max(1),
     };
     let waiting = args.wait.map(Waiting::from);
-    let member = match &args.shared_dir {
-        Some(dir) => job::Member::from_dir(dir, args.np)?,
+    let rank = match &args.shared_dir {
+        Some(dir) => job::Rank::from_dir(dir, args.np)?,
         None => {
             let joined = btl_std::bootstrap::Job::join().map_err(|e| e.to_string())?;
-            match job::Member::launched(&joined) {
-                Some(member) => member,
+            match job::Rank::launched(&joined) {
+                Some(rank) => rank,
                 None => {
                     // Nobody launched this process: it starts the job here.
                     let dir = RunDir::new(u64::from(std::process::id()) << 16 | 0xa2a);
@@ -1079,7 +1079,7 @@ fn alltoall(args: AlltoallArgs) -> Result<(), Failure> {
         }
     };
     let sources = ParamSources::new(args.param_file.clone(), args.loopback);
-    let report = member.run(&sources, args.btl.as_deref(), &plan, waiting)?;
+    let report = rank.run(&sources, args.btl.as_deref(), &plan, waiting)?;
     if let Some(report) = report {
         if args.json {
             println!(

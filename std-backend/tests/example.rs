@@ -28,21 +28,25 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-#[test]
-fn request_reply_answers_256_outstanding_requests_per_client_and_checks_a_put() {
-    let path = example("request_reply");
-    let start = Instant::now();
-    let out = Command::new(&path)
-        .env("BTL_TCP_IF_INCLUDE", "lo")
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+/// Runs `cmd` to its end and returns what it printed, failing with its
+/// output unless it succeeded.
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{}: {stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+}
+
+#[test]
+fn request_reply_answers_256_outstanding_requests_per_client_and_checks_a_put() {
+    let path = example("request_reply");
+    let start = Instant::now();
+    let stdout = run(Command::new(&path).env("BTL_TCP_IF_INCLUDE", "lo"));
     assert_eq!(
         stdout.trim(),
         "3000 requests answered, 256 outstanding per client; 4 MiB put and checked"
@@ -52,18 +56,9 @@ fn request_reply_answers_256_outstanding_requests_per_client_and_checks_a_put() 
 
 #[test]
 fn a_jobs_process_started_alone_is_a_singleton_that_reaches_itself_over_self() {
-    let out = Command::new(example("job"))
+    let stdout = run(Command::new(example("job"))
         .env_remove("PMIX_NAMESPACE")
-        .env_remove("BTL")
-        .output()
-        .expect("the example runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}: {stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .env_remove("BTL"));
     assert!(
         stdout.starts_with("rank 0 of 1: reached every process in")
             && stdout.contains(r#"{"self": 1}"#),

@@ -148,76 +148,40 @@ impl<R: btl_core::pool::Region, const REGS: usize, const QUEUE: usize> Driven
     }
 }
 
-impl Driven for btl_std::SmModule {
-    type Btl = Self;
+/// `Driven` for a BTL that moves itself forward (`progress`, counting the
+/// events ready) and waits for a peer (`wait`, up to a time).
+macro_rules! driven_by_itself {
+    ($(impl$(<$g:ident: $bound:path>)? for $ty:ty;)*) => {$(
+        impl$(<$g: $bound>)? Driven for $ty {
+            type Btl = Self;
 
-    fn btl(&mut self) -> &mut Self {
-        self
-    }
-
-    fn step(&mut self, waiting: Waiting) {
-        match waiting {
-            Waiting::Poll => {
-                self.progress();
+            fn btl(&mut self) -> &mut Self {
+                self
             }
-            Waiting::Yield => {
-                if self.progress() == 0 {
-                    std::thread::yield_now();
+
+            fn step(&mut self, waiting: Waiting) {
+                match waiting {
+                    Waiting::Poll => {
+                        self.progress();
+                    }
+                    Waiting::Yield => {
+                        if self.progress() == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                    Waiting::Block => {
+                        let _ = self.wait(Duration::from_millis(10));
+                    }
                 }
             }
-            Waiting::Block => {
-                self.wait(Duration::from_millis(10));
-            }
         }
-    }
+    )*};
 }
 
-impl Driven for btl_std::Bml {
-    type Btl = Self;
-
-    fn btl(&mut self) -> &mut Self {
-        self
-    }
-
-    fn step(&mut self, waiting: Waiting) {
-        match waiting {
-            Waiting::Poll => {
-                self.progress();
-            }
-            Waiting::Yield => {
-                if self.progress() == 0 {
-                    std::thread::yield_now();
-                }
-            }
-            Waiting::Block => {
-                self.wait(Duration::from_millis(10));
-            }
-        }
-    }
-}
-
-impl<T: Transport> Driven for Module<T> {
-    type Btl = Self;
-
-    fn btl(&mut self) -> &mut Self {
-        self
-    }
-
-    fn step(&mut self, waiting: Waiting) {
-        match waiting {
-            Waiting::Poll => {
-                self.progress();
-            }
-            Waiting::Yield => {
-                if self.progress() == 0 {
-                    std::thread::yield_now();
-                }
-            }
-            Waiting::Block => {
-                let _ = self.wait(Duration::from_millis(10));
-            }
-        }
-    }
+driven_by_itself! {
+    impl for btl_std::SmModule;
+    impl for btl_std::Bml;
+    impl<T: Transport> for Module<T>;
 }
 
 /// Why a run failed.
@@ -947,6 +911,13 @@ impl Side {
         len: usize,
         waiting: Waiting,
     ) -> Result<(), BenchError> {
+        // Where the peer said it takes puts: no more than it said.
+        if len as u64 > at.len {
+            return Err(BenchError::Protocol(MessageError::TooLarge {
+                total: len as u64,
+                max: at.len,
+            }));
+        }
         let local = MemSlice {
             handle: self.source.handle,
             offset: 0,

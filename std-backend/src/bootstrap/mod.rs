@@ -90,6 +90,17 @@ pub enum BootstrapError {
     /// The process is not in a static list.
     #[error("process {0} is not in the static peer list")]
     Unknown(ProcName),
+    /// The process is not of the job a launcher started: another job, or
+    /// a rank past the job's size.
+    #[error("process {proc} is not in the launcher's job ({job_size} processes of job {job})")]
+    NotInJob {
+        /// The process looked up.
+        proc: ProcName,
+        /// This process's job.
+        job: u64,
+        /// How many processes it has.
+        job_size: u32,
+    },
     /// A card did not parse.
     #[error("{source} (in {where_})")]
     Card {

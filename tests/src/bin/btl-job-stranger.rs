@@ -5,13 +5,15 @@
 //! but holds another key: rank 1 must refuse its handshake, while rank 0's
 //! own module, with the job's key, reaches rank 1 and is answered.
 //!
+//! A lookup of a rank past the job's size fails at once, naming the job.
+//!
 //! Exits 0 and prints `refused: REASON` when all of that holds.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use btl_std::bootstrap::{Job, Launcher, StaticPeers};
+use btl_std::bootstrap::{BootstrapError, Job, Launcher, StaticPeers};
 use btl_std::{Btl, BtlError, Event, LostReason, ModuleBuilder, Tag};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -57,6 +59,11 @@ fn run() -> Result<(), String> {
                 _ => None,
             })
             .map_err(|e| format!("rank 0 did not leave: {e}"));
+    }
+    // A rank past the job's size is none of the job's, at once.
+    match job.bootstrap().lookup(job.proc(job.size()), WAIT) {
+        Err(BootstrapError::NotInJob { job_size: 2, .. }) => {}
+        other => return Err(format!("rank 2 of a job of 2 was looked up: {other:?}")),
     }
     // The stranger: rank 1's card, rank 0's name, a key of its own.
     let card = job

@@ -366,9 +366,12 @@ impl Bootstrap for Pmix {
     }
 
     fn lookup(&self, proc: ProcName, timeout: Duration) -> Result<Card, BootstrapError> {
-        let unknown = || BootstrapError::Unknown(proc);
         if proc.job != self.name.job || proc.rank >= self.size {
-            return Err(unknown());
+            return Err(BootstrapError::NotInJob {
+                proc,
+                job: self.name.job,
+                job_size: self.size,
+            });
         }
         let mut peer = self.me;
         peer.rank = proc.rank;

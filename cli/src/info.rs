@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use btl_core::mca::{ListValue, Param, Params, Source, Version};
 use btl_std::ComponentInfo;
-use btl_std::bml::Outcome;
+use btl_std::bml::{Offer, Outcome};
 use serde::{Serialize, Serializer};
 
 /// Level names of ompi_info: who a parameter is for, and how deep it goes.
@@ -112,18 +112,17 @@ pub struct Chosen {
 }
 
 impl Selection {
-    /// What `list` makes of the components a `Bml` opens, knowing which
-    /// of `components` cannot run here; a component a `Bml` does not
-    /// hold (verbs) is said to run alone.
-    pub fn of(list: &ListValue, components: &[ComponentInfo]) -> Self {
+    /// What `list` makes of the components a `Bml` opens (its own and
+    /// those `offers` adds), knowing which of `components` cannot run here.
+    pub fn of(list: &ListValue, components: &[ComponentInfo], offers: &[Offer]) -> Self {
         let unavailable = |name: &str| {
             components
                 .iter()
                 .find(|c| c.name == name)
                 .and_then(|c| c.unavailable.clone())
         };
-        let chosen = btl_std::bml::choose(list).map(|choices| {
-            let mut lines: Vec<Chosen> = choices
+        let chosen = btl_std::bml::choose(list, offers).map(|choices| {
+            choices
                 .into_iter()
                 .map(|c| {
                     let outcome = match (&c.outcome, unavailable(&c.component)) {
@@ -137,16 +136,7 @@ impl Selection {
                         outcome,
                     }
                 })
-                .collect();
-            for c in components {
-                if !lines.iter().any(|l| l.component == c.name) {
-                    lines.push(Chosen {
-                        component: c.name.clone(),
-                        outcome: format!("runs alone, not beside the others (--btl {})", c.name),
-                    });
-                }
-            }
-            lines
+                .collect()
         });
         Selection {
             list: list.to_string(),
@@ -368,7 +358,7 @@ mod tests {
         reg.set(id, "8k", Source::ConfigFile { line: 7 })
             .expect("set");
         let components = vec![ComponentInfo::of(&demo)];
-        let selection = Selection::of(&ListValue::default(), &components);
+        let selection = Selection::of(&ListValue::default(), &components, &[]);
         Report::gather(
             BTL_FRAMEWORK,
             BTL_FRAMEWORK_VERSION,

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use btl_core::endpoint::ProcName;
 
+use btl_std::bml::Offer;
 use btl_std::bootstrap::Bootstrap;
-use btl_std::{Bml, ModuleBuilder, TcpModule, UdpModule};
+use btl_std::{Bml, ModuleBuilder};
 
 /// Environment variable holding the job key both sides prove.
 pub const JOB_KEY_VAR: &str = "BTL_JOB_KEY";
@@ -44,9 +45,10 @@ impl ParamSources {
         ParamSources { key, ..self }
     }
 
-    /// A builder of process `me`'s module, with these sources and key.
+    /// A builder of process `me`'s module, with these sources and key;
+    /// the `Bml`s it opens hold the verbs component too.
     pub fn builder(&self, me: ProcName) -> ModuleBuilder {
-        let mut builder = ModuleBuilder::new(me);
+        let mut builder = ModuleBuilder::new(me).offer(verbs_offer());
         if let Some(file) = &self.file {
             builder = builder.param_file(file);
         }
@@ -77,26 +79,6 @@ pub fn job_key() -> Option<Vec<u8>> {
         .map(String::into_bytes)
 }
 
-/// A TCP module of process `me`.
-pub fn tcp_module(
-    sources: &ParamSources,
-    me: ProcName,
-    bootstrap: Arc<dyn Bootstrap>,
-) -> Result<TcpModule, String> {
-    let builder = sources.builder(me).bootstrap(bootstrap);
-    builder.tcp().map_err(|e| e.to_string())
-}
-
-/// A UDP module of process `me`.
-pub fn udp_module(
-    sources: &ParamSources,
-    me: ProcName,
-    bootstrap: Arc<dyn Bootstrap>,
-) -> Result<UdpModule, String> {
-    let builder = sources.builder(me).bootstrap(bootstrap);
-    builder.udp().map_err(|e| e.to_string())
-}
-
 /// The modules `list` selects (the `btl` parameter's syntax; `None`: what
 /// the parameter's sources say, else `self,sm,tcp`) for process `me`,
 /// under one `Bml`, its card published through `bootstrap` (`None`: a run
@@ -122,36 +104,22 @@ pub fn open_bml(
     builder.open().map_err(|e| e.to_string())
 }
 
-/// The verbs module a run opens.
+/// The verbs component, on the RDMA device the parameters choose
+/// (`btl_verbs_device`, else the first one).
 #[cfg(feature = "rdma")]
-pub type VerbsModule = btl_verbs::module::RdmaModule;
-
-/// What stands for a verbs module in a build without RDMA support (none is
-/// ever made).
-#[cfg(not(feature = "rdma"))]
-pub type VerbsModule = TcpModule;
-
-/// A verbs module of process `me`, on the RDMA device the parameters
-/// choose (`btl_verbs_device`, else the first one).
-#[cfg(feature = "rdma")]
-pub fn verbs_module(
-    sources: &ParamSources,
-    me: ProcName,
-    bootstrap: Arc<dyn Bootstrap>,
-) -> Result<VerbsModule, String> {
-    let builder = sources.builder(me).bootstrap(bootstrap);
-    btl_verbs::module::open(builder).map_err(|e| e.to_string())
+pub fn verbs_offer() -> Offer {
+    Offer::new(btl_verbs::module::VerbsOffer)
 }
 
-/// What a build without RDMA support says when asked for a verbs module.
-/// (Its `Ok` type is any module's: none is ever made.)
+/// What a build without RDMA support offers for verbs: a component that
+/// says so when a list names it.
 #[cfg(not(feature = "rdma"))]
-pub fn verbs_module(
-    _sources: &ParamSources,
-    _me: ProcName,
-    _bootstrap: Arc<dyn Bootstrap>,
-) -> Result<VerbsModule, String> {
-    Err("verbs: this build has no RDMA support (build btl with `--features rdma`)".to_owned())
+pub fn verbs_offer() -> Offer {
+    Offer::unavailable(
+        "verbs",
+        btl_core::mca::Exclusivity::DEFAULT,
+        "this build has no RDMA support (build btl with `--features rdma`)",
+    )
 }
 
 /// A scratch directory for a local run's bootstrap, removed when dropped.

@@ -12,16 +12,13 @@ use btl_cli::bench::alltoall::AlltoallPlan;
 use btl_cli::bench::{self, BenchError, Driven, Plan, Side, Test, Waiting};
 use btl_cli::info::{Filter, Report, Selection};
 use btl_cli::job;
-use btl_cli::launch::{
-    ParamSources, RunDir, VerbsModule, open_bml, tcp_module, udp_module, verbs_module,
-};
+use btl_cli::launch::{ParamSources, RunDir, open_bml};
 use btl_core::btl::{Btl, BtlError, LostReason};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::mca::{BTL_FRAMEWORK, BTL_FRAMEWORK_VERSION, Params};
-use btl_std::bootstrap::{Bootstrap, Card, Contact, SharedDir, StaticPeers};
+use btl_std::bootstrap::{Bootstrap, Contact, SharedDir, StaticPeers};
 use btl_std::config::sources::{apply_environment, apply_file, default_param_file};
-use btl_std::driver::module::{Module, Transport};
-use btl_std::{Bml, ComponentInfo, ParamRegistry, register_all};
+use btl_std::{ComponentInfo, ParamRegistry, register_all};
 use clap::{Parser, Subcommand};
 
 /// btl, a byte transfer layer: inspect and exercise its components.
@@ -59,15 +56,6 @@ enum Command {
     /// A CPU-bound process for `--load` (spins until killed).
     #[command(hide = true)]
     Spin,
-}
-
-/// The network BTL `btl serve` and `btl connect` use across hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Network {
-    /// TCP over the kernel's sockets.
-    Tcp,
-    /// UDP, made reliable by the engine.
-    Udp,
 }
 
 /// How a waiting process moves the BTL forward.
@@ -217,9 +205,10 @@ fn pin_to(cpu: usize) -> Result<(), String> {
 
 #[derive(Debug, clap::Args)]
 struct ServeArgs {
-    /// The BTL to serve on.
-    #[arg(long = "btl", value_enum, default_value = "tcp")]
-    network: Network,
+    /// The BTLs to serve on, in the `btl` parameter's syntax (`tcp`,
+    /// `udp`, `tcp,udp`); with --tap, `tcp` or `udp`.
+    #[arg(long, default_value = "tcp")]
+    btl: String,
     /// Largest message a client may send (k, M suffixes): what the server
     /// holds for one client at most, and the longest reply it sends.
     #[arg(long, default_value = "4M", value_parser = parse_size)]
@@ -485,7 +474,7 @@ fn info(args: InfoArgs) -> Result<(), Failure> {
         .and_then(|id| params.list(id).ok())
         .cloned()
         .unwrap_or_default();
-    let selection = Selection::of(&list, &components);
+    let selection = Selection::of(&list, &components, &[btl_cli::launch::verbs_offer()]);
     let report = Report::gather(
         BTL_FRAMEWORK,
         BTL_FRAMEWORK_VERSION,
@@ -534,7 +523,9 @@ fn parse_size(text: &str) -> Result<usize, String> {
     usize::try_from(bytes).map_err(|_| format!("{text} is too large"))
 }
 
-/// Job number of `btl serve` and `btl connect`: both must agree on it.
+/// Job number of `btl serve`: a client that reaches it by its address
+/// learns it from its handshake; one that finds its card in `--dir` looks
+/// it up by it.
 const REMOTE_JOB: u64 = 0x6274_6c00;
 /// How long a local run's peer may take to appear.
 const PEER_START: std::time::Duration = std::time::Duration::from_secs(30);
@@ -571,13 +562,6 @@ fn test_name(test: Test) -> &'static str {
         Test::PingPong => "pingpong",
         Test::Bandwidth => "bw",
         Test::Rate => "rate",
-    }
-}
-
-fn network_name(network: Network) -> &'static str {
-    match network {
-        Network::Tcp => "tcp",
-        Network::Udp => "udp",
     }
 }
 
@@ -637,25 +621,10 @@ fn progress_bar(len: u64, json: bool) -> indicatif::ProgressBar {
     indicatif::ProgressBar::new(len)
 }
 
-/// What a local run's `--btl` list asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Local {
-    /// `self` alone: one process.
-    Within,
-    /// `verbs`, which a `Bml` does not hold: its own module.
-    Verbs,
-    /// Anything else: a `Bml` of what the list selects.
-    Bml,
-}
-
-impl Local {
-    fn of(list: Option<&str>) -> Self {
-        match list.map(str::trim) {
-            Some("self") => Local::Within,
-            Some("verbs") => Local::Verbs,
-            _ => Local::Bml,
-        }
-    }
+/// Whether a local run's `--btl` list asks for `self` alone: one
+/// process, no peer to start.
+fn within(list: Option<&str>) -> bool {
+    list.map(str::trim) == Some("self")
 }
 
 /// `btl pingpong|bw|rate`: the second process is started here, on
@@ -670,8 +639,7 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         WaitMode::Block => "blocking",
     };
     let list = args.btl.as_deref();
-    let local = Local::of(list);
-    if local == Local::Within {
+    if within(list) {
         let me = ProcName::new(0, 0);
         let mut m = open_bml(&sources, me, None, list)?;
         let ep = m.reach(me, PEER_START).map_err(|e| e.to_string())?;
@@ -692,10 +660,7 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     let me = ProcName::new(job, 0);
     // What cannot open here (no RDMA device, a bad list) is known before
     // a peer process is started for nothing.
-    let mut opened = match local {
-        Local::Verbs => Opened::Verbs(Box::new(verbs_module(&sources, me, boot.clone())?)),
-        _ => Opened::Bml(open_bml(&sources, me, Some(boot.clone()), list)?),
-    };
+    let mut m = open_bml(&sources, me, Some(boot.clone()), list)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("peer")
@@ -747,22 +712,16 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
             placement(pinning)
         )
     };
-    let result = match &mut opened {
-        Opened::Verbs(m) => {
-            let title = title("verbs");
-            measure(m, peer_name, &to, &plan, &args, &title).map(|rows| (rows, "verbs", title))
-        }
-        Opened::Bml(m) => m
-            .reach(peer_name, PEER_START)
-            .map_err(|e| e.to_string())
-            .and_then(|ep| {
-                let over = m.carrier(ep).unwrap_or("bml");
-                let title = title(over);
-                lead(m, ep, &plan, &args, &title)
-                    .map(|rows| (rows, over, title))
-                    .map_err(|e| failure_with(&e, &to))
-            }),
-    };
+    let result = m
+        .reach(peer_name, PEER_START)
+        .map_err(|e| e.to_string())
+        .and_then(|ep| {
+            let over = m.carrier(ep).unwrap_or("bml");
+            let title = title(over);
+            lead(&mut m, ep, &plan, &args, &title)
+                .map(|rows| (rows, over, title))
+                .map_err(|e| failure_with(&e, &to))
+        });
     let result = match result {
         Ok((rows, over, title)) if args.baseline => {
             baseline(&plan, &args, over, dir.path(), &rows, &title)
@@ -778,27 +737,6 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         return Err(format!("the peer process failed: {status}").into());
     }
     Ok(())
-}
-
-/// The module a local run opened.
-enum Opened {
-    Verbs(Box<VerbsModule>),
-    Bml(Bml),
-}
-
-/// Looks the peer `server` up over `m`, runs `plan` against it and says,
-/// on failure, what went wrong with `to` in words.
-fn measure<T: Transport>(
-    m: &mut Module<T>,
-    server: ProcName,
-    to: &str,
-    plan: &Plan,
-    args: &RunArgs,
-    title: &str,
-) -> Result<Vec<bench::Row>, String> {
-    let lookup = m.transport().lookup_timeout();
-    let ep = m.reach(server, lookup).map_err(|e| e.to_string())?;
-    lead(m, ep, plan, args, title).map_err(|e| failure_with(&e, to))
 }
 
 /// A run's failure as the user reads it: why `to` was lost, in words.
@@ -829,6 +767,7 @@ fn failure_with(e: &BenchError, to: &str) -> String {
         LostReason::Restarted => format!("{to} restarted"),
         LostReason::Removed => format!("{to} was removed"),
         LostReason::Exited => format!("{to} ended without a goodbye (killed or crashed)"),
+        LostReason::Duplicate => format!("{to} is already a peer of this process"),
     }
 }
 
@@ -1025,23 +964,13 @@ fn peer(args: PeerArgs) -> Result<(), String> {
     let me = ProcName::new(args.job, 1);
     let lead_name = ProcName::new(args.job, 0);
     let wait = args.wait.into();
-    let answer = |m: &mut dyn FnMut() -> Result<(), BenchError>| m().map_err(|e| e.to_string());
-    let over = match Local::of(args.btl.as_deref()) {
-        Local::Within => return Err("a self run has no peer process".into()),
-        Local::Verbs => {
-            let mut m = verbs_module(&sources, me, boot)?;
-            m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
-            answer(&mut || bench::answer(&mut m, args.max_size, wait, PEER_START))?;
-            "verbs"
-        }
-        Local::Bml => {
-            let mut m = open_bml(&sources, me, Some(boot), args.btl.as_deref())?;
-            let ep = m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
-            let over = m.carrier(ep).unwrap_or("bml");
-            answer(&mut || bench::answer(&mut m, args.max_size, wait, PEER_START))?;
-            over
-        }
-    };
+    if within(args.btl.as_deref()) {
+        return Err("a self run has no peer process".into());
+    }
+    let mut m = open_bml(&sources, me, Some(boot), args.btl.as_deref())?;
+    let ep = m.reach(lead_name, PEER_START).map_err(|e| e.to_string())?;
+    let over = m.carrier(ep).unwrap_or("bml");
+    bench::answer(&mut m, args.max_size, wait, PEER_START).map_err(|e| e.to_string())?;
     if args.baseline {
         RawListener::open(over, &args.dir)?.answer(wait)?;
     }
@@ -1124,52 +1053,53 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
     if let (Some(tap), Some(address)) = (&args.tap, &args.address) {
         return serve_tap(&args, tap, address, &sources, printed_key, me, &stop);
     }
-    match args.network {
-        Network::Tcp => serve_on(tcp_module(&sources, me, boot)?, &args, printed_key, &stop),
-        Network::Udp => serve_on(udp_module(&sources, me, boot)?, &args, printed_key, &stop),
-    }
-}
-
-/// Serves on `m` until `stop`; then prints one line, `served: ` and a JSON
-/// object: runs ended, clients dropped for breaking the benchmark's
-/// protocol, what the engine held at the end (peers, links, registrations)
-/// and the refusals of strangers by reason.
-fn serve_on<T: Transport>(
-    mut m: Module<T>,
-    args: &ServeArgs,
-    key: Option<&str>,
-    stop: &AtomicBool,
-) -> Result<(), Failure> {
+    let mut m = open_bml(&sources, me, Some(boot), Some(&args.btl))?;
     let lines: Vec<String> = m
-        .transport()
-        .card()
-        .contacts
+        .contacts()
         .iter()
         .map(|c| {
             let at = format!("{} {}", c.component, c.addr);
-            connect_line(&at, &c.addr.to_string(), &c.component, key)
+            connect_line(&at, &c.addr.to_string(), &c.component, printed_key)
         })
         .collect();
-    announce(&lines);
-    let mut side = Side::new(&mut m, args.max_size, 1).map_err(|e| e.to_string())?;
-    let wait: Waiting = args.wait.into();
-    while !stop.load(Ordering::Relaxed) {
-        side.serve_once(&mut m, wait);
+    if lines.is_empty() {
+        return Err(Failure::Usage(format!(
+            "--btl {} selects no module that listens for clients: name tcp or udp",
+            args.btl
+        )));
     }
+    announce(&lines);
+    let served = serve_until(&mut m, &args, &stop)?;
     let usage = m.usage();
     let summary = serde_json::json!({
-        "runs": side.runs(),
-        "dropped": side.dropped(),
+        "runs": served.runs(),
+        "dropped": served.dropped(),
         "peers": usage.peers,
         "links": usage.links,
         "registrations": usage.registrations,
-        "refused": m.refusals().by_reason(),
+        "refused": m.refusals(),
     });
     // What is owed goes out, then every client is told.
     let _ = m.flush(Duration::from_secs(1));
     m.finalize();
     say(format!("served: {summary}"));
     Ok(())
+}
+
+/// Serves the benchmark on `server` until `stop`: the side that served,
+/// for its counts (runs ended, clients dropped for breaking the
+/// benchmark's protocol).
+fn serve_until<B: Driven>(
+    server: &mut B,
+    args: &ServeArgs,
+    stop: &AtomicBool,
+) -> Result<Side, Failure> {
+    let mut side = Side::new(server.btl(), args.max_size, 1).map_err(|e| e.to_string())?;
+    let wait: Waiting = args.wait.into();
+    while !stop.load(Ordering::Relaxed) {
+        side.serve_once(server, wait);
+    }
+    Ok(side)
 }
 
 /// `btl serve --tap`: the same service on the engine over smoltcp,
@@ -1193,17 +1123,20 @@ fn serve_tap(
         let on = format!("{component} {at} (smoltcp on {tap})");
         connect_line(&on, &at, component, printed_key)
     };
-    match args.network {
-        Network::Tcp => {
+    match args.btl.trim() {
+        "tcp" => {
             let server = btl_cli::tap::tcp(&builder, me, key, tap, cidr, args.port)?;
             announce(&[line("tcp")]);
             serve_driven(server, args, stop)
         }
-        Network::Udp => {
+        "udp" => {
             let server = btl_cli::tap::udp(&builder, me, key, tap, cidr, args.port)?;
             announce(&[line("udp")]);
             serve_driven(server, args, stop)
         }
+        other => Err(Failure::Usage(format!(
+            "--tap serves tcp or udp, one of them, not {other}"
+        ))),
     }
 }
 
@@ -1214,11 +1147,7 @@ fn serve_driven<B: Driven>(
     args: &ServeArgs,
     stop: &AtomicBool,
 ) -> Result<(), Failure> {
-    let mut side = Side::new(server.btl(), args.max_size, 1).map_err(|e| e.to_string())?;
-    let wait: Waiting = args.wait.into();
-    while !stop.load(Ordering::Relaxed) {
-        side.serve_once(&mut server, wait);
-    }
+    let side = serve_until(&mut server, args, stop)?;
     let summary = serde_json::json!({ "runs": side.runs(), "dropped": side.dropped() });
     server.btl().finalize();
     for _ in 0..100 {
@@ -1245,32 +1174,33 @@ fn announce(lines: &[String]) {
     let _ = out.flush();
 }
 
-/// The server's contact from what the user typed: HOST:PORT for the
-/// component chosen, or an endpoint address, which must name it.
-fn server_contact(text: &str, network: Network) -> Result<Contact, Failure> {
-    let component = network_name(network);
-    if let Ok(addr) = text.parse::<std::net::SocketAddr>() {
-        return Ok(Contact {
-            component: component.to_string(),
-            addr,
-            prefix: if addr.is_ipv4() { 32 } else { 128 },
-        });
+/// How long `btl connect` waits for its server to listen and answer.
+const SERVER_START: Duration = Duration::from_secs(10);
+
+/// Where the server is, from what the user typed: HOST:PORT, or an
+/// endpoint address, whose component (`tcp`, `udp`) the `--btl` list must
+/// select if one is given; the address to connect to and the BTL list.
+fn server_at(text: &str, btl: Option<&str>) -> Result<(String, String), Failure> {
+    let list = btl.unwrap_or("tcp").to_owned();
+    if !text.contains('@') {
+        return Ok((text.to_owned(), list));
     }
     let contact = Contact::from_address(text).map_err(|e| {
         Failure::Usage(format!(
             "`{text}` is neither HOST:PORT nor an endpoint address: {e}"
         ))
     })?;
-    if contact.component != component {
-        return Err(Failure::Usage(format!(
-            "`{text}` is a {0} address: give --btl {0}",
-            contact.component
-        )));
+    let component = contact.component;
+    match btl {
+        Some(list) if list.trim() != component => Err(Failure::Usage(format!(
+            "`{text}` is a {component} address: give --btl {component}"
+        ))),
+        _ => Ok((contact.addr.to_string(), component)),
     }
-    Ok(contact)
 }
 
-/// `btl connect ADDRESS`: runs a measurement against `btl serve`.
+/// `btl connect ADDRESS`: runs a measurement against `btl serve`, which it
+/// reaches by its address alone (or by its card in `--dir`).
 fn connect(args: ConnectArgs) -> Result<(), Failure> {
     let test = match args.test {
         TestName::Pingpong => Test::PingPong,
@@ -1278,62 +1208,44 @@ fn connect(args: ConnectArgs) -> Result<(), Failure> {
         TestName::Rate => Test::Rate,
     };
     let run = args.run;
-    let network = match run.btl.as_deref().map(str::trim) {
-        None | Some("tcp") => Network::Tcp,
-        Some("udp") => Network::Udp,
-        Some(other) => {
-            return Err(Failure::Usage(format!(
-                "connect needs --btl tcp or --btl udp, not {other}"
-            )));
-        }
-    };
     let plan = plan(test, &run)?;
     let mut sources = ParamSources::new(run.param_file.clone(), false);
     if let Some(key) = args.key {
         sources = sources.with_key(Some(key.into_bytes()));
     }
-    let server = ProcName::new(REMOTE_JOB, 0);
-    let me = ProcName::new(REMOTE_JOB, 1 + std::process::id());
-    let (boot, to): (Arc<dyn Bootstrap>, String) = match (args.address, &args.dir) {
+    // A name of its own that no other client of the server has.
+    let mut job = [0u8; 8];
+    getrandom::fill(&mut job).map_err(|e| format!("the OS random generator: {e}"))?;
+    let me = ProcName::new(u64::from_le_bytes(job) >> 1, 0);
+    let (mut m, ep, to) = match (args.address, &args.dir) {
         (Some(address), _) => {
-            let mut card = Card::new(server);
-            card.contacts.push(server_contact(&address, network)?);
-            let list = StaticPeers::parse(&card.to_string(), "the address given")
-                .map_err(|e| e.to_string())?;
-            (Arc::new(list), address)
+            let (at, list) = server_at(&address, run.btl.as_deref())?;
+            let alone: Arc<dyn Bootstrap> =
+                Arc::new(StaticPeers::new(Vec::new(), "a client of one server"));
+            let mut m = open_bml(&sources, me, Some(alone), Some(&list))?;
+            let (ep, _) = m.connect_to(&at, SERVER_START).map_err(|e| e.to_string())?;
+            (m, ep, address)
         }
-        (None, Some(dir)) => (
-            Arc::new(SharedDir::new(dir)),
-            format!("(card in {})", dir.display()),
-        ),
+        (None, Some(dir)) => {
+            let list = run.btl.as_deref().unwrap_or("tcp");
+            let mut m = open_bml(
+                &sources,
+                me,
+                Some(Arc::new(SharedDir::new(dir))),
+                Some(list),
+            )?;
+            let server = ProcName::new(REMOTE_JOB, 0);
+            let ep = m.reach(server, SERVER_START).map_err(|e| e.to_string())?;
+            (m, ep, format!("(card in {})", dir.display()))
+        }
         (None, None) => return Err(Failure::Usage("give the server's address or --dir".into())),
     };
-    let title = format!(
-        "btl {} over {} to {}",
-        test_name(test),
-        network_name(network),
-        to
-    );
+    let over = m.carrier(ep).unwrap_or("bml");
+    let title = format!("btl {} over {over} to {to}", test_name(test));
     let to = format!("the server at {to}");
-    let rows = match network {
-        Network::Tcp => measure(
-            &mut tcp_module(&sources, me, boot)?,
-            server,
-            &to,
-            &plan,
-            &run,
-            &title,
-        ),
-        Network::Udp => measure(
-            &mut udp_module(&sources, me, boot)?,
-            server,
-            &to,
-            &plan,
-            &run,
-            &title,
-        ),
-    };
-    rows.map(|_| ()).map_err(Failure::Run)
+    lead(&mut m, ep, &plan, &run, &title)
+        .map(|_| ())
+        .map_err(|e| Failure::Run(failure_with(&e, &to)))
 }
 
 #[cfg(test)]

@@ -242,6 +242,108 @@ fn connect_runs_against_serve() {
     }
 }
 
+/// A loopback port nothing listens on now (bound, then let go).
+fn free_port() -> u16 {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    socket.local_addr().expect("its address").port()
+}
+
+#[test]
+fn connect_waits_for_a_server_started_after_it() {
+    let port = free_port().to_string();
+    let key = "a key both sides were given";
+    // Bounded by itself: it waits 10 s at most for a server.
+    let client = btl_cmd(&[
+        "connect",
+        &format!("127.0.0.1:{port}"),
+        "--max-size",
+        "64",
+        "--iters",
+        "5",
+        "--json",
+    ])
+    .env("BTL_JOB_KEY", key)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("connect starts");
+    std::thread::sleep(Duration::from_millis(500));
+    let _server = Reaper(
+        btl_cmd(&["serve"])
+            .env("BTL_JOB_KEY", key)
+            .env("BTL_TCP_IF_INCLUDE", "lo")
+            .env("BTL_TCP_PORT_MIN", &port)
+            .env("BTL_TCP_PORT_RANGE", "1")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("serve starts"),
+    );
+    let out = client.wait_with_output().expect("connect ends");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rows(&out).len(), 7, "1 to 64 bytes, measured");
+}
+
+#[test]
+fn serve_listens_on_every_btl_its_list_selects() {
+    let mut server = Reaper(
+        btl_cmd(&["serve", "--btl", "tcp,udp"])
+            .env("BTL_TCP_IF_INCLUDE", "lo")
+            .env("BTL_UDP_IF_INCLUDE", "lo")
+            .env("BTL_JOB_KEY", "k")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("serve starts"),
+    );
+    let mut stdout = BufReader::new(server.0.stdout.take().expect("piped"));
+    // A line per address (127.0.0.1 and ::1 of each), until both came.
+    let mut at: Vec<(&str, String)> = Vec::new();
+    while !(at.iter().any(|a| a.0 == "tcp") && at.iter().any(|a| a.0 == "udp")) {
+        assert!(at.len() < 8, "{at:?}");
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("a line per address");
+        let component = if line.starts_with("listening on tcp ") {
+            "tcp"
+        } else if line.starts_with("listening on udp ") {
+            "udp"
+        } else {
+            panic!("{line:?}");
+        };
+        let address = line
+            .split_whitespace()
+            .find(|w| w.parse::<std::net::SocketAddr>().is_ok())
+            .unwrap_or_else(|| panic!("an address in {line:?}"))
+            .to_string();
+        at.push((component, address));
+    }
+    for (component, address) in &at {
+        let out = btl_cmd(&[
+            "connect",
+            address,
+            "--btl",
+            component,
+            "--max-size",
+            "64",
+            "--iters",
+            "5",
+            "--json",
+        ])
+        .env("BTL_JOB_KEY", "k")
+        .output()
+        .expect("btl runs");
+        assert!(
+            out.status.success(),
+            "{component}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc = rows(&out);
+        assert!(!doc.is_empty());
+    }
+}
+
 #[test]
 fn baseline_runs_the_same_plan_over_a_raw_socket_and_draws_it() {
     let svg = std::env::temp_dir().join(format!("btl-baseline-{}.svg", std::process::id()));

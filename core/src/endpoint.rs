@@ -22,9 +22,26 @@ pub struct ProcName {
 }
 
 impl ProcName {
+    /// The job of the names a process gives the peers it reaches by
+    /// address alone, until their handshake tells their own. No process
+    /// may announce a name of this job: a handshake that does is refused.
+    pub const UNNAMED_JOB: u64 = u64::MAX;
+
     /// The process `rank` of `job`.
     pub const fn new(job: u64, rank: u32) -> Self {
         ProcName { job, rank }
+    }
+
+    /// The `n`th name this process gives a peer it reaches by address
+    /// alone ([`UNNAMED_JOB`](Self::UNNAMED_JOB)).
+    pub const fn unnamed(n: u32) -> Self {
+        ProcName::new(Self::UNNAMED_JOB, n)
+    }
+
+    /// Whether this is a stand-in for a peer reached by address, whose
+    /// own name is not known yet.
+    pub const fn is_unnamed(&self) -> bool {
+        self.job == Self::UNNAMED_JOB
     }
 }
 
@@ -213,6 +230,18 @@ impl<T, E: BorrowMut<[EndpointSlot<T>]>, O: BorrowMut<[u16]>> EndpointTable<T, E
             .get(key_of(id))
             .map(|k| k.proc)
             .ok_or(EndpointError::Unknown(id))
+    }
+
+    /// Gives endpoint `id` the name `proc` (a peer reached by address
+    /// learned its own from its handshake). The caller makes sure no other
+    /// endpoint has that name.
+    pub fn rename(&mut self, id: EndpointId, proc: ProcName) -> Result<(), EndpointError> {
+        let known = self
+            .table
+            .get_mut(key_of(id))
+            .ok_or(EndpointError::Unknown(id))?;
+        known.proc = proc;
+        Ok(())
     }
 
     /// How many references an endpoint has (0 if it does not exist).

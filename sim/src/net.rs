@@ -12,13 +12,15 @@
 //! function of its seed. turmoil loses and reorders datagrams; `SimNet`
 //! adds duplication.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -38,14 +40,18 @@ pub struct SimNet {
 }
 
 /// SplitMix64, shared by a host's network and its datagram sockets: a
-/// bijection of a counter, deterministic from its seed.
+/// bijection of a counter, deterministic from its seed. (Atomic only so
+/// that a socket may be `Send`, as a verbs module's side channel must be:
+/// a simulation runs on one thread.)
 #[derive(Debug, Clone)]
-struct Random(Rc<Cell<u64>>);
+struct Random(Arc<AtomicU64>);
 
 impl Random {
     fn next(&self) -> u64 {
-        let s = self.0.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        self.0.set(s);
+        let s = self
+            .0
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = s;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -58,7 +64,7 @@ impl SimNet {
     /// epoch) comes from `seed`: give each start of each host its own.
     pub fn new(seed: u64) -> Self {
         SimNet {
-            random: Random(Rc::new(Cell::new(seed))),
+            random: Random(Arc::new(AtomicU64::new(seed))),
             duplication: 0,
         }
     }

@@ -23,6 +23,7 @@ use btl_core::engine::config::EngineConfig;
 use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
 use btl_sim::SimNet;
 use btl_std::bootstrap::{Card, Contact, StaticPeers};
+use btl_std::driver::directory::Directory;
 use btl_std::driver::module::Module;
 use btl_std::driver::net::Net;
 use btl_std::transports::tcp::{Tcp, TcpConfig, TcpSetup};
@@ -217,13 +218,15 @@ impl SimModule {
                     btl_core::engine::Capacities::SOCKET_MODULE,
                     Duration::ZERO,
                     net,
-                    move |net, registry| {
+                    Directory::new(me, "verbs", boot, setup.lookup_timeout),
+                    move |net, registry, directory| {
                         let nonces = Box::new(move || {
                             let mut n = [0u8; 16];
                             n[..8].copy_from_slice(&nonces.next().to_le_bytes());
                             n[8..].copy_from_slice(&nonces.next().to_le_bytes());
                             n
                         });
+                        let boot = directory.bootstrap();
                         Verbs::start(me, setup, hca, boot, net, registry, nonces)
                     },
                 )

@@ -24,7 +24,7 @@ use btl_core::mca::{Component, ListValue, Params, Source, register_framework_par
 use btl_core::pool::PoolCell;
 
 use crate::ParamRegistry;
-use crate::bml::{Bml, Member, Outcome, Shared};
+use crate::bml::{Bml, Member, Offer, Outcome, Shared};
 use crate::bootstrap::{Bootstrap, BootstrapError, OneCard, SharedDir, StaticPeers};
 use crate::config::sources::{
     SourceError, apply_environment, apply_file, default_param_file, warn_environment_mistakes,
@@ -62,6 +62,8 @@ pub struct ModuleBuilder {
     param_file: Option<PathBuf>,
     environment: bool,
     loopback: bool,
+    /// Components of other crates a `Bml` may hold.
+    offers: Vec<Offer>,
 }
 
 /// Why a module could not be opened.
@@ -116,7 +118,21 @@ impl ModuleBuilder {
             param_file: None,
             environment: true,
             loopback: false,
+            offers: Vec::new(),
         }
+    }
+
+    /// Offers the `Bml`s this builder opens a component of another crate
+    /// (the verbs one): the `btl` list selects it as it does the others,
+    /// by its name, and ranks it by its exclusivity.
+    pub fn offer(mut self, offer: Offer) -> Self {
+        self.offers.push(offer);
+        self
+    }
+
+    /// The components of other crates offered so far.
+    pub fn offers(&self) -> &[Offer] {
+        &self.offers
     }
 
     /// Finds peers through `bootstrap` (and publishes this process there).
@@ -172,10 +188,11 @@ impl ModuleBuilder {
     /// [`Bml::selection`] says why.
     pub fn open(self) -> Result<Bml, OpenError> {
         let list = self.selection_list()?;
-        let mut choices = crate::bml::choose(&list).map_err(|reason| OpenError::Param {
-            name: "btl".into(),
-            reason,
-        })?;
+        let mut choices =
+            crate::bml::choose(&list, &self.offers).map_err(|reason| OpenError::Param {
+                name: "btl".into(),
+                reason,
+            })?;
         let bootstrap: Arc<dyn Bootstrap> = Arc::new(OneCard::new(self.peers()?));
         let mut members: Vec<Box<dyn Member>> = Vec::new();
         for choice in &mut choices {
@@ -265,12 +282,15 @@ impl ModuleBuilder {
                     .map_err(io("udp"))?;
                 Box::new(module)
             }
-            other => {
-                return Err(OpenError::NotAvailable {
-                    component: "btl",
-                    reason: format!("no component {other}"),
-                });
-            }
+            other => match self.offers.iter().find(|o| o.name() == other) {
+                Some(offer) => offer.open(self.clone().bootstrap(Arc::clone(bootstrap)))?,
+                None => {
+                    return Err(OpenError::NotAvailable {
+                        component: "btl",
+                        reason: format!("no component {other}"),
+                    });
+                }
+            },
         })
     }
 
@@ -342,13 +362,19 @@ impl ModuleBuilder {
         build: impl FnOnce(C::Module, Opening) -> Result<M, OpenError>,
     ) -> Result<M, OpenError> {
         let setup = self.setup(component)?;
-        let opening = Opening {
+        build(setup, self.opening()?)
+    }
+
+    /// What this builder knows of the process, for a module opened
+    /// outside it (an [`Offered`](crate::bml::Offered) component's): its
+    /// name, bootstrap, key, and whether the run stays on loopback.
+    pub fn opening(&self) -> Result<Opening, OpenError> {
+        Ok(Opening {
             me: self.me,
             bootstrap: self.peers()?,
-            job_key: self.job_key,
+            job_key: self.job_key.clone(),
             loopback: self.loopback,
-        };
-        build(setup, opening)
+        })
     }
 
     /// Opens the loopback module, which reaches this process only.

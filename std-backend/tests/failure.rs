@@ -160,7 +160,7 @@ fn a_first_message_to_a_closed_port_is_refused<T: Transport>(
     let (boot, dir, na, nb) = job(job_id);
     let mut a = build(na, boot.clone());
     let mut b = build(nb, boot.clone());
-    let card = b.transport().card().clone();
+    let card = b.directory().card().clone();
     b.abort_on_drop();
     drop(b);
     boot.publish(&card).expect("B's card, left behind");
@@ -498,7 +498,7 @@ fn a_udp_peer_that_never_answers_is_lost_to_the_handshake_timeout() {
     setup.engine.handshake_timeout = btl_core::time::Duration::from_millis(300);
     let mut a = setup.build(na, Some(b"k"), boot.clone()).expect("A");
     let mut b = udp().build(nb, Some(b"k"), boot.clone()).expect("B");
-    let card = b.transport().card().clone();
+    let card = b.directory().card().clone();
     b.abort_on_drop();
     drop(b);
     // Something holds B's port and answers nothing: no refusal comes.

@@ -13,7 +13,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use btl_core::btl::{Access, BtlError, MemHandle};
@@ -21,11 +20,11 @@ use btl_core::endpoint::ProcName;
 use btl_core::engine::driver::{Io, Nonces};
 use btl_core::engine::{ConnectRequest, LinkId, Stream};
 use btl_core::time::Instant;
-use btl_std::bootstrap::{Bootstrap, Card, Contact, LookupError, PeerContacts};
+use btl_std::bootstrap::{Bootstrap, Contact, LookupError};
+use btl_std::driver::directory::Directory;
 use btl_std::driver::heap::Buffer;
-use btl_std::driver::module::{EventOf, StdEngine, Transport as ModuleTransport};
+use btl_std::driver::module::{Context, EventOf, StdEngine, Transport as ModuleTransport};
 use btl_std::driver::net::{Net, Readiness, RegistryOf, Watch};
-use btl_std::driver::refusals::Refusals;
 
 use crate::cpc::{Cpc, Oob, OobConfig};
 use crate::provider::Provider;
@@ -53,35 +52,31 @@ pub struct VerbsSetup {
 /// The verbs side of a module, on provider `P` and network `N`.
 pub struct Verbs<P: Provider, N: Net> {
     net: N,
-    me: ProcName,
-    bootstrap: Arc<dyn Bootstrap>,
     links: Transport<P>,
     book: AddressBook,
-    peers: PeerContacts,
-    card: Card,
-    refusals: Refusals,
-    lookup_timeout: Duration,
+    /// Where its side channel listens.
+    side: Contact,
 }
 
 impl<P, N> Verbs<P, N>
 where
     P: Provider + 'static,
     N: Net + 'static,
-    N::Datagram: 'static,
+    N::Datagram: Send + 'static,
 {
-    /// Binds the side channel, registers it with the poller, publishes
-    /// this process's card and readies the queue pair transport on
-    /// `provider`; each new link's handshake nonce comes from `nonces`
-    /// (fresh random bytes: the job key's proof binds them).
+    /// Binds the side channel (where `bootstrap` assigns `me`, if it
+    /// does), registers it with the poller and readies the queue pair
+    /// transport on `provider`; each new link's handshake nonce comes from
+    /// `nonces` (fresh random bytes: the job key's proof binds them).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         me: ProcName,
         setup: VerbsSetup,
         provider: P,
-        bootstrap: Arc<dyn Bootstrap>,
+        bootstrap: &dyn Bootstrap,
         net: N,
         registry: &RegistryOf<N>,
-        nonces: Box<dyn Nonces>,
+        nonces: Box<dyn Nonces + Send>,
     ) -> io::Result<Self> {
         // A bootstrap that assigns this process its place (a static list)
         // is obeyed; otherwise the setup's address, on any port it says.
@@ -91,13 +86,11 @@ where
         let (bind_at, prefix) = assigned.unwrap_or(setup.side);
         let (mut socket, at) = net.bind(bind_at)?;
         socket.watch(registry, SIDE, false)?;
-        let mut card = Card::new(me);
-        card.contacts.push(Contact {
+        let side = Contact {
             component: NAME.to_owned(),
             addr: at,
             prefix,
-        });
-        bootstrap.publish(&card).map_err(io::Error::other)?;
+        };
         let book = AddressBook::new();
         let mut cpc = Oob::new(setup.oob);
         let params = btl_core::mca::Registry::<1>::new();
@@ -115,14 +108,9 @@ where
         .map_err(io::Error::other)?;
         Ok(Verbs {
             net,
-            me,
-            bootstrap,
             links,
             book,
-            peers: PeerContacts::new(NAME),
-            card,
-            refusals: Refusals::default(),
-            lookup_timeout: setup.lookup_timeout,
+            side,
         })
     }
 
@@ -135,7 +123,6 @@ where
 impl<P: Provider, N: Net> Drop for Verbs<P, N> {
     fn drop(&mut self) {
         self.links.finalize();
-        let _ = self.bootstrap.withdraw(&self.card);
     }
 }
 
@@ -143,7 +130,7 @@ impl<P, N> ModuleTransport for Verbs<P, N>
 where
     P: Provider + 'static,
     N: Net + 'static,
-    N::Datagram: 'static,
+    N::Datagram: Send + 'static,
 {
     type Net = N;
     type Framing = Stream;
@@ -156,37 +143,25 @@ where
         &self.net
     }
 
-    fn resolve(&mut self, proc: ProcName, timeout: Duration) -> Result<(), LookupError> {
-        if proc == self.me {
-            return Err(LookupError::Itself(proc));
-        }
-        let contacts = self.peers.learn(&*self.bootstrap, proc, timeout)?;
-        let at = contacts.first().map(|c| c.addr);
-        match at {
-            Some(at) => {
-                self.book.insert(proc, at);
+    fn contacts(&self) -> Vec<Contact> {
+        vec![self.side.clone()]
+    }
+
+    /// Its side channel's address goes in the address book.
+    fn pairs_with(&mut self, directory: &Directory, name: ProcName) -> Result<(), LookupError> {
+        match directory.contacts_of(name).and_then(<[Contact]>::first) {
+            Some(contact) => {
+                self.book.insert(name, contact.addr);
                 Ok(())
             }
-            None => Err(self.peers.no_pairing(proc)),
+            None => Err(directory.no_pairing(name)),
         }
-    }
-
-    fn lookup_timeout(&self) -> Duration {
-        self.lookup_timeout
-    }
-
-    fn card(&self) -> &Card {
-        &self.card
-    }
-
-    fn refusals(&self) -> &Refusals {
-        &self.refusals
     }
 
     fn on_event<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        _registry: &RegistryOf<N>,
+        _cx: &mut Context<'_, N>,
         event: &EventOf<N>,
         now: Instant,
     ) {
@@ -198,7 +173,7 @@ where
     fn connect<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        _registry: &RegistryOf<N>,
+        _cx: &mut Context<'_, N>,
         req: ConnectRequest,
         now: Instant,
     ) {
@@ -208,7 +183,7 @@ where
     fn close<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        _registry: &RegistryOf<N>,
+        _cx: &mut Context<'_, N>,
         link: LinkId,
         now: Instant,
     ) {
@@ -218,7 +193,7 @@ where
     fn flush<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        _registry: &RegistryOf<N>,
+        _cx: &mut Context<'_, N>,
         now: Instant,
     ) {
         self.links.poll(engine, now);
@@ -257,7 +232,7 @@ where
     fn read_ready<M: Buffer>(
         &mut self,
         _engine: &mut StdEngine<Self, M>,
-        _registry: &RegistryOf<N>,
+        _cx: &mut Context<'_, N>,
         _now: Instant,
     ) -> bool {
         false
@@ -270,7 +245,7 @@ where
     fn read_directly<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        _registry: &RegistryOf<N>,
+        _cx: &mut Context<'_, N>,
         now: Instant,
     ) -> bool {
         self.links.poll(engine, now)
@@ -289,6 +264,17 @@ pub type RdmaModule = btl_std::Module<Verbs<crate::rdma::RdmaProvider, btl_std::
 /// contact.
 #[cfg(feature = "rdma")]
 pub fn open(builder: btl_std::ModuleBuilder) -> Result<RdmaModule, btl_std::OpenError> {
+    open_as(builder)
+}
+
+/// [`open`], holding registered memory as buffers of type `M`.
+#[cfg(feature = "rdma")]
+fn open_as<M: Buffer>(
+    builder: btl_std::ModuleBuilder,
+) -> Result<
+    btl_std::Module<Verbs<crate::rdma::RdmaProvider, btl_std::driver::net::Os>, M>,
+    btl_std::OpenError,
+> {
     use btl_core::engine::Capacities;
     use btl_core::engine::config::EngineConfig;
     use btl_std::OpenError;
@@ -322,7 +308,8 @@ pub fn open(builder: btl_std::ModuleBuilder) -> Result<RdmaModule, btl_std::Open
             lookup_timeout: Duration::from_secs(30),
         };
         let config = opening.engine_config(NAME, EngineConfig::new(opening.me))?;
-        let (me, bootstrap) = (opening.me, opening.bootstrap);
+        let me = opening.me;
+        let directory = Directory::new(me, NAME, opening.bootstrap, setup.lookup_timeout);
         btl_std::Module::open(
             NAME,
             config,
@@ -330,8 +317,10 @@ pub fn open(builder: btl_std::ModuleBuilder) -> Result<RdmaModule, btl_std::Open
             Capacities::SOCKET_MODULE,
             Duration::from_micros(50),
             Os,
-            move |net, registry| {
+            directory,
+            move |net, registry, directory| {
                 let nonces = Box::new(|| Os.random());
+                let bootstrap = directory.bootstrap();
                 Verbs::start(me, setup, provider, bootstrap, net, registry, nonces)
             },
         )
@@ -340,4 +329,39 @@ pub fn open(builder: btl_std::ModuleBuilder) -> Result<RdmaModule, btl_std::Open
             error,
         })
     })
+}
+
+/// The verbs component on a real HCA, offered to the `Bml`s a builder
+/// opens ([`ModuleBuilder::offer`](btl_std::ModuleBuilder::offer)): `btl`
+/// lists select it as `verbs`, and it carries the peers it reaches before
+/// `tcp` and `udp` do (exclusivity [`Exclusivity::DEFAULT`], as Open MPI's
+/// openib), after `self` and `sm`. A host without an HCA leaves it out,
+/// saying why; a list that names it then fails.
+///
+/// [`Exclusivity::DEFAULT`]: btl_core::mca::Exclusivity::DEFAULT
+#[cfg(feature = "rdma")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VerbsOffer;
+
+#[cfg(feature = "rdma")]
+impl btl_std::bml::Offered for VerbsOffer {
+    type Transport = Verbs<crate::rdma::RdmaProvider, btl_std::driver::net::Os>;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn exclusivity(&self) -> btl_core::mca::Exclusivity {
+        btl_core::mca::Exclusivity::DEFAULT
+    }
+
+    fn open<M: Buffer>(
+        &self,
+        builder: btl_std::ModuleBuilder,
+    ) -> Result<btl_std::Module<Self::Transport, M>, btl_std::OpenError>
+    where
+        btl_std::Module<Self::Transport, M>: Send,
+    {
+        open_as(builder)
+    }
 }

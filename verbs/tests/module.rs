@@ -13,6 +13,7 @@ use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Capacities, HEADER_RESERVE};
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_std::bootstrap::{Bootstrap, SharedDir};
+use btl_std::driver::directory::Directory;
 use btl_std::driver::module::Module;
 use btl_std::driver::net::{Net, Os};
 use btl_verbs::cpc::OobConfig;
@@ -66,9 +67,10 @@ fn open(fabric: &SoftFabric, bootstrap: &Arc<dyn Bootstrap>, rank: u32) -> Verbs
         },
         Duration::from_millis(1),
         Os,
-        move |net, registry| {
+        Directory::new(me, "verbs", bootstrap, setup.lookup_timeout),
+        move |net, registry, directory| {
             let nonces = Box::new(|| Os.random());
-            Verbs::start(me, setup, hca, bootstrap, net, registry, nonces)
+            Verbs::start(me, setup, hca, directory.bootstrap(), net, registry, nonces)
         },
     )
     .expect("a verbs module")

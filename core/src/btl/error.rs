@@ -69,6 +69,10 @@ pub enum LostReason {
     /// that watches its peers' processes saw it go, as the shared-memory
     /// component does for the processes of its host.
     Exited,
+    /// It was reached by address alone, and its handshake named a process
+    /// that is already a peer here under another endpoint: that endpoint
+    /// reaches it.
+    Duplicate,
 }
 
 impl LostReason {
@@ -204,6 +208,7 @@ impl LostReason {
             LostReason::NoRoom => "it has no room for this process",
             LostReason::Stalled => "no progress within the peer timeout",
             LostReason::Exited => "its process ended without a goodbye",
+            LostReason::Duplicate => "its process is already a peer under another endpoint",
         }
     }
 }

@@ -77,6 +77,9 @@ pub enum HandshakeError {
     },
     /// The peer claims to be this very process.
     SelfConnection,
+    /// The peer announces a name of [`ProcName::UNNAMED_JOB`], which
+    /// stands for peers not yet named and is no process's own.
+    ReservedName,
 }
 
 impl HandshakeError {
@@ -104,6 +107,9 @@ impl fmt::Display for HandshakeError {
                 write!(f, "connected to process {found}, expected {expected}")
             }
             HandshakeError::SelfConnection => f.write_str("the peer claims to be this process"),
+            HandshakeError::ReservedName => {
+                f.write_str("the peer announces a name of the job reserved for unnamed peers")
+            }
         }
     }
 }
@@ -172,6 +178,9 @@ impl Handshake {
         let found = ProcName::new(hello.job, hello.rank);
         if found == self.me {
             return Err(HandshakeError::SelfConnection);
+        }
+        if found.is_unnamed() {
+            return Err(HandshakeError::ReservedName);
         }
         if let Some(expected) = self.expected
             && expected != found
@@ -417,5 +426,17 @@ mod tests {
             a.on_hello(local(B, 2, false, false).repr()),
             Err(HandshakeError::OutOfOrder)
         );
+    }
+
+    #[test]
+    fn a_link_opened_by_address_takes_any_name_but_a_reserved_one() {
+        let mut a = Handshake::new(&local(A, 1, false, false), None);
+        let stand_in = ProcName::unnamed(3);
+        assert_eq!(
+            a.on_hello(local(stand_in, 5, false, false).repr()),
+            Err(HandshakeError::ReservedName)
+        );
+        let c = ProcName::new(7, 9);
+        assert_eq!(a.on_hello(local(c, 5, false, false).repr()), Ok(c));
     }
 }

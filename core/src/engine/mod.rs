@@ -170,8 +170,12 @@ pub enum ConnectFailure {
 pub struct ConnectRequest {
     /// The peer.
     pub endpoint: EndpointId,
-    /// Its process name, for the driver's address lookup.
+    /// Its process name.
     pub proc: ProcName,
+    /// The name its addresses are listed under, for the driver's lookup:
+    /// `proc`, or for a peer reached by address alone the stand-in
+    /// ([`ProcName::unnamed`]) the driver listed its address under.
+    pub listed_as: ProcName,
     /// Which of the peer's links this is, from 0 (below
     /// [`EngineConfig::links`]): the driver pairs addresses by it.
     pub link_index: u8,
@@ -385,12 +389,13 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             while let Some(peer) = self.peers.get_mut(id)
                 && let Some(index) = peer.poll_connect()
             {
-                let proc = peer.proc();
+                let (proc, listed_as) = (peer.proc(), peer.listed_as());
                 // Nor one that a connection in its handshake will carry.
                 if !self.link_coming(proc, index) {
                     return Some(ConnectRequest {
                         endpoint: id,
                         proc,
+                        listed_as,
                         link_index: index,
                     });
                 }
@@ -439,7 +444,9 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         if usize::from(req.link_index) >= MAX_PEER_LINKS {
             return Err(LinkError::UnknownEndpoint);
         }
-        let id = self.new_link(Some(proc), Some(req.endpoint), None, nonce, req.link_index)?;
+        // A peer reached by address alone is whoever answers there.
+        let expected = (!proc.is_unnamed()).then_some(proc);
+        let id = self.new_link(expected, Some(req.endpoint), None, nonce, req.link_index)?;
         if let Some(peer) = self.peers.get_mut(req.endpoint) {
             peer.link_connecting(req.link_index, id);
         }
@@ -671,6 +678,34 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         self.peers.get(endpoint).is_some_and(Peer::is_open)
     }
 
+    /// The process behind `endpoint`: for a peer reached by address alone,
+    /// its stand-in ([`ProcName::unnamed`]) until its handshake told its
+    /// own name, then that name. `None` for an unknown endpoint.
+    pub fn proc_of(&self, endpoint: EndpointId) -> Option<ProcName> {
+        self.peers.proc(endpoint).ok()
+    }
+
+    /// Why `endpoint`'s peer is lost, while its record is kept (until the
+    /// upper layer removes it, or the engine needs its slot).
+    pub fn lost(&self, endpoint: EndpointId) -> Option<LostReason> {
+        self.peers.get(endpoint)?.lost()
+    }
+
+    /// Whether every connection to `endpoint`'s peer was refused since it
+    /// last connected (its host answers, nothing listens at its address).
+    pub fn refused(&self, endpoint: EndpointId) -> bool {
+        self.peers
+            .get(endpoint)
+            .is_some_and(|p| p.refused_since().is_some())
+    }
+
+    /// Starts connecting to `endpoint`'s peer now if it is idle, without
+    /// waiting for a first message to it: for a caller that wants to know
+    /// the peer is there before it sends anything.
+    pub fn connect(&mut self, endpoint: EndpointId) -> Result<(), BtlError> {
+        self.check_endpoint(endpoint).map(|_| ())
+    }
+
     /// The peers on record, whoever added them (the user, or a peer that
     /// connected): what a server iterates to see its clients.
     pub fn endpoints(&self) -> impl Iterator<Item = EndpointId> + '_ {
@@ -878,7 +913,21 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let Some(l) = self.links.get(link.0) else {
             return;
         };
-        if !l.is_handshaking() || !l.handshake().is_complete() {
+        if !l.is_handshaking() {
+            return;
+        }
+        // A peer reached by address alone is checked as soon as its HELLO
+        // names it, before this side proves anything to it.
+        if let (Some(p), Some(hello)) = (l.peer(), l.handshake().peer())
+            && self.peers.proc(p).is_ok_and(|n| n.is_unnamed())
+            && !self.may_name(p, ProcName::new(hello.job, hello.rank), hello.epoch, link)
+        {
+            return;
+        }
+        let Some(l) = self.links.get(link.0) else {
+            return;
+        };
+        if !l.handshake().is_complete() {
             return;
         }
         let Some(hello) = l.handshake().peer().copied() else {
@@ -893,6 +942,13 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             return;
         }
         let p = match known {
+            Some(p) if self.peers.proc(p).is_ok_and(|n| n.is_unnamed()) => {
+                let _ = self.peers.rename(p, proc);
+                if let Some(peer) = self.peers.get_mut(p) {
+                    peer.rename(proc);
+                }
+                p
+            }
             Some(p) => p,
             None => {
                 let new = self.peers.find(proc).is_none();
@@ -986,6 +1042,25 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         if let Some(l) = self.links.get_mut(link.0) {
             l.open(p, index, seal);
         }
+    }
+
+    /// Whether peer `p`, reached by address alone, may take the name
+    /// `proc` that the HELLO on `link` told. A process that is already a
+    /// peer here under its name, or a start of one this side gave up, is
+    /// not made a second time: `link` closes and `p` is lost (`Duplicate`,
+    /// `Closed`). The CLOSE of a duplicate says `Normal`, so that the
+    /// process keeps this one as the peer it already is.
+    fn may_name(&mut self, p: EndpointId, proc: ProcName, epoch: u64, link: LinkId) -> bool {
+        let refused = if self.peers.find(proc).is_some() {
+            (CloseReason::Normal, LostReason::Duplicate)
+        } else if self.forgotten.contains(proc, epoch) {
+            (CloseReason::GaveUp, LostReason::Closed)
+        } else {
+            return true;
+        };
+        self.fail_link(link, refused.0);
+        self.lose_peer(p, refused.1);
+        false
     }
 
     /// Whether the claim `link` makes, that peer `p`'s process started

@@ -191,6 +191,10 @@ pub struct Opened {
 pub struct Peer<const W: usize> {
     id: EndpointId,
     proc: ProcName,
+    /// The name its addresses are listed under: its own, or the stand-in
+    /// it was reached by ([`ProcName::unnamed`]) before its handshake told
+    /// its own.
+    listed_as: ProcName,
     state: PeerState,
     links: [Option<PeerLink>; MAX_PEER_LINKS],
     /// When to ask again for a link index that broke or failed to connect
@@ -261,6 +265,7 @@ impl<const W: usize> Peer<W> {
         Peer {
             id,
             proc,
+            listed_as: proc,
             state: PeerState::Idle,
             links: [None; MAX_PEER_LINKS],
             link_retry: [None; MAX_PEER_LINKS],
@@ -306,6 +311,24 @@ impl<const W: usize> Peer<W> {
     /// Its process.
     pub fn proc(&self) -> ProcName {
         self.proc
+    }
+
+    /// Since when every connection to it was refused (its host answers,
+    /// nothing listens at its address), while that lasts.
+    pub fn refused_since(&self) -> Option<Instant> {
+        self.refused_since
+    }
+
+    /// The name its addresses are listed under, for the driver's lookup:
+    /// its own, or the stand-in it was reached by.
+    pub fn listed_as(&self) -> ProcName {
+        self.listed_as
+    }
+
+    /// Takes the name its handshake told: it was reached by address alone,
+    /// as [`ProcName::unnamed`]; its addresses stay listed under that.
+    pub fn rename(&mut self, proc: ProcName) {
+        self.proc = proc;
     }
 
     /// Where it is in its life.
@@ -582,6 +605,15 @@ impl<const W: usize> Peer<W> {
         let now = shared.now;
         match self.state {
             PeerState::Open => self.retry_link_later(index, now),
+            // One reached by address alone waits for its server to start,
+            // until its peer timeout.
+            PeerState::Connecting { .. } if self.proc.is_unnamed() => {
+                match why {
+                    ConnectFailure::Refused => _ = self.refused_since.get_or_insert(now),
+                    ConnectFailure::Unreachable => self.refused_since = None,
+                }
+                self.retry_later(now);
+            }
             PeerState::Connecting { .. } if self.was_open => match why {
                 ConnectFailure::Refused => {
                     let first = *self.refused_since.get_or_insert(now);
@@ -712,7 +744,10 @@ impl<const W: usize> Peer<W> {
         }
         self.recv.drain_held(|_, h| drop_held(h, shared));
         shared.ops.fail_peer(self.id, error, &mut shared.events);
-        if error != BtlError::Finalized {
+        // A peer reached by address that never answered was never a
+        // process to the upper layer: the call that reached it says why
+        // (what was sent to it fails, each send once).
+        if error != BtlError::Finalized && !self.proc.is_unnamed() {
             shared.report_lost(self.id, error);
         }
     }
@@ -742,7 +777,9 @@ impl<const W: usize> Peer<W> {
         } else {
             self.lose(LostReason::Restarted, shared);
         }
+        let listed_as = self.listed_as;
         *self = Peer::new(self.id, self.proc, shared.config.rtt);
+        self.listed_as = listed_as;
         self.links = opening;
         old
     }
@@ -848,7 +885,15 @@ impl<const W: usize> Peer<W> {
         let now = shared.now;
         let t = self.timers(framing, &shared.config);
         if t.is_due(PeerTimer::Lost, now) {
-            self.lose(LostReason::Timeout, shared);
+            // A server reached by address that refused every try is not
+            // there: said as such, not as a silence.
+            let refused = self.proc.is_unnamed() && self.refused_since.is_some();
+            let reason = if refused {
+                LostReason::Refused
+            } else {
+                LostReason::Timeout
+            };
+            self.lose(reason, shared);
             return;
         }
         if t.is_due(PeerTimer::Stalled, now) {

@@ -186,6 +186,7 @@ fn the_driver_is_asked_to_connect_only_when_the_upper_layer_needs_a_peer() {
         Some(ConnectRequest {
             endpoint,
             proc: super::testkit::PEER,
+            listed_as: super::testkit::PEER,
             link_index: 0
         })
     );
@@ -195,6 +196,7 @@ fn the_driver_is_asked_to_connect_only_when_the_upper_layer_needs_a_peer() {
         ConnectRequest {
             endpoint,
             proc: super::testkit::PEER,
+            listed_as: super::testkit::PEER,
             link_index: 0,
         },
         ConnectFailure::Refused,
@@ -340,4 +342,191 @@ fn a_client_told_a_cookie_echoes_it_then_says_hello_again() {
     e.handle_datagram(link, frame.as_bytes(), ms(3))
         .expect("its link");
     assert!(e.poll_transmit(link).is_none(), "no echo now");
+}
+
+/// The server of the tests of peers reached by address alone.
+const SERVER: ProcName = ProcName::new(7, 9);
+
+type StreamEngine = Engine<super::testkit::Boxed, Stream, 8>;
+
+/// A client engine (the tests' `ME`) and a server engine (`SERVER`) that
+/// gives one source all its slots.
+fn client_and_server() -> (StreamEngine, StreamEngine) {
+    let server = EngineConfig {
+        me: SERVER,
+        source_share: 100,
+        ..config()
+    };
+    (engine(config(), Stream), engine(server, Stream))
+}
+
+/// Moves what each side of the stream `(a, la)`–`(b, lb)` has written to
+/// the other until neither has more, at `now`.
+fn pump(a: &mut StreamEngine, la: LinkId, b: &mut StreamEngine, lb: LinkId, now: Instant) {
+    loop {
+        let (ab, ba) = (drain(a, la), drain(b, lb));
+        if ab.is_empty() && ba.is_empty() {
+            return;
+        }
+        let _ = b.handle_stream(lb, &ab, now);
+        let _ = a.handle_stream(la, &ba, now);
+    }
+}
+
+/// Adds `proc` to `e` and queues an 8-byte message to it: the engine then
+/// asks for a connection.
+fn reach(e: &mut StreamEngine, proc: ProcName, now: Instant) -> EndpointId {
+    use crate::btl::Btl;
+    e.shared.now = now;
+    let endpoint = crate::btl::add_proc(e, proc)
+        .expect("room")
+        .expect("reached");
+    let mut desc = e
+        .alloc(
+            endpoint,
+            crate::desc::Order::ANY,
+            8,
+            crate::desc::DescFlags::empty(),
+        )
+        .expect("a descriptor");
+    desc.set_tag(crate::btl::Tag(1));
+    let _ = e.send(endpoint, desc, crate::btl::Tag(1)).expect("queued");
+    endpoint
+}
+
+/// Connects `client`'s request `req` to `server` and pumps the
+/// handshake: the two links.
+fn connect(
+    client: &mut StreamEngine,
+    server: &mut StreamEngine,
+    req: ConnectRequest,
+    now: Instant,
+) -> (LinkId, LinkId) {
+    let la = client
+        .handle_connected(req, [1; NONCE_LEN], now)
+        .expect("a link");
+    let lb = server
+        .handle_accepted(Source(1), [2; NONCE_LEN], now)
+        .expect("a link");
+    pump(client, la, server, lb, now);
+    (la, lb)
+}
+
+/// The events `e` holds, as the upper layer takes them: the messages
+/// that came, and every failure (of a send, of a peer).
+fn events(e: &mut StreamEngine) -> (usize, StdVec<BtlError>) {
+    use crate::btl::{Btl, Event};
+    let (mut came, mut failed) = (0, StdVec::new());
+    while let Some(event) = e.poll_event() {
+        match event {
+            Event::SendComplete { result: Err(e), .. } => failed.push(e),
+            Event::Received { .. } => came += 1,
+            Event::Error(e) => failed.push(e.error),
+            _ => {}
+        }
+    }
+    (came, failed)
+}
+
+#[test]
+fn a_peer_reached_by_address_takes_the_name_its_handshake_tells() {
+    let (mut client, mut server) = client_and_server();
+    let stand_in = ProcName::unnamed(0);
+    let endpoint = reach(&mut client, stand_in, ms(1));
+    assert_eq!(
+        client.poll_connect().map(|r| (r.proc, r.listed_as)),
+        Some((stand_in, stand_in)),
+        "its address is looked up under the stand-in"
+    );
+    let req = ConnectRequest {
+        endpoint,
+        proc: stand_in,
+        listed_as: stand_in,
+        link_index: 0,
+    };
+    let (la, lb) = connect(&mut client, &mut server, req, ms(2));
+    assert!(client.is_connected(endpoint));
+    assert_eq!(client.proc_of(endpoint), Some(SERVER), "named by its HELLO");
+    assert_eq!(events(&mut server), (1, std::vec![]), "the message came");
+    // Its link breaks: the reconnection is to the address it was reached
+    // by, and is for the process it now is.
+    client.handle_closed(la, ms(3));
+    server.handle_closed(lb, ms(3));
+    client.handle_timeout(ms(200));
+    let req = client.poll_connect().expect("reconnects");
+    assert_eq!((req.proc, req.listed_as), (SERVER, stand_in));
+}
+
+#[test]
+fn a_server_reached_by_address_is_waited_for_until_the_peer_timeout() {
+    let (mut client, _) = client_and_server();
+    let endpoint = reach(&mut client, ProcName::unnamed(0), ms(0));
+    let mut at = ms(0);
+    let mut tries = 0;
+    while let Some(req) = client.poll_connect() {
+        tries += 1;
+        client.handle_connect_failed(req, ConnectFailure::Refused, at);
+        assert_eq!(
+            events(&mut client),
+            (0, std::vec![]),
+            "still waited for at {at:?}"
+        );
+        let next = client.poll_timeout().expect("a retry");
+        assert!(next > at, "after a backoff");
+        at = next;
+        client.handle_timeout(at);
+    }
+    assert!(tries >= 5, "tried {tries} times within the peer timeout");
+    assert!(
+        at >= ms(1000),
+        "given up at {at:?}, not before the peer timeout"
+    );
+    let refused = BtlError::PeerLost(LostReason::Refused);
+    assert_eq!(
+        events(&mut client),
+        (0, std::vec![refused]),
+        "then the send fails: nothing listens there; the unnamed peer's loss is no event"
+    );
+    assert!(!client.is_connected(endpoint));
+    assert_eq!(
+        client.lost(endpoint),
+        Some(LostReason::Refused),
+        "but it is on record"
+    );
+}
+
+#[test]
+fn a_process_reached_again_by_address_is_no_second_peer() {
+    let (mut client, mut server) = client_and_server();
+    let named = reach(&mut client, SERVER, ms(1));
+    let req = client.poll_connect().expect("a connection asked for");
+    let (la, lb) = connect(&mut client, &mut server, req, ms(1));
+    assert_eq!(events(&mut server), (1, std::vec![]));
+    let again = reach(&mut client, ProcName::unnamed(0), ms(2));
+    let req = client.poll_connect().expect("a connection asked for");
+    let (la2, lb2) = connect(&mut client, &mut server, req, ms(2));
+    let duplicate = BtlError::PeerLost(LostReason::Duplicate);
+    assert_eq!(
+        events(&mut client),
+        (0, std::vec![duplicate]),
+        "the second endpoint's send fails, and says why"
+    );
+    assert_eq!(client.lost(again), Some(LostReason::Duplicate));
+    assert!(!client.is_connected(again));
+    assert_eq!(
+        client.link_end(la2).map(|e| e.reason),
+        Some(CloseReason::Normal)
+    );
+    // The first endpoint, and the server's peer, carry on.
+    client.handle_closed(la2, ms(3));
+    server.handle_closed(lb2, ms(3));
+    assert!(client.is_connected(named));
+    assert_eq!(server.usage().peers, 1);
+    let _ = reach(&mut client, SERVER, ms(4));
+    pump(&mut client, la, &mut server, lb, ms(4));
+    assert_eq!(
+        events(&mut server),
+        (1, std::vec![]),
+        "a message on the first link"
+    );
 }

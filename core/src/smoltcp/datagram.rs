@@ -172,7 +172,7 @@ impl<S: Storage, const W: usize, N: Nonces, const LINKS: usize, const PEERS: usi
 {
     fn connect(&mut self, engine: &mut Engine<S, Datagram, W>, req: ConnectRequest, now: Instant) {
         let driver = &mut *self.driver;
-        let Some(remote) = address_of(&driver.peers, req.proc) else {
+        let Some(remote) = address_of(&driver.peers, req.listed_as) else {
             engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
             return;
         };

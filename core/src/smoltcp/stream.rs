@@ -383,7 +383,7 @@ impl<S: Storage, const W: usize, N: Nonces, const SOCKETS: usize, const PEERS: u
             .slots
             .iter()
             .position(|s| matches!(s.state, SlotState::Idle | SlotState::Listening));
-        let (Some(remote), Some(i)) = (address_of(&self.driver.peers, req.proc), free) else {
+        let (Some(remote), Some(i)) = (address_of(&self.driver.peers, req.listed_as), free) else {
             engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
             return;
         };

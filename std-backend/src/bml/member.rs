@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use btl_core::btl::{Btl, MemHandle};
 use btl_core::endpoint::{EndpointId, ProcName};
+use btl_core::engine::Usage;
 
 use super::region::Shared;
 use crate::ReachError;
 use crate::builder::SharedSelf;
+use crate::driver::directory::Directory;
 use crate::driver::module::{Module, Transport, Unflushed};
 #[cfg(not(loom))]
 use crate::transports::sm::SmModule;
@@ -20,6 +22,19 @@ pub(crate) trait Member: Btl<Memory = Shared> + Send {
     /// Joins `proc`, waiting up to `timeout`: its endpoint, or why this
     /// module does not reach it.
     fn reach(&mut self, proc: ProcName, timeout: Duration) -> Result<EndpointId, ReachError>;
+
+    /// Reaches the process listening at `address` (`HOST:PORT`) for this
+    /// module's component, waiting up to `timeout`: its endpoint and name,
+    /// or why not; `None` for a module that reaches no one by address
+    /// (`self`, `sm`).
+    fn connect_to(
+        &mut self,
+        address: &str,
+        timeout: Duration,
+    ) -> Option<Result<(EndpointId, ProcName), ReachError>> {
+        let _ = (address, timeout);
+        None
+    }
 
     /// Waits up to `timeout` for something to happen; the events ready.
     fn wait(&mut self, timeout: Duration) -> usize;
@@ -34,6 +49,18 @@ pub(crate) trait Member: Btl<Memory = Shared> + Send {
     /// Whether an operation under way uses registration `handle`.
     fn region_in_use(&self, handle: MemHandle) -> bool;
 
+    /// Its card, peers' contacts and refusals of strangers, for a module
+    /// over sockets; `None` for one that has none (`self`, `sm`).
+    fn directory(&self) -> Option<&Directory> {
+        None
+    }
+
+    /// How much of its engine's storage it uses, for a module with an
+    /// engine of its own.
+    fn usage(&self) -> Option<Usage> {
+        None
+    }
+
     /// Makes dropping the module close it without a goodbye, as a killed
     /// process's is (for tests that play a crash); nothing where peers
     /// learn of a crash by other means.
@@ -46,6 +73,14 @@ where
 {
     fn reach(&mut self, proc: ProcName, timeout: Duration) -> Result<EndpointId, ReachError> {
         Module::reach(self, proc, timeout)
+    }
+
+    fn connect_to(
+        &mut self,
+        address: &str,
+        timeout: Duration,
+    ) -> Option<Result<(EndpointId, ProcName), ReachError>> {
+        Some(Module::connect_to(self, address, timeout))
     }
 
     fn wait(&mut self, timeout: Duration) -> usize {
@@ -62,6 +97,14 @@ where
 
     fn region_in_use(&self, handle: MemHandle) -> bool {
         Module::region_in_use(self, handle)
+    }
+
+    fn directory(&self) -> Option<&Directory> {
+        Some(Module::directory(self))
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        Some(Module::usage(self))
     }
 
     fn abort_on_drop(&mut self) {

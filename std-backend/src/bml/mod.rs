@@ -23,9 +23,11 @@
 //! are the module's shifted left by 3 with the place below.
 
 mod member;
+mod offer;
 #[allow(unsafe_code)]
 mod region;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{
@@ -34,13 +36,16 @@ use btl_core::btl::{
 };
 use btl_core::desc::{DescFlags, Descriptor, Order};
 use btl_core::endpoint::{EndpointError, EndpointId, ProcName, Reachability};
+use btl_core::engine::Usage;
 use btl_core::mca::{Candidate, Exclusivity, ListValue, select};
 use btl_core::pool::{PoolSets, PoolsRef};
 
 pub(crate) use member::Member;
+pub use offer::{Offer, Offered};
 pub(crate) use region::Shared;
 
 use crate::ReachError;
+use crate::bootstrap::Contact;
 use crate::driver::module::{Unflushed, WaitError, wait_for_event};
 
 /// The most modules one `Bml` holds: its place must fit in 3 bits.
@@ -101,14 +106,14 @@ impl std::fmt::Display for Outcome {
 }
 
 /// A component a [`Bml`] can open, as its selection sees it.
-struct Offered {
+struct Selectable {
     candidate: Candidate<'static>,
     /// Whether an empty `btl` list takes it.
     by_default: bool,
 }
 
-const fn offered(name: &'static str, exclusivity: Exclusivity, priority: i32) -> Offered {
-    Offered {
+const fn own(name: &'static str, exclusivity: Exclusivity, priority: i32) -> Selectable {
+    Selectable {
         candidate: Candidate {
             name,
             exclusivity,
@@ -120,26 +125,32 @@ const fn offered(name: &'static str, exclusivity: Exclusivity, priority: i32) ->
 
 /// The components a [`Bml`] opens; `select` orders them by the
 /// exclusivities and priorities they declare.
-const BML_COMPONENTS: [Offered; 4] = [
-    offered("self", Exclusivity::HIGH, 0),
-    offered("sm", Exclusivity::SHARED_MEMORY, 0),
-    offered("tcp", Exclusivity::LOW.plus(100), 1),
+const BML_COMPONENTS: [Selectable; 4] = [
+    own("self", Exclusivity::HIGH, 0),
+    own("sm", Exclusivity::SHARED_MEMORY, 0),
+    own("tcp", Exclusivity::LOW.plus(100), 1),
     // It reaches the peers tcp reaches, after it: opened only when named.
-    Offered {
+    Selectable {
         by_default: false,
-        ..offered("udp", Exclusivity::LOW.plus(100), 0)
+        ..own("udp", Exclusivity::LOW.plus(100), 0)
     },
 ];
 
-/// What the `btl` list `list` makes of each component a [`Bml`] opens:
-/// those it selects first, best first (`Selected`, to be opened), then the
-/// others and why not. A name no component has is refused, with the
-/// names there are; so is a list that mixes included and excluded names.
-/// Whether a selected component can run here is known once it is opened
+/// What the `btl` list `list` makes of each component a [`Bml`] opens
+/// (its own, and those of other crates `offers` adds): those it selects
+/// first, best first (`Selected`, to be opened), then the others and why
+/// not. A name no component has is refused, with the names there are; so
+/// is a list that mixes included and excluded names. Whether a selected
+/// component can run here is known once it is opened
 /// ([`ModuleBuilder::open`](crate::ModuleBuilder::open)).
-pub fn choose(list: &ListValue) -> Result<Vec<Choice>, String> {
-    let candidates = BML_COMPONENTS.map(|o| o.candidate);
-    let names = candidates.map(|c| c.name);
+pub fn choose(list: &ListValue, offers: &[Offer]) -> Result<Vec<Choice>, String> {
+    let offered = offers.iter().map(|o| Selectable {
+        candidate: o.candidate(),
+        by_default: true,
+    });
+    let components: Vec<Selectable> = BML_COMPONENTS.into_iter().chain(offered).collect();
+    let candidates: Vec<Candidate<'static>> = components.iter().map(|o| o.candidate).collect();
+    let names: Vec<&str> = candidates.iter().map(|c| c.name).collect();
     let unknown: Vec<&str> = list.items().filter(|item| !names.contains(item)).collect();
     if !unknown.is_empty() {
         return Err(format!(
@@ -148,18 +159,17 @@ pub fn choose(list: &ListValue) -> Result<Vec<Choice>, String> {
             names.join(", ")
         ));
     }
-    let selection =
-        select::<{ BML_COMPONENTS.len() }>(list, &candidates).map_err(|e| e.to_string())?;
+    let selection = select::<MAX_MEMBERS>(list, &candidates).map_err(|e| e.to_string())?;
     let by = list.to_string();
     // The selected best first, as `select` orders them, then the rest.
     let chosen = selection.indices();
-    let rest = (0..BML_COMPONENTS.len()).filter(|i| !chosen.contains(i));
+    let rest = (0..components.len()).filter(|i| !chosen.contains(i));
     Ok(chosen
         .iter()
         .copied()
         .chain(rest)
         .map(|i| {
-            let offer = &BML_COMPONENTS[i];
+            let offer = &components[i];
             let outcome = if !chosen.contains(&i) {
                 Outcome::Excluded { by: by.clone() }
             } else if list.is_empty() && !offer.by_default {
@@ -324,6 +334,46 @@ impl Bml {
         self.members.0.iter().map(|m| m.attributes().name)
     }
 
+    /// Where its network modules listen, best module first: what a server
+    /// tells its clients.
+    pub fn contacts(&self) -> Vec<Contact> {
+        self.members
+            .0
+            .iter()
+            .filter_map(|m| m.directory())
+            .flat_map(|d| d.card().contacts.iter().cloned())
+            .collect()
+    }
+
+    /// How much of their engines' storage its modules use, summed (a
+    /// region registered with the `Bml` counts once per module that holds
+    /// an engine).
+    pub fn usage(&self) -> Usage {
+        let mut sum = Usage::default();
+        for u in self.members.0.iter().filter_map(|m| m.usage()) {
+            sum.peers += u.peers;
+            sum.links += u.links;
+            sum.handshaking += u.handshaking;
+            sum.registrations += u.registrations;
+            sum.operations += u.operations;
+            sum.events += u.events;
+            sum.events_owed += u.events_owed;
+        }
+        sum
+    }
+
+    /// The refusals of strangers by its network modules so far, by
+    /// reason.
+    pub fn refusals(&self) -> BTreeMap<&'static str, u64> {
+        let mut sum = BTreeMap::new();
+        for d in self.members.0.iter().filter_map(|m| m.directory()) {
+            for (reason, n) in d.refusals().by_reason() {
+                *sum.entry(*reason).or_insert(0) += n;
+            }
+        }
+        sum
+    }
+
     /// The name of the module that carries `endpoint` (`self`, `sm`,
     /// `tcp`), or `None` for an endpoint no module gave.
     pub fn carrier(&self, endpoint: EndpointId) -> Option<&'static str> {
@@ -391,6 +441,35 @@ impl Bml {
         Err(ReachError::NoModule {
             proc,
             said: said.join("; "),
+        })
+    }
+
+    /// Reaches the process listening at `address` (`HOST:PORT`) over the
+    /// first network module selected (`tcp`, else `udp`), knowing nothing
+    /// else of it, as [`Module::connect_to`](crate::Module::connect_to)
+    /// does: its endpoint and the name its handshake told.
+    pub fn connect_to(
+        &mut self,
+        address: &str,
+        timeout: Duration,
+    ) -> Result<(EndpointId, ProcName), ReachError> {
+        for place in 0..self.members.0.len() {
+            if let Some(reached) = self.members.0[place].connect_to(address, timeout) {
+                let (inner, proc) = reached?;
+                let ep = self
+                    .adopt(place, inner)
+                    .map_err(|error| ReachError::Btl { proc, error })?;
+                return Ok((ep, proc));
+            }
+        }
+        let names: Vec<&str> = self.names().collect();
+        Err(ReachError::Address {
+            address: address.to_owned(),
+            component: "network",
+            reason: format!(
+                "none of the modules selected ({}) reaches a process by address: select tcp or udp",
+                names.join(",")
+            ),
         })
     }
 

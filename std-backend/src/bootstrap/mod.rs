@@ -12,9 +12,9 @@
 //! coordinator's RPC): publish writes the card's text under the process's
 //! name, lookup reads it back.
 //!
-//! A socket transport keeps what it looked up of its peers in
-//! [`PeerContacts`], and says with a [`LookupError`] why a peer cannot be
-//! reached.
+//! A socket module keeps what it looked up of its peers in its
+//! [`Directory`](crate::driver::directory::Directory), and says with a
+//! [`LookupError`] why a peer cannot be reached.
 
 mod card;
 mod contacts;
@@ -30,7 +30,7 @@ use std::time::Duration;
 use btl_core::endpoint::ProcName;
 
 pub use card::{AddressError, Card, CardError, Contact, SegmentContact};
-pub use contacts::{LookupError, PeerContacts};
+pub use contacts::LookupError;
 pub use job::{Job, Launcher};
 pub use one_card::OneCard;
 #[cfg(feature = "pmix")]

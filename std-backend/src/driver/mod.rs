@@ -3,11 +3,13 @@
 //! the operating system's, or a simulated one), and a thread that can
 //! serve a module for callers that do not poll ([`progress_thread`], woken
 //! as `wake` says). What serves every transport alike lives here: the
-//! engine's storage on the heap ([`heap`]), the counting of refused
+//! engine's storage on the heap ([`heap`]), what a module publishes,
+//! looks up and refuses ([`directory`]), the counting of refused
 //! strangers ([`refusals`]), what the kernel says of datagrams a peer
 //! refused (`icmp`), and the queue that makes each pass read every
 //! ready socket in turn ([`read_queue`]).
 
+pub mod directory;
 pub mod heap;
 #[allow(unsafe_code)]
 mod icmp;

@@ -1,6 +1,7 @@
-//! A BTL module over sockets: the engine, a poller
-//! and a [`Transport`] (TCP or UDP) that turns the engine's requests into
-//! socket calls and socket events into engine input.
+//! A BTL module over sockets: the engine, a poller, a [`Transport`] (TCP,
+//! UDP, or verbs' queue pairs) that turns the engine's requests into
+//! socket calls and socket events into engine input, and the
+//! [`Directory`] of what the module publishes, looks up and refuses.
 //!
 //! Three progress modes, as callers need them:
 //! - the caller drives [`Btl::progress`]: it polls the sockets without
@@ -24,15 +25,17 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
-use btl_core::btl::{Access, Btl, BtlError, Event, MemHandle, RegisterError, Undelivered};
+use btl_core::btl::{
+    Access, Btl, BtlError, Event, LostReason, MemHandle, RegisterError, Undelivered,
+};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::driver::Io;
 use btl_core::engine::framing::Framing;
 use btl_core::engine::{Capacities, ConnectRequest, LinkId, Source, Usage};
 use btl_core::time;
 
-use crate::bootstrap::Card;
-use crate::bootstrap::LookupError;
+use crate::bootstrap::{Contact, LookupError};
+use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, Heap, HeapEngine};
 use crate::driver::net::{Net, Poller, Readiness, RegistryOf, WAKE};
 use crate::driver::refusals::Refusals;
@@ -68,19 +71,13 @@ pub trait Transport: Sized {
     /// The network, for its clock and randomness.
     fn net(&self) -> &Self::Net;
 
-    /// Whether this transport reaches `proc` (it has an address for it
-    /// that pairs with a local one), waiting up to `timeout` for its card;
-    /// why not if it does not. Called before the engine learns of it.
-    fn resolve(&mut self, proc: ProcName, timeout: Duration) -> Result<(), LookupError>;
+    /// The contacts it listens on, for this process's card.
+    fn contacts(&self) -> Vec<Contact>;
 
-    /// How long [`Btl::add_procs`] waits for a card.
-    fn lookup_timeout(&self) -> Duration;
-
-    /// This process's card: where it listens.
-    fn card(&self) -> &Card;
-
-    /// The refusals of strangers so far, by reason.
-    fn refusals(&self) -> &Refusals;
+    /// Whether it reaches the peer whose contacts `directory` lists under
+    /// `name` (one of them pairs with a local address); why not if it
+    /// does not. Called before the engine learns of the peer.
+    fn pairs_with(&mut self, directory: &Directory, name: ProcName) -> Result<(), LookupError>;
 
     /// A readiness event of the poller for one of this transport's tokens.
     /// A socket with bytes to read is only queued here, and read by
@@ -88,7 +85,7 @@ pub trait Transport: Sized {
     fn on_event<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        registry: &RegistryOf<Self::Net>,
+        cx: &mut Context<'_, Self::Net>,
         event: &EventOf<Self::Net>,
         now: time::Instant,
     );
@@ -98,7 +95,7 @@ pub trait Transport: Sized {
     fn connect<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        registry: &RegistryOf<Self::Net>,
+        cx: &mut Context<'_, Self::Net>,
         req: ConnectRequest,
         now: time::Instant,
     );
@@ -107,7 +104,7 @@ pub trait Transport: Sized {
     fn close<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        registry: &RegistryOf<Self::Net>,
+        cx: &mut Context<'_, Self::Net>,
         link: LinkId,
         now: time::Instant,
     );
@@ -118,7 +115,7 @@ pub trait Transport: Sized {
     fn flush<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        registry: &RegistryOf<Self::Net>,
+        cx: &mut Context<'_, Self::Net>,
         now: time::Instant,
     );
 
@@ -158,7 +155,7 @@ pub trait Transport: Sized {
     fn read_ready<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        registry: &RegistryOf<Self::Net>,
+        cx: &mut Context<'_, Self::Net>,
         now: time::Instant,
     ) -> bool;
 
@@ -173,29 +170,39 @@ pub trait Transport: Sized {
     fn read_directly<M: Buffer>(
         &mut self,
         engine: &mut StdEngine<Self, M>,
-        registry: &RegistryOf<Self::Net>,
+        cx: &mut Context<'_, Self::Net>,
         now: time::Instant,
     ) -> bool;
 }
 
-/// A transport and its poller's registry, as the engine's driver loop
-/// sees them ([`Engine::serve`](btl_core::engine::Engine::serve)).
+/// What a transport's calls use that its module owns: the poller's
+/// registry for its sockets, and the directory that pairs addresses and
+/// counts refused strangers.
+pub struct Context<'a, N: Net> {
+    /// The registry of the module's poller.
+    pub registry: &'a RegistryOf<N>,
+    /// The module's directory.
+    pub directory: &'a mut Directory,
+}
+
+/// A transport and what it is lent, as the engine's driver loop sees them
+/// ([`Engine::serve`](btl_core::engine::Engine::serve)).
 struct Sockets<'a, T: Transport> {
     transport: &'a mut T,
-    registry: &'a RegistryOf<T::Net>,
+    cx: Context<'a, T::Net>,
 }
 
 impl<T: Transport, M: Buffer> Io<StdEngine<T, M>> for Sockets<'_, T> {
     fn connect(&mut self, engine: &mut StdEngine<T, M>, req: ConnectRequest, now: time::Instant) {
-        self.transport.connect(engine, self.registry, req, now);
+        self.transport.connect(engine, &mut self.cx, req, now);
     }
 
     fn write(&mut self, engine: &mut StdEngine<T, M>, now: time::Instant) {
-        self.transport.flush(engine, self.registry, now);
+        self.transport.flush(engine, &mut self.cx, now);
     }
 
     fn close(&mut self, engine: &mut StdEngine<T, M>, link: LinkId, now: time::Instant) {
-        self.transport.close(engine, self.registry, link, now);
+        self.transport.close(engine, &mut self.cx, link, now);
     }
 }
 
@@ -222,6 +229,8 @@ pub struct Module<T: Transport, M: Buffer = Vec<u8>> {
     /// The poller's registry, for the transport's sockets wherever the
     /// poller is.
     registry: RegistryOf<T::Net>,
+    /// Its card, its peers' contacts and its refusals of strangers.
+    directory: Directory,
     spin: Duration,
     /// When to look at the engine's timers next.
     timer_check_at: time::Instant,
@@ -273,6 +282,55 @@ pub enum ReachError {
         /// What each module said, best first.
         said: String,
     },
+    /// The address given to [`Module::connect_to`] names no host this
+    /// module can reach.
+    #[error("`{address}` is not a {component} address HOST:PORT: {reason}")]
+    Address {
+        /// The address as given.
+        address: String,
+        /// The module's component.
+        component: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// No process of the module's component answered at the address given
+    /// to [`Module::connect_to`].
+    #[error("{}", no_answer(address, component, *waited, *lost, *refused))]
+    NoAnswer {
+        /// The address as given.
+        address: String,
+        /// The module's component.
+        component: &'static str,
+        /// How long it was tried.
+        waited: Duration,
+        /// Why the engine gave the peer up, if it did before the time
+        /// given ran out.
+        lost: Option<LostReason>,
+        /// Whether every connection was refused (nothing listens there).
+        refused: bool,
+    },
+}
+
+/// What [`ReachError::NoAnswer`] says: what the tries met, and what to
+/// check.
+fn no_answer(
+    address: &str,
+    component: &str,
+    waited: Duration,
+    lost: Option<LostReason>,
+    refused: bool,
+) -> String {
+    match (lost, refused) {
+        (Some(reason), _) => {
+            format!("reaching the {component} process at {address} ({waited:.1?}): {reason}")
+        }
+        (None, true) => format!(
+            "nothing listens at {address} for {component}: every connection was refused for {waited:.1?} (is the server started, on that port, and does it serve {component}?)"
+        ),
+        (None, false) => format!(
+            "no {component} process answered at {address} within {waited:.1?} (no route to it, a firewall, or not a btl {component} server)"
+        ),
+    }
 }
 
 impl<T: Transport, M: Buffer> std::fmt::Debug for Module<T, M> {
@@ -383,16 +441,18 @@ impl WaitCosts {
 
 impl<T: Transport, M: Buffer> Module<T, M> {
     /// A module of `engine` over `transport`, whose sockets are already
-    /// registered with `poller`.
+    /// registered with `poller`, and `directory`, whose card is published.
     pub fn new(
         engine: StdEngine<T, M>,
         transport: T,
+        directory: Directory,
         poller: <T::Net as Net>::Poller,
         spin: Duration,
     ) -> io::Result<Self> {
         Ok(Module {
             engine,
             transport,
+            directory,
             registry: poller.registry()?,
             poller: Some(poller),
             spin,
@@ -408,7 +468,9 @@ impl<T: Transport, M: Buffer> Module<T, M> {
 
     /// A module named `name` whose engine has `config`, `pools` and
     /// `capacities`, over network `net` and the transport `start` makes of
-    /// it (registering its sockets with the poller's registry it is given).
+    /// it (registering its sockets with the poller's registry it is given,
+    /// listening where `directory`'s bootstrap assigns this process, if it
+    /// does); then `directory` publishes the card of where it listens.
     /// An epoch of 0 in `config` is replaced by a random one: each start of
     /// a process is a new start to its peers.
     #[allow(clippy::too_many_arguments)]
@@ -419,7 +481,8 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         capacities: Capacities,
         spin: Duration,
         net: T::Net,
-        start: impl FnOnce(T::Net, &RegistryOf<T::Net>) -> io::Result<T>,
+        mut directory: Directory,
+        start: impl FnOnce(T::Net, &RegistryOf<T::Net>, &Directory) -> io::Result<T>,
     ) -> io::Result<Self> {
         if config.epoch == 0 {
             let [a, b, c, d, e, f, g, h, ..] = net.random();
@@ -432,7 +495,8 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         // connection asked for at once is timed from now, not from 0.
         let now = net.now();
         let poller = net.poller()?;
-        let transport = start(net, &poller.registry()?)?;
+        let transport = start(net, &poller.registry()?, &directory)?;
+        directory.publish(transport.contacts())?;
         if config.job_key.is_none() {
             tracing::warn!(
                 "{name} {}: no job key: anyone who reaches this module's ports can hold a peer slot; give the job a key (BTL_JOB_KEY, ModuleBuilder::job_key)",
@@ -442,7 +506,7 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         let mut engine = Heap::engine(config, transport.framing(), capacities, pools, now)
             .map_err(|e| io::Error::other(format!("fragment pools: {e}")))?;
         engine.set_name(name);
-        Module::new(engine, transport, poller, spin)
+        Module::new(engine, transport, directory, poller, spin)
     }
 
     /// The transport, to inspect it (its addresses, its connections).
@@ -450,11 +514,23 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         &self.transport
     }
 
+    /// Its card, its peers' contacts and its refusals of strangers.
+    pub fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    /// Whether the module reaches `proc`: its card looked up (waiting up
+    /// to `timeout`), one of its contacts pairs with a local one.
+    fn resolve(&mut self, proc: ProcName, timeout: Duration) -> Result<(), LookupError> {
+        self.directory.lookup(proc, timeout)?;
+        self.transport.pairs_with(&self.directory, proc)
+    }
+
     /// Looks `proc` up, waiting up to `timeout` for its card, and adds it
     /// (as [`Btl::add_procs`] does, with the lookup's bound and cause):
     /// its endpoint, or why it cannot be reached.
     pub fn reach(&mut self, proc: ProcName, timeout: Duration) -> Result<EndpointId, ReachError> {
-        self.transport.resolve(proc, timeout)?;
+        self.resolve(proc, timeout)?;
         self.unreachable.remove(&proc);
         btl_core::btl::add_proc(&mut self.engine, proc)
             .map_err(|error| ReachError::Btl { proc, error })?
@@ -462,6 +538,103 @@ impl<T: Transport, M: Buffer> Module<T, M> {
                 proc,
                 error: BtlError::Unreachable,
             })
+    }
+
+    /// Reaches the process that listens at `address` (`HOST:PORT`) for
+    /// this module's component, knowing nothing else of it: no job, no
+    /// rank, no card. Its name comes from its handshake, and is returned
+    /// with its endpoint. A process that does not listen yet is tried
+    /// again, with a backoff that grows to the largest retransmission
+    /// timeout, until `timeout` has passed (or the peer timeout, if that is
+    /// shorter); then the error says what the last try met. The
+    /// endpoint reconnects to the same address if its link breaks.
+    ///
+    /// What a storage client does with the address of its server; the
+    /// server sees a client as any other (with the job's key, if it has
+    /// one: set it on both sides). Reaching a process that is already a
+    /// peer here, by address or by name, makes no second one: the error
+    /// says [`LostReason::Duplicate`].
+    ///
+    /// Events that come meanwhile stay queued for [`Btl::poll_event`].
+    pub fn connect_to(
+        &mut self,
+        address: &str,
+        timeout: Duration,
+    ) -> Result<(EndpointId, ProcName), ReachError> {
+        let start = Instant::now();
+        let component = self.directory.component();
+        let contacts = self
+            .directory
+            .contacts_at(address)
+            .map_err(|e| ReachError::Address {
+                address: address.to_owned(),
+                component,
+                reason: e.to_string(),
+            })?;
+        let name = self.directory.list(contacts);
+        let reached = self.answer_at(name, start, timeout);
+        match reached {
+            Ok(Ok(reached)) => Ok(reached),
+            Ok(Err((lost, refused))) => {
+                self.directory.unlist(name);
+                Err(ReachError::NoAnswer {
+                    address: address.to_owned(),
+                    component,
+                    waited: start.elapsed(),
+                    lost,
+                    refused,
+                })
+            }
+            Err(e) => {
+                self.directory.unlist(name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Adds the peer listed as `name` and waits until its handshake
+    /// completes (its endpoint and the name it told), it is lost (why), or
+    /// `timeout` from `start` has passed (no reason); a peer not reached is
+    /// removed, and whether every connection to it was refused said.
+    #[allow(clippy::type_complexity)]
+    fn answer_at(
+        &mut self,
+        name: ProcName,
+        start: Instant,
+        timeout: Duration,
+    ) -> Result<Result<(EndpointId, ProcName), (Option<LostReason>, bool)>, ReachError> {
+        self.transport.pairs_with(&self.directory, name)?;
+        let btl = |error| ReachError::Btl { proc: name, error };
+        let ep = btl_core::btl::add_proc(&mut self.engine, name)
+            .map_err(btl)?
+            .ok_or(btl(BtlError::Unreachable))?;
+        self.engine.connect(ep).map_err(btl)?;
+        let outcome = loop {
+            if self.engine.is_connected(ep)
+                && let Some(proc) = self.engine.proc_of(ep)
+            {
+                return Ok(Ok((ep, proc)));
+            }
+            if let Some(reason) = self.engine.lost(ep) {
+                break Some(reason);
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                break None;
+            }
+            let step = (timeout - waited).min(Duration::from_millis(10));
+            if self.poller.is_some() {
+                let _ = self.pass(Some(step));
+            } else {
+                // A progress thread reads the sockets: let it.
+                self.serve_queued();
+                std::thread::sleep(step.min(Duration::from_micros(200)));
+            }
+        };
+        let refused = self.engine.refused(ep);
+        // Removing a peer still unnamed says nothing to the upper layer.
+        let _ = self.engine.del_procs(&[ep]);
+        Ok(Err((outcome, refused)))
     }
 
     /// Why [`Btl::add_procs`] found `proc` unreachable, if it did (and no
@@ -502,7 +675,7 @@ impl<T: Transport, M: Buffer> Module<T, M> {
 
     /// The refusals of strangers so far, by reason.
     pub fn refusals(&self) -> &Refusals {
-        self.transport.refusals()
+        self.directory.refusals()
     }
 
     /// Moves the protocol forward until everything sent so far is
@@ -629,20 +802,18 @@ impl<T: Transport, M: Buffer> Module<T, M> {
             engine,
             transport,
             registry,
+            directory,
             ..
         } = self;
+        let mut cx = Context {
+            registry,
+            directory,
+        };
         for event in poller.events().filter(|e| e.token() != WAKE) {
-            transport.on_event(engine, registry, event, now);
+            transport.on_event(engine, &mut cx, event, now);
         }
-        let read = transport.read_ready(engine, registry, now);
-        engine.serve(
-            &mut Sockets {
-                transport,
-                registry,
-            },
-            now,
-            check_timers,
-        );
+        let read = transport.read_ready(engine, &mut cx, now);
+        engine.serve(&mut Sockets { transport, cx }, now, check_timers);
         read || !poller.is_empty()
     }
 
@@ -654,16 +825,14 @@ impl<T: Transport, M: Buffer> Module<T, M> {
             engine,
             transport,
             registry,
+            directory,
             ..
         } = self;
-        engine.serve(
-            &mut Sockets {
-                transport,
-                registry,
-            },
-            now,
-            false,
-        );
+        let cx = Context {
+            registry,
+            directory,
+        };
+        engine.serve(&mut Sockets { transport, cx }, now, false);
     }
 
     /// How long a wait may spin before it blocks.
@@ -726,21 +895,19 @@ impl<T: Transport, M: Buffer> Module<T, M> {
             engine,
             transport,
             registry,
+            directory,
             ..
         } = self;
+        let mut cx = Context {
+            registry,
+            directory,
+        };
         let before = engine.pending_events();
         // What the caller queued goes out before anything is read: the
         // latency of a reply.
-        transport.flush(engine, registry, now);
-        let read = transport.read_directly(engine, registry, now);
-        engine.serve(
-            &mut Sockets {
-                transport,
-                registry,
-            },
-            now,
-            check_timers,
-        );
+        transport.flush(engine, &mut cx, now);
+        let read = transport.read_directly(engine, &mut cx, now);
+        engine.serve(&mut Sockets { transport, cx }, now, check_timers);
         read || engine.pending_events() > before
     }
 
@@ -832,10 +999,10 @@ impl<T: Transport, M: Buffer> Btl for Module<T, M> {
         endpoints: &mut [Option<EndpointId>],
         reachable: &mut Reachability<'_>,
     ) -> Result<(), BtlError> {
-        let timeout = self.transport.lookup_timeout();
+        let timeout = self.directory.lookup_timeout();
         for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
             *ep = None;
-            if let Err(e) = self.transport.resolve(*proc, timeout) {
+            if let Err(e) = self.resolve(*proc, timeout) {
                 tracing::debug!(
                     "{}: process {proc} is not reachable: {e}",
                     self.attributes().name

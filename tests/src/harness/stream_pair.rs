@@ -276,6 +276,7 @@ impl World for StreamPairWorld {
                 let req = ConnectRequest {
                     endpoint,
                     proc,
+                    listed_as: proc,
                     link_index: 0,
                 };
                 let nonce = self.pair.nonce();

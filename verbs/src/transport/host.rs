@@ -127,7 +127,7 @@ pub struct Host<P: Provider> {
     pub(crate) cq: Cq,
     pub(crate) recv: Mr,
     pub(crate) send: Mr,
-    pub(crate) channel: Box<dyn SideChannel>,
+    pub(crate) channel: Box<dyn SideChannel + Send>,
     pub(crate) free_slots: Vec<usize>,
     pub(crate) qps: BTreeMap<QpNum, QpLink>,
     pub(crate) events: VecDeque<HostEvent>,
@@ -138,7 +138,7 @@ impl<P: Provider> Host<P> {
     pub(crate) fn new(
         mut provider: P,
         config: VerbsConfig,
-        channel: Box<dyn SideChannel>,
+        channel: Box<dyn SideChannel + Send>,
         seed: u64,
     ) -> Result<Self, VerbsError> {
         let slots = config.max_peers;

@@ -111,8 +111,8 @@ const SIDE_MESSAGES_PER_POLL: usize = 64;
 /// An engine's links over queue pairs of one port of one device.
 pub struct Transport<P: Provider> {
     host: Host<P>,
-    cpc: Box<dyn Cpc<Host<P>>>,
-    nonces: Box<dyn Nonces>,
+    cpc: Box<dyn Cpc<Host<P>> + Send>,
+    nonces: Box<dyn Nonces + Send>,
     /// Connections the engine asked for, by peer.
     pending: BTreeMap<ProcName, ConnectRequest>,
     links: BTreeMap<LinkId, QpNum>,
@@ -156,9 +156,9 @@ impl<P: Provider> Transport<P> {
     pub fn new(
         provider: P,
         config: VerbsConfig,
-        cpc: Box<dyn Cpc<Host<P>>>,
-        channel: Box<dyn SideChannel>,
-        mut nonces: Box<dyn Nonces>,
+        cpc: Box<dyn Cpc<Host<P>> + Send>,
+        channel: Box<dyn SideChannel + Send>,
+        mut nonces: Box<dyn Nonces + Send>,
     ) -> Result<Self, VerbsError> {
         if config.buffer_size == 0 || config.recv_buffers == 0 || config.send_buffers == 0 {
             return Err(VerbsError::Invalid(

@@ -22,6 +22,7 @@ use crate::bootstrap::Bootstrap;
 use crate::config::socket_params::{
     ENGINE_PARAMS, Registered, SOCKET_PARAMS, SocketParams, engine_param_specs, socket_param_specs,
 };
+use crate::driver::directory::Directory;
 use crate::driver::heap::Buffer;
 use crate::driver::module::Module;
 use crate::driver::net::{Net, Os};
@@ -160,7 +161,10 @@ impl TcpSetup {
             Capacities::SOCKET_MODULE,
             self.tcp.spin,
             net,
-            |net, registry| Tcp::start(me, self.tcp.clone(), bootstrap, net, registry),
+            Directory::new(me, NAME, bootstrap, self.tcp.lookup_timeout),
+            |net, registry, directory| {
+                Tcp::start(me, self.tcp.clone(), directory.bootstrap(), net, registry)
+            },
         )
     }
 }

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use btl_core::endpoint::ProcName;
@@ -15,15 +14,15 @@ use ipnet::IpNet;
 
 use super::TcpConfig;
 use super::conn::{Conn, ConnState, READ_BUDGET, ReadOutcome};
-use crate::bootstrap::{Bootstrap, Card, Contact};
-use crate::bootstrap::{LookupError, PeerContacts};
+use crate::bootstrap::{Bootstrap, Contact, LookupError};
+use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, HeapEngine};
-use crate::driver::module::{EventOf, Transport, source_of};
+use crate::driver::module::{Context, EventOf, Transport, source_of};
 use crate::driver::net::{
     ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch,
 };
 use crate::driver::read_queue::ReadQueue;
-use crate::driver::refusals::{Refusals, Refused};
+use crate::driver::refusals::Refused;
 use crate::transports::interfaces;
 use crate::transports::listen::listen_all;
 
@@ -59,7 +58,6 @@ pub struct Tcp<N: Net> {
     net: N,
     me: ProcName,
     config: TcpConfig,
-    bootstrap: Arc<dyn Bootstrap>,
     listeners: Vec<(N::Listener, Contact)>,
     conns: Vec<Option<Conn<N::Stream>>>,
     by_link: HashMap<LinkId, usize>,
@@ -69,52 +67,34 @@ pub struct Tcp<N: Net> {
     /// Listeners to accept from on the next pass: those the poller
     /// reported, and those a pass left with connections waiting.
     accepting: ReadQueue,
-    /// Each reachable peer's TCP contacts, as it published them.
-    peers: PeerContacts,
-    /// This process's card, withdrawn from the bootstrap when the
-    /// transport is dropped.
-    card: Card,
-    refusals: Refusals,
 }
 
 impl<N: Net> Tcp<N> {
-    /// Listens on the addresses `config` selects (or those the bootstrap
-    /// assigns `me`), registers the listeners with `registry` and
-    /// publishes this process's card.
+    /// Listens on the addresses `config` selects (or those `bootstrap`
+    /// assigns `me`) and registers the listeners with `registry`.
     pub fn start(
         me: ProcName,
         config: TcpConfig,
-        bootstrap: Arc<dyn Bootstrap>,
+        bootstrap: &dyn Bootstrap,
         net: N,
         registry: &RegistryOf<N>,
     ) -> io::Result<Self> {
-        let mut listeners = listen_all(
-            me,
-            NAME,
-            &*bootstrap,
-            &config.selection,
-            config.ports,
-            |at| net.listen(at),
-        )?;
-        let mut card = Card::new(me);
-        for (i, (listener, contact)) in listeners.iter_mut().enumerate() {
+        let mut listeners =
+            listen_all(me, NAME, bootstrap, &config.selection, config.ports, |at| {
+                net.listen(at)
+            })?;
+        for (i, (listener, _)) in listeners.iter_mut().enumerate() {
             listener.watch(registry, LISTENER_BASE + i, false)?;
-            card.contacts.push(contact.clone());
         }
-        bootstrap.publish(&card).map_err(io::Error::other)?;
         Ok(Tcp {
             net,
             me,
             config,
-            bootstrap,
             listeners,
             conns: Vec::new(),
             by_link: HashMap::new(),
             readable: ReadQueue::default(),
             accepting: ReadQueue::default(),
-            peers: PeerContacts::new(NAME),
-            card,
-            refusals: Refusals::default(),
         })
     }
 
@@ -143,12 +123,18 @@ impl<N: Net> Tcp<N> {
             .count()
     }
 
-    /// The (local, remote) addresses of link `index` to `proc`.
-    fn pair_for(&self, proc: ProcName, index: u8) -> Option<(IpNet, SocketAddr)> {
+    /// The (local, remote) addresses of link `index` to the peer whose
+    /// contacts `directory` lists under `name`.
+    fn pair_for(
+        &self,
+        directory: &Directory,
+        name: ProcName,
+        index: u8,
+    ) -> Option<(IpNet, SocketAddr)> {
         let mine: Vec<Contact> = self.contacts().cloned().collect();
         interfaces::link_addresses(
             (self.me, &mine),
-            (proc, self.peers.get(proc)?),
+            (name, directory.contacts_of(name)?),
             self.config.links,
             index,
         )
@@ -211,7 +197,7 @@ impl<N: Net> Tcp<N> {
     fn accept<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         l: usize,
         now: Instant,
     ) {
@@ -227,10 +213,12 @@ impl<N: Net> Tcp<N> {
                 Err(e) => {
                     // Out of file descriptors, most likely: the listener
                     // stays, and the next readiness tries again.
-                    if self
-                        .refusals
-                        .record(now, None, Refused::Connection, "accept failed")
-                    {
+                    if cx.directory.refusals_mut().record(
+                        now,
+                        None,
+                        Refused::Connection,
+                        "accept failed",
+                    ) {
                         tracing::warn!("tcp {}: accept failed: {e}", self.me);
                     }
                     return;
@@ -255,16 +243,18 @@ impl<N: Net> Tcp<N> {
                         LinkError::SourceFull => "its address holds its share of the link slots",
                         _ => "refused by the engine",
                     };
-                    if self
-                        .refusals
-                        .record(now, Some(from), Refused::Connection, what)
-                    {
+                    if cx.directory.refusals_mut().record(
+                        now,
+                        Some(from),
+                        Refused::Connection,
+                        what,
+                    ) {
                         tracing::warn!("tcp {}: refused a connection with {from}: {what}", self.me);
                     }
                     continue;
                 }
             };
-            match self.insert(Conn::new(stream, ConnState::Open(link)), registry) {
+            match self.insert(Conn::new(stream, ConnState::Open(link)), cx.registry) {
                 Ok(i) => {
                     self.by_link.insert(link, i);
                 }
@@ -384,16 +374,6 @@ fn failure(e: &io::Error) -> ConnectFailure {
     }
 }
 
-impl<N: Net> Drop for Tcp<N> {
-    /// The card goes with the transport: nobody is to look for this
-    /// process there any more.
-    fn drop(&mut self) {
-        if let Err(e) = self.bootstrap.withdraw(&self.card) {
-            tracing::debug!("tcp {}: withdrawing its card: {e}", self.me);
-        }
-    }
-}
-
 impl<N: Net> Transport for Tcp<N> {
     type Net = N;
     type Framing = Stream;
@@ -406,33 +386,21 @@ impl<N: Net> Transport for Tcp<N> {
         &self.net
     }
 
-    fn resolve(&mut self, proc: ProcName, timeout: Duration) -> Result<(), LookupError> {
-        if proc == self.me {
-            return Err(LookupError::Itself(proc));
-        }
-        self.peers.learn(&*self.bootstrap, proc, timeout)?;
-        match self.pair_for(proc, 0) {
+    fn contacts(&self) -> Vec<Contact> {
+        Tcp::contacts(self).cloned().collect()
+    }
+
+    fn pairs_with(&mut self, directory: &Directory, name: ProcName) -> Result<(), LookupError> {
+        match self.pair_for(directory, name, 0) {
             Some(_) => Ok(()),
-            None => Err(self.peers.no_pairing(proc)),
+            None => Err(directory.no_pairing(name)),
         }
-    }
-
-    fn lookup_timeout(&self) -> Duration {
-        self.config.lookup_timeout
-    }
-
-    fn refusals(&self) -> &Refusals {
-        &self.refusals
-    }
-
-    fn card(&self) -> &Card {
-        &self.card
     }
 
     fn on_event<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         event: &EventOf<N>,
         now: Instant,
     ) {
@@ -448,7 +416,7 @@ impl<N: Net> Transport for Tcp<N> {
             .is_some_and(|c| matches!(c.state, ConnState::Connecting { .. }));
         if connecting {
             if event.is_writable() || event.is_error() || event.is_read_closed() {
-                self.connected(engine, registry, token, now);
+                self.connected(engine, cx.registry, token, now);
             }
             if self
                 .conns
@@ -456,7 +424,7 @@ impl<N: Net> Transport for Tcp<N> {
                 .and_then(Option::as_ref)
                 .is_some_and(|c| c.link().is_some())
             {
-                self.write(engine, registry, token, now);
+                self.write(engine, cx.registry, token, now);
             }
             return;
         }
@@ -470,18 +438,19 @@ impl<N: Net> Transport for Tcp<N> {
             self.readable.push(token);
         }
         if event.is_writable() {
-            self.write(engine, registry, token, now);
+            self.write(engine, cx.registry, token, now);
         }
     }
 
     fn connect<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         req: ConnectRequest,
         now: Instant,
     ) {
-        let Some((local, remote)) = self.pair_for(req.proc, req.link_index) else {
+        let Some((local, remote)) = self.pair_for(cx.directory, req.listed_as, req.link_index)
+        else {
             // A peer that connected to this side and published no address
             // here: it is waited for, to connect again.
             engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
@@ -496,7 +465,7 @@ impl<N: Net> Transport for Tcp<N> {
             }
         };
         let state = ConnState::Connecting { req, since: now };
-        if self.insert(Conn::new(stream, state), registry).is_err() {
+        if self.insert(Conn::new(stream, state), cx.registry).is_err() {
             engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
         }
     }
@@ -504,7 +473,7 @@ impl<N: Net> Transport for Tcp<N> {
     fn close<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         link: LinkId,
         now: Instant,
     ) {
@@ -512,12 +481,17 @@ impl<N: Net> Transport for Tcp<N> {
             .by_link
             .get(&link)
             .copied()
-            .and_then(|i| self.remove(i, registry))
+            .and_then(|i| self.remove(i, cx.registry))
         {
             let remote = conn.stream.peer_addr().ok();
             let end = engine.link_end(link);
-            self.refusals
-                .link_end(now, (NAME, self.me), remote, end, Refused::Connection);
+            cx.directory.refusals_mut().link_end(
+                now,
+                (NAME, self.me),
+                remote,
+                end,
+                Refused::Connection,
+            );
         }
         engine.handle_closed(link, now);
     }
@@ -529,7 +503,7 @@ impl<N: Net> Transport for Tcp<N> {
     fn read_ready<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         now: Instant,
     ) -> bool {
         // What the connections brought before new connections: a peer's
@@ -537,12 +511,12 @@ impl<N: Net> Transport for Tcp<N> {
         let round = self.readable.start_round();
         let mut came = false;
         for &i in &round {
-            came |= self.read(engine, registry, i, now);
+            came |= self.read(engine, cx.registry, i, now);
         }
         self.readable.end_round(round);
         let round = self.accepting.start_round();
         for &l in &round {
-            self.accept(engine, registry, l, now);
+            self.accept(engine, cx, l, now);
         }
         self.accepting.end_round(round);
         came
@@ -555,7 +529,7 @@ impl<N: Net> Transport for Tcp<N> {
     fn read_directly<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         now: Instant,
     ) -> bool {
         for (i, conn) in self.conns.iter().enumerate() {
@@ -563,16 +537,18 @@ impl<N: Net> Transport for Tcp<N> {
                 self.readable.push(i);
             }
         }
-        self.read_ready(engine, registry, now)
+        self.read_ready(engine, cx, now)
     }
 
     fn flush<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         now: Instant,
     ) {
-        self.refusals.log_summaries(now, (NAME, self.me));
+        cx.directory
+            .refusals_mut()
+            .log_summaries(now, (NAME, self.me));
         for i in 0..self.conns.len() {
             let Some(conn) = self.conns[i].as_ref() else {
                 continue;
@@ -581,14 +557,14 @@ impl<N: Net> Transport for Tcp<N> {
                 ConnState::Connecting { since, req } => {
                     if now - since >= self.config.connect_timeout.into() {
                         tracing::debug!("tcp {}: connect to {} timed out", self.me, req.proc);
-                        self.broken(engine, registry, i, ConnectFailure::Unreachable, now);
+                        self.broken(engine, cx.registry, i, ConnectFailure::Unreachable, now);
                     }
                 }
                 ConnState::Open(_) => {
                     if conn.holds_input() {
-                        self.read(engine, registry, i, now);
+                        self.read(engine, cx.registry, i, now);
                     }
-                    self.write(engine, registry, i, now);
+                    self.write(engine, cx.registry, i, now);
                 }
             }
         }

@@ -27,13 +27,13 @@ use btl_core::mca::{
 use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 use btl_core::time::Instant;
 
-use crate::bootstrap::{Bootstrap, Card, Contact};
-use crate::bootstrap::{LookupError, PeerContacts};
+use crate::bootstrap::{Bootstrap, Contact, LookupError};
 use crate::config::socket_params::{
     ENGINE_PARAMS, Registered, SOCKET_PARAMS, SocketParams, engine_param_specs, socket_param_specs,
 };
+use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, HeapEngine};
-use crate::driver::module::{EventOf, Module, Transport, source_of};
+use crate::driver::module::{Context, EventOf, Module, Transport, source_of};
 use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Segments, Watch};
 use crate::driver::read_queue::ReadQueue;
 use crate::driver::refusals::{Refusals, Refused};
@@ -129,16 +129,13 @@ impl Default for UdpConfig {
 pub struct Udp<N: Net> {
     net: N,
     me: ProcName,
-    config: UdpConfig,
     /// Largest datagram sent: the configured one, or the interfaces'.
     mtu: usize,
-    bootstrap: Arc<dyn Bootstrap>,
     sockets: Vec<(N::Datagram, Contact)>,
     /// The link of each remote address, and each link's socket and address
     /// (ordered, so that links are flushed in the same order every run).
     by_addr: HashMap<SocketAddr, LinkId>,
     by_link: BTreeMap<LinkId, (usize, SocketAddr)>,
-    peers: PeerContacts,
     recv: Box<[u8]>,
     /// Sockets to read on the next pass: those the poller reported, and
     /// those a pass left with datagrams unread.
@@ -153,35 +150,24 @@ pub struct Udp<N: Net> {
     /// Scratch of `flush`, kept so that a flush allocates nothing.
     scratch_links: Vec<(LinkId, usize, SocketAddr)>,
     scratch_blocked: Vec<bool>,
-    /// This process's card, withdrawn when the transport is dropped.
-    card: Card,
-    refusals: Refusals,
 }
 
 impl<N: Net> Udp<N> {
-    /// Binds the selected (or assigned) addresses, registers the sockets
-    /// and publishes this process's card.
+    /// Binds the addresses `config` selects (or those `bootstrap` assigns
+    /// `me`) and registers the sockets with `registry`.
     pub fn start(
         me: ProcName,
         config: UdpConfig,
-        bootstrap: Arc<dyn Bootstrap>,
+        bootstrap: &dyn Bootstrap,
         net: N,
         registry: &RegistryOf<N>,
     ) -> io::Result<Self> {
-        let mut sockets = listen_all(
-            me,
-            NAME,
-            &*bootstrap,
-            &config.selection,
-            config.ports,
-            |at| net.bind(at),
-        )?;
-        let mut card = Card::new(me);
-        for (i, (socket, contact)) in sockets.iter_mut().enumerate() {
+        let mut sockets = listen_all(me, NAME, bootstrap, &config.selection, config.ports, |at| {
+            net.bind(at)
+        })?;
+        for (i, (socket, _)) in sockets.iter_mut().enumerate() {
             socket.watch(registry, i, false)?;
-            card.contacts.push(contact.clone());
         }
-        bootstrap.publish(&card).map_err(io::Error::other)?;
         let n = sockets.len();
         // The smallest of the interfaces' MTUs: one module's datagrams
         // may leave by any of them.
@@ -195,13 +181,10 @@ impl<N: Net> Udp<N> {
         Ok(Udp {
             net,
             me,
-            config,
             mtu,
-            bootstrap,
             sockets,
             by_addr: HashMap::new(),
             by_link: BTreeMap::new(),
-            peers: PeerContacts::new(NAME),
             recv: vec![0; RECV_BYTES].into_boxed_slice(),
             readable: ReadQueue::default(),
             batches: (0..n)
@@ -211,8 +194,6 @@ impl<N: Net> Udp<N> {
             reported: vec![false; n],
             scratch_links: Vec::new(),
             scratch_blocked: vec![false; n],
-            card,
-            refusals: Refusals::default(),
         })
     }
 
@@ -231,10 +212,12 @@ impl<N: Net> Udp<N> {
         self.by_link.len()
     }
 
-    fn pair_for(&self, proc: ProcName) -> Option<(usize, SocketAddr)> {
+    /// The socket and remote address of the link to the peer whose
+    /// contacts `directory` lists under `name`.
+    fn pair_for(&self, directory: &Directory, name: ProcName) -> Option<(usize, SocketAddr)> {
         let mine: Vec<Contact> = self.contacts().cloned().collect();
-        let (local, remote) =
-            interfaces::link_addresses((self.me, &mine), (proc, self.peers.get(proc)?), 1, 0)?;
+        let peer = (name, directory.contacts_of(name)?);
+        let (local, remote) = interfaces::link_addresses((self.me, &mine), peer, 1, 0)?;
         let socket = mine.iter().position(|c| interfaces::net_of(c) == local)?;
         Some((socket, remote))
     }
@@ -252,6 +235,7 @@ impl<N: Net> Udp<N> {
     fn receive<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Datagram, M>,
+        refusals: &mut Refusals,
         s: usize,
         now: Instant,
     ) -> bool {
@@ -282,7 +266,7 @@ impl<N: Net> Udp<N> {
                 let link = match self.by_addr.get(&from) {
                     Some(&link) => link,
                     None => {
-                        self.stranger(engine, s, from, datagram, now);
+                        self.stranger(engine, refusals, s, from, datagram, now);
                         continue;
                     }
                 };
@@ -331,6 +315,7 @@ impl<N: Net> Udp<N> {
     fn stranger<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Datagram, M>,
+        refusals: &mut Refusals,
         s: usize,
         from: SocketAddr,
         datagram: &[u8],
@@ -363,10 +348,7 @@ impl<N: Net> Udp<N> {
             }
             Stranger::Refuse(why) => why.description(),
         };
-        if self
-            .refusals
-            .record(now, Some(from), Refused::Datagram, what)
-        {
+        if refusals.record(now, Some(from), Refused::Datagram, what) {
             tracing::warn!("udp {}: refused a datagram from {from}: {what}", self.me);
         }
     }
@@ -410,33 +392,21 @@ impl<N: Net> Transport for Udp<N> {
         &self.net
     }
 
-    fn resolve(&mut self, proc: ProcName, timeout: Duration) -> Result<(), LookupError> {
-        if proc == self.me {
-            return Err(LookupError::Itself(proc));
-        }
-        self.peers.learn(&*self.bootstrap, proc, timeout)?;
-        match self.pair_for(proc) {
+    fn contacts(&self) -> Vec<Contact> {
+        Udp::contacts(self).cloned().collect()
+    }
+
+    fn pairs_with(&mut self, directory: &Directory, name: ProcName) -> Result<(), LookupError> {
+        match self.pair_for(directory, name) {
             Some(_) => Ok(()),
-            None => Err(self.peers.no_pairing(proc)),
+            None => Err(directory.no_pairing(name)),
         }
-    }
-
-    fn lookup_timeout(&self) -> Duration {
-        self.config.lookup_timeout
-    }
-
-    fn refusals(&self) -> &Refusals {
-        &self.refusals
-    }
-
-    fn card(&self) -> &Card {
-        &self.card
     }
 
     fn on_event<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Datagram, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         event: &EventOf<N>,
         now: Instant,
     ) {
@@ -449,18 +419,18 @@ impl<N: Net> Transport for Udp<N> {
             self.refused(engine, s, now);
         }
         if event.is_writable() {
-            self.flush(engine, registry, now);
+            self.flush(engine, cx, now);
         }
     }
 
     fn connect<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Datagram, M>,
-        _registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         req: ConnectRequest,
         now: Instant,
     ) {
-        let Some((s, remote)) = self.pair_for(req.proc) else {
+        let Some((s, remote)) = self.pair_for(cx.directory, req.listed_as) else {
             // A peer that came to this side and published no address here:
             // it is waited for, to come again.
             engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
@@ -482,14 +452,19 @@ impl<N: Net> Transport for Udp<N> {
     fn close<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Datagram, M>,
-        _registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         link: LinkId,
         now: Instant,
     ) {
         if let Some(addr) = self.forget(link) {
             let end = engine.link_end(link);
-            self.refusals
-                .link_end(now, (NAME, self.me), Some(addr), end, Refused::Datagram);
+            cx.directory.refusals_mut().link_end(
+                now,
+                (NAME, self.me),
+                Some(addr),
+                end,
+                Refused::Datagram,
+            );
         }
         engine.handle_closed(link, now);
     }
@@ -501,13 +476,13 @@ impl<N: Net> Transport for Udp<N> {
     fn read_ready<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Datagram, M>,
-        _registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         now: Instant,
     ) -> bool {
         let round = self.readable.start_round();
         let mut any = false;
         for &s in &round {
-            any |= self.receive(engine, s, now);
+            any |= self.receive(engine, cx.directory.refusals_mut(), s, now);
         }
         self.readable.end_round(round);
         any
@@ -520,22 +495,24 @@ impl<N: Net> Transport for Udp<N> {
     fn read_directly<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Datagram, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         now: Instant,
     ) -> bool {
         for s in 0..self.sockets.len() {
             self.readable.push(s);
         }
-        self.read_ready(engine, registry, now)
+        self.read_ready(engine, cx, now)
     }
 
     fn flush<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Datagram, M>,
-        registry: &RegistryOf<N>,
+        cx: &mut Context<'_, N>,
         now: Instant,
     ) {
-        self.refusals.log_summaries(now, (NAME, self.me));
+        cx.directory
+            .refusals_mut()
+            .log_summaries(now, (NAME, self.me));
         let mut links = std::mem::take(&mut self.scratch_links);
         let mut blocked = std::mem::take(&mut self.scratch_blocked);
         links.clear();
@@ -595,7 +572,7 @@ impl<N: Net> Transport for Udp<N> {
         for (s, &want) in blocked.iter().enumerate() {
             if want != self.write_interest[s]
                 && let Some((socket, _)) = self.sockets.get_mut(s)
-                && socket.rewatch(registry, s, want).is_ok()
+                && socket.rewatch(cx.registry, s, want).is_ok()
             {
                 self.write_interest[s] = want;
             }
@@ -634,16 +611,6 @@ enum Step {
     Blocked,
     /// It does not join the batch: the batch goes first.
     SendBatch,
-}
-
-impl<N: Net> Drop for Udp<N> {
-    /// The card goes with the transport: nobody is to look for this
-    /// process there any more.
-    fn drop(&mut self) {
-        if let Err(e) = self.bootstrap.withdraw(&self.card) {
-            tracing::debug!("udp {}: withdrawing its card: {e}", self.me);
-        }
-    }
 }
 
 /// The UDP component.
@@ -698,7 +665,10 @@ impl UdpSetup {
             Capacities::SOCKET_MODULE,
             self.udp.spin,
             net,
-            |net, registry| Udp::start(me, self.udp.clone(), bootstrap, net, registry),
+            Directory::new(me, NAME, bootstrap, self.udp.lookup_timeout),
+            |net, registry, directory| {
+                Udp::start(me, self.udp.clone(), directory.bootstrap(), net, registry)
+            },
         )?;
         let [eager, max_send] = self.udp.chosen_sizes;
         let attributes = btl_core::btl::Btl::attributes(&module);

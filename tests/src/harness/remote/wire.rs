@@ -304,6 +304,7 @@ wire_unit_enum!(LostReason {
     NoRoom,
     Stalled,
     Exited,
+    Duplicate,
 });
 
 wire_unit_enum!(Limit { Here, Peer });

@@ -10,20 +10,17 @@ use std::time::{Duration, Instant};
 use btl_core::btl::{Btl, Event, Tag};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{Capacities, HEADER_RESERVE};
 use btl_core::mca::Exclusivity;
-use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_std::bml::{Offer, Offered};
 use btl_std::bootstrap::{Bootstrap, SharedDir};
-use btl_std::driver::directory::Directory;
 use btl_std::driver::heap::Buffer;
 use btl_std::driver::module::Module;
-use btl_std::driver::net::{Net, Os};
+use btl_std::driver::net::Os;
 use btl_std::{Bml, ModuleBuilder, OpenError};
-use btl_verbs::cpc::OobConfig;
-use btl_verbs::module::{Verbs, VerbsSetup};
+use btl_verbs::module::Verbs;
 use btl_verbs::soft::{SoftFabric, SoftHca};
-use btl_verbs::transport::VerbsConfig;
+
+mod common;
 
 const JOB: u64 = 0x7E4D;
 
@@ -51,64 +48,13 @@ impl Offered for SoftVerbs {
         Module<Self::Transport, M>: Send,
     {
         let opening = builder.opening()?;
-        let me = opening.me;
-        let setup = VerbsSetup {
-            config: VerbsConfig {
-                max_peers: 4,
-                recv_buffers: 8,
-                send_buffers: 8,
-                buffer_size: 8 << 10,
-                rdma_depth: 8,
-                ..VerbsConfig::default()
-            },
-            oob: OobConfig::default(),
-            side: ("127.0.0.1:0".parse().expect("an address"), 8),
-            lookup_timeout: Duration::from_secs(5),
-        };
-        let hca = self
-            .fabric
-            .open("soft0")
-            .map_err(|e| OpenError::NotAvailable {
+        let config = opening.engine_config("verbs", EngineConfig::new(opening.me))?;
+        common::soft_module(&self.fabric, config, opening.bootstrap).map_err(|error| {
+            OpenError::Io {
                 component: "verbs",
-                reason: e.to_string(),
-            })?;
-        let config = opening.engine_config("verbs", EngineConfig::new(me))?;
-        let directory = Directory::new(me, "verbs", opening.bootstrap, setup.lookup_timeout);
-        Module::open(
-            "verbs",
-            config,
-            pools(),
-            Capacities {
-                peers: 4,
-                links: 8,
-                ..Capacities::SOCKET_MODULE
-            },
-            Duration::from_millis(1),
-            Os,
-            directory,
-            move |net, registry, directory| {
-                let nonces = Box::new(|| Os.random());
-                Verbs::start(me, setup, hca, directory.bootstrap(), net, registry, nonces)
-            },
-        )
-        .map_err(|error| OpenError::Io {
-            component: "verbs",
-            error,
+                error,
+            }
         })
-    }
-}
-
-fn pools() -> FragmentPoolsConfig {
-    let class = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + HEADER_RESERVE,
-        num: 32,
-        max: 32,
-        inc: 8,
-    };
-    FragmentPoolsConfig {
-        small: class(256),
-        eager: class(4096),
-        max: class(64 << 10),
     }
 }
 

@@ -10,70 +10,21 @@ use btl_core::btl::{Access, Btl, Event, MemSlice, RemoteSlice, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{Capacities, HEADER_RESERVE};
-use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_std::bootstrap::{Bootstrap, SharedDir};
-use btl_std::driver::directory::Directory;
 use btl_std::driver::module::Module;
-use btl_std::driver::net::{Net, Os};
-use btl_verbs::cpc::OobConfig;
-use btl_verbs::module::{Verbs, VerbsSetup};
+use btl_std::driver::net::Os;
+use btl_verbs::module::Verbs;
 use btl_verbs::soft::{SoftFabric, SoftHca};
-use btl_verbs::transport::VerbsConfig;
 
 type VerbsModule = Module<Verbs<SoftHca, Os>>;
 
+mod common;
+
 const JOB: u64 = 0x7E4C;
 
-fn pools() -> FragmentPoolsConfig {
-    let class = |payload: usize| FragmentPoolConfig {
-        fragment_size: payload + HEADER_RESERVE,
-        num: 32,
-        max: 32,
-        inc: 8,
-    };
-    FragmentPoolsConfig {
-        small: class(256),
-        eager: class(4096),
-        max: class(64 << 10),
-    }
-}
-
 fn open(fabric: &SoftFabric, bootstrap: &Arc<dyn Bootstrap>, rank: u32) -> VerbsModule {
-    let me = ProcName::new(JOB, rank);
-    let setup = VerbsSetup {
-        config: VerbsConfig {
-            max_peers: 4,
-            recv_buffers: 8,
-            send_buffers: 8,
-            buffer_size: 8 << 10,
-            rdma_depth: 8,
-            ..VerbsConfig::default()
-        },
-        oob: OobConfig::default(),
-        side: ("127.0.0.1:0".parse().expect("an address"), 8),
-        lookup_timeout: Duration::from_secs(5),
-    };
-    let hca = fabric.open("soft0").expect("the soft device");
-    let bootstrap = bootstrap.clone();
-    Module::open(
-        "verbs",
-        EngineConfig::new(me),
-        pools(),
-        Capacities {
-            peers: 4,
-            links: 8,
-            ..Capacities::SOCKET_MODULE
-        },
-        Duration::from_millis(1),
-        Os,
-        Directory::new(me, "verbs", bootstrap, setup.lookup_timeout),
-        move |net, registry, directory| {
-            let nonces = Box::new(|| Os.random());
-            Verbs::start(me, setup, hca, directory.bootstrap(), net, registry, nonces)
-        },
-    )
-    .expect("a verbs module")
+    let config = EngineConfig::new(ProcName::new(JOB, rank));
+    common::soft_module(fabric, config, Arc::clone(bootstrap)).expect("a verbs module")
 }
 
 /// Progresses both until `done` says so, at most 20 s.

@@ -171,16 +171,7 @@ fn the_driver_is_asked_to_connect_only_when_the_upper_layer_needs_a_peer() {
     let endpoint = eps[0].expect("reached");
     assert_eq!(e.poll_connect(), None, "added is not yet talked to");
     e.shared.now = ms(1);
-    let mut desc = e
-        .alloc(
-            endpoint,
-            crate::desc::Order::ANY,
-            8,
-            crate::desc::DescFlags::empty(),
-        )
-        .expect("a descriptor");
-    desc.set_tag(crate::btl::Tag(1));
-    let _ = e.send(endpoint, desc, crate::btl::Tag(1)).expect("queued");
+    send_eight_bytes(&mut e, endpoint);
     assert_eq!(
         e.poll_connect(),
         Some(ConnectRequest {
@@ -376,11 +367,17 @@ fn pump(a: &mut StreamEngine, la: LinkId, b: &mut StreamEngine, lb: LinkId, now:
 /// Adds `proc` to `e` and queues an 8-byte message to it: the engine then
 /// asks for a connection.
 fn reach(e: &mut StreamEngine, proc: ProcName, now: Instant) -> EndpointId {
-    use crate::btl::Btl;
     e.shared.now = now;
     let endpoint = crate::btl::add_proc(e, proc)
         .expect("room")
         .expect("reached");
+    send_eight_bytes(e, endpoint);
+    endpoint
+}
+
+/// Queues an 8-byte message tagged 1 to `endpoint`.
+fn send_eight_bytes<F: Framing>(e: &mut Engine<super::testkit::Boxed, F, 8>, endpoint: EndpointId) {
+    use crate::btl::Btl;
     let mut desc = e
         .alloc(
             endpoint,
@@ -391,7 +388,6 @@ fn reach(e: &mut StreamEngine, proc: ProcName, now: Instant) -> EndpointId {
         .expect("a descriptor");
     desc.set_tag(crate::btl::Tag(1));
     let _ = e.send(endpoint, desc, crate::btl::Tag(1)).expect("queued");
-    endpoint
 }
 
 /// Connects `client`'s request `req` to `server` and pumps the

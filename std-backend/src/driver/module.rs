@@ -622,14 +622,7 @@ impl<T: Transport, M: Buffer> Module<T, M> {
             if waited >= timeout {
                 break None;
             }
-            let step = (timeout - waited).min(Duration::from_millis(10));
-            if self.poller.is_some() {
-                let _ = self.pass(Some(step));
-            } else {
-                // A progress thread reads the sockets: let it.
-                self.serve_queued();
-                std::thread::sleep(step.min(Duration::from_micros(200)));
-            }
+            self.wait_a_step(timeout - waited);
         };
         let refused = self.engine.refused(ep);
         // Removing a peer still unnamed says nothing to the upper layer.
@@ -707,14 +700,20 @@ impl<T: Transport, M: Buffer> Module<T, M> {
                     waited,
                 });
             }
-            let step = (timeout - waited).min(Duration::from_millis(10));
-            if self.poller.is_some() {
-                let _ = self.pass(Some(step));
-            } else {
-                // A progress thread reads the sockets: let it.
-                self.serve_queued();
-                std::thread::sleep(step.min(Duration::from_micros(200)));
-            }
+            self.wait_a_step(timeout - waited);
+        }
+    }
+
+    /// One step of a bounded wait with `left` to go: a pass that waits in
+    /// the poller up to 10 ms, or, while a progress thread reads the
+    /// sockets, what the caller queued sent and a short sleep.
+    fn wait_a_step(&mut self, left: Duration) {
+        let step = left.min(Duration::from_millis(10));
+        if self.poller.is_some() {
+            let _ = self.pass(Some(step));
+        } else {
+            self.serve_queued();
+            std::thread::sleep(step.min(Duration::from_micros(200)));
         }
     }
 

@@ -535,7 +535,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             if !self.link_coming(proc, index)
                 && let Some(peer) = self.peers.get_mut(p)
             {
-                peer.link_gone(index, &mut self.shared);
+                peer.link_superseded(index, &mut self.shared);
             }
         } else {
             self.lose_peer(

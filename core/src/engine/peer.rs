@@ -592,6 +592,19 @@ impl<const W: usize> Peer<W> {
         }
     }
 
+    /// Link `index` was closed by the peer as redundant (`Normal`): when
+    /// both sides connect at once, the one whose connection loses closes
+    /// it so, and its own connection is on its way. A peer never open
+    /// waits for that one, asking again after a backoff until its peer
+    /// timeout, rather than being lost because the other connection has
+    /// not been accepted here yet; any other is as [`link_gone`](Self::link_gone).
+    pub fn link_superseded<S: Storage>(&mut self, index: u8, shared: &mut Shared<S>) {
+        match self.state {
+            PeerState::Connecting { .. } if !self.was_open => self.retry_later(shared.now),
+            _ => self.link_gone(index, shared),
+        }
+    }
+
     /// The connection asked for as link `index` could not be opened, for
     /// `why`: another link carries the peer, so try later; a peer that was
     /// open is tried again after a backoff, until its peer timeout or,

@@ -526,3 +526,44 @@ fn a_process_reached_again_by_address_is_no_second_peer() {
         "a message on the first link"
     );
 }
+
+#[test]
+fn a_connection_closed_as_the_loser_of_a_crossing_waits_for_the_peers_own() {
+    // A (the lower name) and B connect to each other at once. B's
+    // connection reaches A first and loses the crossing there: A closes
+    // it (`Normal`) before B has even accepted A's. B is not to lose A.
+    let (mut a, mut b) = client_and_server();
+    let a_to_b = reach(&mut a, SERVER, ms(1));
+    let b_to_a = reach(&mut b, super::testkit::ME, ms(1));
+    let (a_req, b_req) = (a.poll_connect(), b.poll_connect());
+    let a_out = a
+        .handle_connected(a_req.expect("A connects"), [1; NONCE_LEN], ms(1))
+        .expect("a link");
+    let b_out = b
+        .handle_connected(b_req.expect("B connects"), [2; NONCE_LEN], ms(1))
+        .expect("a link");
+    let a_in = a
+        .handle_accepted(Source(2), [3; NONCE_LEN], ms(1))
+        .expect("a link");
+    // B's HELLO, then its HELLO_ACK once A's HELLO came: A takes both in
+    // one read, so its own HELLO_ACK is still unsent when the crossing
+    // ends the link.
+    let b_hello = drain(&mut b, b_out);
+    let a_hello = drain(&mut a, a_in);
+    let _ = b.handle_stream(b_out, &a_hello, ms(2));
+    let mut from_b = b_hello;
+    from_b.extend(drain(&mut b, b_out));
+    let _ = a.handle_stream(a_in, &from_b, ms(2));
+    let to_b = drain(&mut a, a_in);
+    assert_eq!(kinds(&to_b), [PacketType::Close], "A closes B's connection");
+    let _ = b.handle_stream(b_out, &to_b, ms(2));
+    assert_eq!(b.lost(b_to_a), None, "B waits for A's own connection");
+    // A's connection reaches B: both open, and both messages come.
+    let b_in = b
+        .handle_accepted(Source(1), [4; NONCE_LEN], ms(3))
+        .expect("a link");
+    pump(&mut a, a_out, &mut b, b_in, ms(3));
+    assert!(a.is_connected(a_to_b) && b.is_connected(b_to_a));
+    assert_eq!(events(&mut a), (1, std::vec![]));
+    assert_eq!(events(&mut b), (1, std::vec![]));
+}

@@ -104,6 +104,9 @@ impl Model {
                 if found == ME {
                     reasons.push(HandshakeError::SelfConnection);
                 }
+                if found.is_unnamed() {
+                    reasons.push(HandshakeError::ReservedName);
+                }
                 if let Some(expected) = self.expected
                     && expected != found
                 {

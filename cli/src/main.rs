@@ -96,7 +96,8 @@ struct RunArgs {
     /// Largest message size (k, M suffixes).
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     max_size: usize,
-    /// Timed iterations per size (default: fewer for larger sizes).
+    /// Timed iterations per size, at every size; by default 1000 round
+    /// trips (20 windows for bw, 200 for rate), fewer for large sizes.
     #[arg(long)]
     iters: Option<u32>,
     /// Untimed iterations per size first (default: a tenth of them).
@@ -553,6 +554,7 @@ fn plan(test: Test, args: &RunArgs) -> Result<Plan, Failure> {
         sizes,
         warmup: args.warmup.unwrap_or((iters / 10).max(2)),
         iters,
+        exact: args.iters.is_some(),
         window: args.window.max(1),
     })
 }

@@ -1,8 +1,10 @@
 //! The baseline the `btl` command compares against: the same measurements
-//! over a plain socket, one `write` per message, as a program without a
-//! BTL would do it: a TCP connection for the network BTLs, a Unix stream
-//! socket for shared memory. Busy-polling reads spin on a non-blocking
-//! socket; blocking reads block.
+//! over a plain socket, as the best simple program without a BTL does
+//! them: a TCP connection for the network BTLs, a Unix stream socket for
+//! shared memory. The sender writes each message with one `write`; the
+//! receiver of a window reads whole buffers (up to [`READ_CHUNK`] at a
+//! time), not one `read` per message. Busy-polling reads spin on a
+//! non-blocking socket; blocking reads block.
 //!
 //! Before each size the lead sends a 17-byte header (test, size, window,
 //! rounds); a size of `u64::MAX` ends the run.
@@ -20,6 +22,9 @@ const HEAD: usize = 17;
 /// Largest message the answering side takes: the command's sizes are far
 /// below it.
 const MAX_SIZE: usize = 1 << 30;
+/// The most a window's receiver reads at once: what a C loop's buffer
+/// holds.
+pub const READ_CHUNK: usize = 4 << 20;
 
 fn test_code(t: Test) -> u8 {
     match t {
@@ -49,13 +54,13 @@ impl Stream for UnixStream {
     }
 }
 
-/// Reads exactly `buf.len()` bytes, spinning on a non-blocking socket.
-fn read_all(s: &mut impl Stream, buf: &mut [u8]) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
+/// Reads what has come, at least one byte and at most `buf.len()`,
+/// spinning on a non-blocking socket: how many.
+fn read_some(s: &mut impl Stream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match s.read(buf) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
+            Ok(n) => return Ok(n),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -66,6 +71,14 @@ fn read_all(s: &mut impl Stream, buf: &mut [u8]) -> io::Result<()> {
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// Reads exactly `buf.len()` bytes.
+fn read_all(s: &mut impl Stream, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        got += read_some(s, &mut buf[got..])?;
     }
     Ok(())
 }
@@ -148,7 +161,7 @@ pub fn lead(
 }
 
 /// Answers [`lead`] until it is done: echoes ping-pongs, acknowledges each
-/// window with one byte.
+/// window with one byte once its bytes came, read whole buffers at a time.
 pub fn answer(mut stream: impl Stream, waiting: Waiting) -> io::Result<()> {
     stream.prepare(waiting)?;
     let mut buf = vec![0u8; 1];
@@ -169,16 +182,20 @@ pub fn answer(mut stream: impl Stream, waiting: Waiting) -> io::Result<()> {
             .ok_or_else(|| io::Error::other(format!("message size {size} above {MAX_SIZE}")))?;
         let window = field(9..13).max(1);
         let rounds = field(13..17);
-        if buf.len() < size.max(1) {
-            buf.resize(size.max(1), 0);
+        let pingpong = head[0] == 0;
+        let need = if pingpong { size } else { READ_CHUNK };
+        if buf.len() < need.max(1) {
+            buf.resize(need.max(1), 0);
         }
         for _ in 0..rounds {
-            if head[0] == 0 {
+            if pingpong {
                 read_all(&mut stream, &mut buf[..size])?;
                 write_all(&mut stream, &buf[..size])?;
             } else {
-                for _ in 0..window {
-                    read_all(&mut stream, &mut buf[..size])?;
+                let mut left = window.saturating_mul(size as u64);
+                while left > 0 {
+                    let chunk = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                    left -= read_some(&mut stream, &mut buf[..chunk])? as u64;
                 }
                 write_all(&mut stream, &[1])?;
             }

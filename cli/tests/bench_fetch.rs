@@ -51,6 +51,7 @@ fn ping_pong(a: SmModule, b: SmModule, to_b: u32, sizes: &[usize]) -> (Plan, SmM
         sizes: sizes.to_vec(),
         warmup: 2,
         iters: 20,
+        exact: false,
         window: 1,
     };
     let max = sizes.iter().copied().max().unwrap_or(0);

@@ -81,17 +81,24 @@ pub struct Plan {
     pub warmup: u32,
     /// Timed iterations per size.
     pub iters: u32,
+    /// Whether `iters` (and `warmup`) hold at every size, as the user gave
+    /// them; when not, large messages get fewer ([`BUDGET`](Self::BUDGET)).
+    pub exact: bool,
     /// Messages per window (bandwidth and rate).
     pub window: u32,
 }
 
 impl Plan {
-    /// Bytes one size's timed iterations move at most: large messages get
-    /// fewer iterations than `iters`, at least 10.
+    /// Bytes one size's timed iterations move at most unless the plan is
+    /// [`exact`](Self::exact): large messages get fewer iterations than
+    /// `iters`, at least 10.
     pub const BUDGET: usize = 256 << 20;
 
     /// Timed and warm-up iterations for messages of `size`.
     pub fn iterations(&self, size: usize) -> (u32, u32) {
+        if self.exact {
+            return (self.iters, self.warmup);
+        }
         let per_iter = match self.test {
             Test::PingPong => 2 * size,
             Test::Bandwidth | Test::Rate => size * self.window as usize,
@@ -1143,4 +1150,35 @@ pub fn sizes(min: usize, max: usize) -> Vec<usize> {
         s = s.saturating_mul(2);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(iters: u32, exact: bool) -> Plan {
+        Plan {
+            test: Test::PingPong,
+            sizes: vec![8, 4 << 20],
+            warmup: iters / 10,
+            iters,
+            exact,
+            window: 64,
+        }
+    }
+
+    #[test]
+    fn iterations_given_hold_at_every_size() {
+        assert_eq!(plan(200, true).iterations(4 << 20), (200, 20));
+        assert_eq!(plan(200, true).iterations(8), (200, 20));
+    }
+
+    #[test]
+    fn by_default_large_sizes_move_about_the_budget() {
+        // 4 MiB each way: 32 round trips make 256 MiB.
+        assert_eq!(plan(1000, false).iterations(4 << 20), (32, 3));
+        assert_eq!(plan(1000, false).iterations(8), (1000, 100));
+        // Never fewer than 10.
+        assert_eq!(plan(1000, false).iterations(1 << 30).0, 10);
+    }
 }

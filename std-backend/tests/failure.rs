@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
+use btl_core::btl::{Access, Btl, BtlError, Event, LostReason, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use btl_std::driver::module::{Module, Transport};
 use btl_std::driver::progress_thread::ProgressThread;
 
 mod common;
-use common::{DEADLINE, job, pair, tcp, udp};
+use common::{DEADLINE, job, local, pair, remote, tcp, udp};
 
 /// Progresses both modules until `a` has an error event: its error and
 /// how long it took.
@@ -556,4 +556,58 @@ fn a_send_beyond_the_peers_limit_names_the_peers_limit() {
     assert!(error.to_string().contains("the peer's limit"), "{error}");
     a.send_copy(b_at_a, Tag(0x81), &vec![1; limit])
         .expect("B's limit itself goes");
+}
+
+/// A put into bytes that a get of the same peer reads at that moment,
+/// over TCP with checksums on: the user's race, whose cost is at worst
+/// wrong bytes in what the get brought back, never a lost peer. (The get's
+/// reply was checksummed when it was made, and the put changed its bytes
+/// before they were written: the peer saw `ChecksumMismatch`.)
+#[test]
+fn a_put_into_bytes_a_get_is_reading_loses_no_peer() {
+    const LEN: usize = 2 << 20;
+    let (mut a, mut b, b_at_a, _) = pair(0x7ace, |me, key, boot| tcp(1).build(me, key, boot));
+    let src = a
+        .register_mem(vec![0xa5u8; LEN], Access::empty())
+        .expect("src");
+    let back = a
+        .register_mem(vec![0u8; LEN], Access::empty())
+        .expect("back");
+    let target = b
+        .register_mem(
+            vec![0x5au8; LEN],
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .expect("target");
+    let start = Instant::now();
+    for round in 0..20u64 {
+        // The get's reply is written out of B's region while the put
+        // lands in it.
+        a.get(b_at_a, local(back, LEN), remote(target, LEN), 2 * round)
+            .expect("get");
+        a.put(b_at_a, local(src, LEN), remote(target, LEN), 2 * round + 1)
+            .expect("put");
+        let mut done = 0;
+        while done < 2 {
+            assert!(start.elapsed() < DEADLINE, "round {round}: not done");
+            a.progress();
+            b.progress();
+            while let Some(event) = b.poll_event() {
+                assert!(
+                    !matches!(event, Event::Error(_)),
+                    "round {round}: B {event:?}"
+                );
+            }
+            while let Some(event) = a.poll_event() {
+                match event {
+                    Event::PutComplete { result, .. } | Event::GetComplete { result, .. } => {
+                        assert_eq!(result, Ok(()), "round {round}");
+                        done += 1;
+                    }
+                    Event::Error(e) => panic!("round {round}: A lost B: {e:?}"),
+                    _ => {}
+                }
+            }
+        }
+    }
 }

@@ -3,17 +3,26 @@
 //! packets, whose bytes stay with the peer until they are written.
 //!
 //! Over a stream a write may take part of what it was offered; the frame
-//! it stopped in is written on first at the next transmit, and its bytes
-//! must not change meanwhile: a retained packet partly written is
-//! *pinned* ([`Written`]), and its peer keeps it until the link reports it
-//! written even if the peer acknowledges it meanwhile. Over datagrams each
-//! transmit is one frame, sent whole or dropped.
+//! it stopped in is written on first at the next transmit: a retained
+//! packet partly written is *pinned* ([`Written`]), and its peer keeps it
+//! until the link reports it written even if the peer acknowledges it
+//! meanwhile. Over datagrams each transmit is one frame, sent whole or
+//! dropped.
+//!
+//! A frame's CRC32C trailer is taken here, over the bytes as they go out:
+//! a payload in registered memory may change while its packet waits, or
+//! between two parts of a write (a put landing in the bytes a get's reply
+//! reads), and the peer must get a trailer that matches what it read. The
+//! part of a pinned frame already written is summed as the driver reports
+//! it ([`Outbox::handle_written`]); the engine and the user change
+//! registered memory only on this thread, between a write and its report.
 
 use heapless::Deque;
 
 use super::framing::Framing;
 use super::packet::{ControlFrame, MAX_SEGMENTS, Outgoing, Registered, Segments, push_skipping};
 use crate::pool::PoolsRef;
+use crate::wire::{CHECKSUM_LEN, Crc32c};
 
 /// Control frames a link keeps at once: its HELLO, its HELLO_ACK (twice
 /// over datagrams, when repeated) and a CLOSE.
@@ -51,6 +60,11 @@ pub struct Outbox<const W: usize> {
     /// last offered), and how many of them.
     writing: Option<Frame>,
     written: usize,
+    /// The CRC32C of the bytes of `writing` written so far, up to the end
+    /// of its payload.
+    summed: Crc32c,
+    /// The CRC32C trailers of the frames a transmit offers, in order.
+    crcs: [[u8; CHECKSUM_LEN]; MAX_SEGMENTS],
     control: Deque<ControlFrame, CONTROL_FRAMES>,
     ack: Option<ControlFrame>,
     reliable: Deque<u64, W>,
@@ -64,10 +78,12 @@ impl<const W: usize> Default for Outbox<W> {
 
 impl<const W: usize> Outbox<W> {
     /// An empty queue.
-    pub(crate) const fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Outbox {
             writing: None,
             written: 0,
+            summed: Crc32c::new(),
+            crcs: [[0; CHECKSUM_LEN]; MAX_SEGMENTS],
             control: Deque::new(),
             ack: None,
             reliable: Deque::new(),
@@ -136,6 +152,7 @@ impl<const W: usize> Outbox<W> {
             _ => None,
         };
         self.written = 0;
+        self.summed = Crc32c::new();
         self.control.clear();
         self.ack = None;
         self.reliable.clear();
@@ -170,28 +187,50 @@ impl<const W: usize> Outbox<W> {
             if self.writing.is_none() {
                 self.writing = self.pop_next();
                 self.written = 0;
+                self.summed = Crc32c::new();
             }
         }
         let mut out = Segments::new();
         let mut skip = self.written;
         let mut frames = 0;
-        let add = |frame: FrameRef<'a>, out: &mut Segments<'a>, skip: &mut usize| match frame {
-            FrameRef::Control(c) => push_skipping(out, c.as_bytes(), skip),
-            FrameRef::Reliable(seq) => {
-                if let Some(packet) = peer.and_then(|p| p.retained(seq)) {
-                    packet.segments(pools, regs, out, skip);
-                }
-            }
-        };
         let Outbox {
             writing,
+            written,
+            summed,
+            crcs,
             control,
             ack,
             reliable,
-            ..
         } = self;
+        let mut crcs = crcs.iter_mut();
+        // `summed` holds the bytes of the frame begun written so far; a
+        // frame not begun is summed whole.
+        let mut add = |frame: FrameRef<'a>,
+                       begun: Option<(&Crc32c, usize)>,
+                       out: &mut Segments<'a>,
+                       skip: &mut usize| match frame {
+            FrameRef::Control(c) => push_skipping(out, c.as_bytes(), skip),
+            FrameRef::Reliable(seq) => {
+                let (Some(packet), Some(slot)) = (peer.and_then(|p| p.retained(seq)), crcs.next())
+                else {
+                    return;
+                };
+                if packet.has_crc() {
+                    let (mut crc, from) = begun.map_or((Crc32c::new(), 0), |(s, n)| (s.clone(), n));
+                    packet.sum_body(pools, regs, &mut crc, from, usize::MAX);
+                    *slot = crc.trailer();
+                }
+                let slot: &'a [u8; CHECKSUM_LEN] = slot;
+                packet.segments(pools, regs, slot, out, skip);
+            }
+        };
         if let Some(frame) = writing {
-            add(FrameRef::of(frame), &mut out, &mut skip);
+            add(
+                FrameRef::of(frame),
+                Some((summed, *written)),
+                &mut out,
+                &mut skip,
+            );
             frames += 1;
         }
         let queued = control
@@ -203,7 +242,7 @@ impl<const W: usize> Outbox<W> {
             if frames >= F::FRAMES_PER_TRANSMIT || out.len() + 3 > MAX_SEGMENTS {
                 break;
             }
-            add(frame, &mut out, &mut skip);
+            add(frame, None, &mut out, &mut skip);
             frames += 1;
         }
         (!out.is_empty()).then_some(out)
@@ -231,10 +270,21 @@ impl<const W: usize> Outbox<W> {
                 .and_then(|p| p.retained(*seq))
                 .map_or(0, |packet| packet.wire_len(pools, regs)),
         };
+        // The bytes of a pinned frame's payload as they went out, for the
+        // trailer that follows them.
+        let sum = |summed: &mut Crc32c, frame: &Frame, from: usize, to: usize| {
+            if let Frame::Reliable(seq) = frame
+                && let Some(packet) = peer.and_then(|p| p.retained(*seq))
+                && packet.has_crc()
+            {
+                packet.sum_body(pools, regs, summed, from, to);
+            }
+        };
         let mut left = n;
         if let Some(frame) = &self.writing {
             let rest = len_of(frame).saturating_sub(self.written);
             if left < rest {
+                sum(&mut self.summed, frame, self.written, self.written + left);
                 self.written += left;
                 return done;
             }
@@ -243,6 +293,7 @@ impl<const W: usize> Outbox<W> {
                 done.unpinned = Some(seq);
             }
             self.written = 0;
+            self.summed = Crc32c::new();
         }
         while left > 0 {
             let Some(frame) = self.pop_next() else {
@@ -253,6 +304,7 @@ impl<const W: usize> Outbox<W> {
                 if let Frame::Reliable(seq) = frame {
                     done.pinned = Some(seq);
                 }
+                sum(&mut self.summed, &frame, 0, left);
                 self.writing = Some(frame);
                 self.written = left;
                 break;

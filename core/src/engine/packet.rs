@@ -9,9 +9,9 @@ use crate::btl::{MemError, MemSlice, RegSlot, Registrations};
 use crate::desc::Descriptor;
 use crate::pool::PoolsRef;
 use crate::wire::{
-    self, AckRepr, CloseRepr, CookieRepr, Crc32c, DoneRepr, Flags, GetRepr, HEADER_LEN, HeaderRepr,
-    HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, MAX_TRAILER_LEN, NotifyRepr, PacketRepr,
-    PacketType, PutRepr, RejectRepr, Seal, SendRepr,
+    self, AckRepr, CHECKSUM_LEN, CloseRepr, CookieRepr, Crc32c, DoneRepr, Flags, GetRepr,
+    HEADER_LEN, HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, MAX_TRAILER_LEN,
+    NotifyRepr, PacketRepr, PacketType, PutRepr, RejectRepr, Seal, SendRepr,
 };
 
 /// Bytes a descriptor keeps in front of its payload for the engine's
@@ -74,19 +74,18 @@ impl Trailers {
             .contains(flags.intersection(Flags::CHECKSUM | Flags::SEALED))
     }
 
-    /// The trailers of a frame whose header and fixed fields are `prefix`
-    /// and whose payload is `payload`, in pieces: the CRC32C of them all,
-    /// then the seal of the prefix.
-    fn of(&self, prefix: &[u8], payload: &[&[u8]]) -> Trailer {
-        let mut trailer = Trailer::default();
-        if self.checksum {
-            let mut crc = Crc32c::new();
-            crc.update(prefix);
-            for piece in payload {
-                crc.update(piece);
-            }
-            trailer.push(&crc.trailer());
-        }
+    /// The trailers of a frame whose header and fixed fields are
+    /// `prefix`, as it is stamped: the seal of the prefix, and whether a
+    /// CRC32C of the whole frame goes before it. The CRC is taken as the
+    /// frame is written ([`Outbox`](super::outbox::Outbox)), over the bytes
+    /// that go out: a payload in registered memory may change before then
+    /// (a put landing in it), and a CRC taken earlier would then fail at
+    /// the peer.
+    fn stamped(&self, prefix: &[u8]) -> Trailer {
+        let mut trailer = Trailer {
+            crc: self.checksum,
+            ..Trailer::default()
+        };
         if let Some(seal) = &self.seal {
             trailer.push(&seal.tag(prefix));
         }
@@ -94,12 +93,15 @@ impl Trailers {
     }
 }
 
-/// The trailers a retained packet was stamped with, written after its
-/// payload.
+/// The trailers a retained packet was stamped with: whether a CRC32C of
+/// the frame goes after its payload (taken as it is written), and the
+/// stamped bytes that follow it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Trailer {
     bytes: [u8; MAX_TRAILER_LEN],
     len: u8,
+    /// Whether a CRC32C goes before the stamped bytes.
+    pub crc: bool,
 }
 
 impl Trailer {
@@ -349,8 +351,9 @@ impl Outgoing {
     }
 
     /// Writes the packet's header as `seq` with the acknowledgement `ack`
-    /// and the credit total `credits`, and its `trailers`: done once, as it
-    /// is put on a link, so that bytes handed to the driver never change
+    /// and the credit total `credits`, and its stamped `trailers` (a seal;
+    /// a CRC32C is taken as it is written): done once, as it is put on a
+    /// link, so that the header handed to the driver never changes
     /// afterwards.
     pub(crate) fn stamp(
         &mut self,
@@ -359,7 +362,6 @@ impl Outgoing {
         credits: u32,
         trailers: &Trailers,
         pools: PoolsRef<'_>,
-        regs: &impl Registered,
     ) {
         let flags = trailers.flags();
         match self {
@@ -382,12 +384,8 @@ impl Outgoing {
                     SendRepr { tag: tag.0 }.emit(fixed);
                 }
                 let inline = desc.fragment_bytes(pools).unwrap_or(&[]);
-                let (prefix, data) = inline.split_at(HEADER_RESERVE.min(inline.len()));
-                let referenced = desc
-                    .referenced()
-                    .and_then(|r| regs.slice(r).ok())
-                    .unwrap_or(&[]);
-                *trailer = trailers.of(prefix, &[data, referenced]);
+                let prefix = &inline[..HEADER_RESERVE.min(inline.len())];
+                *trailer = trailers.stamped(prefix);
             }
             Outgoing::Put {
                 prefix,
@@ -406,7 +404,7 @@ impl Outgoing {
                 if let Some(head) = prefix.first_chunk_mut() {
                     header.emit(head);
                 }
-                *trailer = trailers.of(prefix, &[regs.slice(*data).unwrap_or(&[])]);
+                *trailer = trailers.stamped(prefix);
             }
             Outgoing::Control { packet, frame } => {
                 *frame =
@@ -415,42 +413,90 @@ impl Outgoing {
         }
     }
 
-    /// Appends the packet's bytes as they are written to `out`, after
-    /// dropping the first `skip` (already written); `skip` is what remains
-    /// to drop after this packet.
-    pub(crate) fn segments<'a>(
+    /// The frame's bytes before its trailers, in two pieces (header and
+    /// inline data, then data in registered memory), and its stamped
+    /// trailers (`None` for a control frame, which holds its own).
+    pub(crate) fn body<'a>(
         &'a self,
         pools: PoolsRef<'a>,
         regs: &'a impl Registered,
-        out: &mut Segments<'a>,
-        skip: &mut usize,
-    ) {
-        let (first, second, trailer): (&[u8], &[u8], &[u8]) = match self {
+    ) -> ([&'a [u8]; 2], Option<&'a Trailer>) {
+        match self {
             Outgoing::Send { desc, trailer } => (
-                desc.fragment_bytes(pools).unwrap_or(&[]),
-                desc.referenced()
-                    .and_then(|r| regs.slice(r).ok())
-                    .unwrap_or(&[]),
-                trailer.as_bytes(),
+                [
+                    desc.fragment_bytes(pools).unwrap_or(&[]),
+                    desc.referenced()
+                        .and_then(|r| regs.slice(r).ok())
+                        .unwrap_or(&[]),
+                ],
+                Some(trailer),
             ),
             Outgoing::Put {
                 prefix,
                 data,
                 trailer,
                 ..
-            } => (prefix, regs.slice(*data).unwrap_or(&[]), trailer.as_bytes()),
-            Outgoing::Control { frame, .. } => (frame.as_bytes(), &[], &[]),
-        };
+            } => ([prefix, regs.slice(*data).unwrap_or(&[])], Some(trailer)),
+            Outgoing::Control { frame, .. } => ([frame.as_bytes(), &[]], None),
+        }
+    }
+
+    /// Appends the packet's bytes as they are written to `out`, with `crc`
+    /// as its CRC32C trailer if it has one, after dropping the first
+    /// `skip` (already written); `skip` is what remains to drop after this
+    /// packet.
+    pub(crate) fn segments<'a>(
+        &'a self,
+        pools: PoolsRef<'a>,
+        regs: &'a impl Registered,
+        crc: &'a [u8; CHECKSUM_LEN],
+        out: &mut Segments<'a>,
+        skip: &mut usize,
+    ) {
+        let ([first, second], trailer) = self.body(pools, regs);
         push_skipping(out, first, skip);
         push_skipping(out, second, skip);
-        push_skipping(out, trailer, skip);
+        if let Some(trailer) = trailer {
+            if trailer.crc {
+                push_skipping(out, crc, skip);
+            }
+            push_skipping(out, trailer.as_bytes(), skip);
+        }
     }
 
     /// Bytes the packet takes on the wire.
     pub(crate) fn wire_len(&self, pools: PoolsRef<'_>, regs: &impl Registered) -> usize {
-        let mut out = Segments::new();
-        self.segments(pools, regs, &mut out, &mut 0);
-        out.iter().map(|s| s.len()).sum()
+        let ([first, second], trailer) = self.body(pools, regs);
+        let trailer = trailer.map_or(0, |t| {
+            t.as_bytes().len() + if t.crc { CHECKSUM_LEN } else { 0 }
+        });
+        first.len() + second.len() + trailer
+    }
+
+    /// Whether a CRC32C of the frame goes after its payload.
+    pub(crate) fn has_crc(&self) -> bool {
+        matches!(self, Outgoing::Send { trailer, .. } | Outgoing::Put { trailer, .. } if trailer.crc)
+    }
+
+    /// Adds the frame's bytes before its trailers from `from` to `to`
+    /// (offsets into them, clamped to their length) to `crc`.
+    pub(crate) fn sum_body(
+        &self,
+        pools: PoolsRef<'_>,
+        regs: &impl Registered,
+        crc: &mut Crc32c,
+        from: usize,
+        to: usize,
+    ) {
+        let ([first, second], _) = self.body(pools, regs);
+        let mut at = 0;
+        for piece in [first, second] {
+            let (start, end) = (from.max(at), to.min(at + piece.len()));
+            if start < end {
+                crc.update(&piece[start - at..end - at]);
+            }
+            at += piece.len();
+        }
     }
 
     /// Whether the packet reads registered memory `handle`: such a region
@@ -526,9 +572,15 @@ mod tests {
             checksum: true,
             seal: Some(Seal::derive(b"job key", me, them)),
         };
-        out.stamp(5, 3, 9, &trailers, pools.view(), &regs);
+        out.stamp(5, 3, 9, &trailers, pools.view());
         let mut segments = Segments::new();
-        out.segments(pools.view(), &regs, &mut segments, &mut 0);
+        out.segments(
+            pools.view(),
+            &regs,
+            &[0; CHECKSUM_LEN],
+            &mut segments,
+            &mut 0,
+        );
         assert_eq!(segments.len(), 1, "a control packet is one slice");
         let (header, packet, _) = parse(segments[0], &Limits::new(1024)).expect("a frame");
         assert_eq!((header.seq, header.ack, header.credits), (5, 3, 9));

@@ -1249,14 +1249,7 @@ impl<const W: usize> Peer<W> {
         let (ack, credits) = (self.ack_to_send().cumulative, self.credits.granted());
         self.acks.sent();
         if let Some(out) = self.send.get_mut(seq) {
-            out.stamp(
-                seq,
-                ack,
-                credits,
-                &self.trailers,
-                shared.pools(),
-                &shared.regs,
-            );
+            out.stamp(seq, ack, credits, &self.trailers, shared.pools());
         }
     }
 

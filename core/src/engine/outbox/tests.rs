@@ -25,7 +25,7 @@ impl Packets {
             .into_iter()
             .map(|seq| {
                 let mut out = Outgoing::control(ControlPacket::Done(DoneRepr { xfer_id: seq }));
-                out.stamp(seq, 0, 0, &Trailers::default(), fix.pools.view(), &fix.regs);
+                out.stamp(seq, 0, 0, &Trailers::default(), fix.pools.view());
                 (seq, out)
             })
             .collect();
@@ -303,4 +303,73 @@ fn a_datagram_offered_but_not_sent_and_then_let_go_is_skipped() {
     peer.release(2);
     assert!(bytes_of::<8, Datagram>(&mut outbox, &peer, &fix).is_empty());
     assert!(outbox.is_empty());
+}
+
+#[test]
+fn a_put_whose_payload_changes_between_two_parts_of_its_write_still_checks() {
+    use crate::btl::{Access, MemSlice};
+    use crate::wire::PutRepr;
+    let fix = Fixture::new();
+    let mut regs = Registrations::<StdVec<u8>, [RegSlot<StdVec<u8>>; 1]>::inline();
+    let handle = regs
+        .register(std::vec![1u8; 300], Access::empty())
+        .unwrap_or_else(|_| panic!("a slot"));
+    let data = MemSlice {
+        handle,
+        offset: 0,
+        len: 300,
+    };
+    let put = PutRepr {
+        xfer_id: 7,
+        handle: 9,
+        offset: 0,
+        total_len: 300,
+        index: 0,
+        count: 1,
+    };
+    let mut out = Outgoing::put(&put, data, 0);
+    let trailers = Trailers {
+        checksum: true,
+        seal: None,
+    };
+    out.stamp(1, 0, 0, &trailers, fix.pools.view());
+    struct One(Outgoing);
+    impl Retained for One {
+        fn retained(&self, seq: u64) -> Option<&Outgoing> {
+            (seq == 1).then_some(&self.0)
+        }
+    }
+    let peer = One(out);
+    let mut outbox = Outbox::<4>::new();
+    outbox.enqueue(1, &peer);
+    // The payload changes after stamping, before the first byte goes.
+    regs.region_mut(handle).expect("region")[..10].fill(2);
+    let first: StdVec<u8> = outbox
+        .poll_transmit::<Stream, _>(Some(&peer), fix.pools.view(), &regs)
+        .expect("bytes")
+        .concat();
+    // A write takes 100 bytes; then a put lands in the part not written.
+    let _ = outbox.handle_written::<Stream, _>(100, Some(&peer), fix.pools.view(), &regs);
+    regs.region_mut(handle).expect("region")[200..].fill(3);
+    let rest: StdVec<u8> = outbox
+        .poll_transmit::<Stream, _>(Some(&peer), fix.pools.view(), &regs)
+        .expect("the rest")
+        .concat();
+    let mut wire = first[..100].to_vec();
+    wire.extend_from_slice(&rest);
+    let (header, packet, len) = parse(&wire, &Limits::new(1024)).expect("the peer takes it");
+    assert_eq!(len, wire.len());
+    assert!(header.flags.contains(Flags::CHECKSUM));
+    let PacketRepr::Put { data, .. } = packet else {
+        panic!("{packet:?}");
+    };
+    assert_eq!(
+        &data[..10],
+        &[2; 10],
+        "changed before the write: sent as changed"
+    );
+    assert_eq!(&data[200..], &[3; 100][..], "changed between its parts");
+    let written =
+        outbox.handle_written::<Stream, _>(rest.len(), Some(&peer), fix.pools.view(), &regs);
+    assert_eq!(written.unpinned, Some(1), "written whole");
 }

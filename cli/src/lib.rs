@@ -11,11 +11,14 @@
 //! - [`job`]: how `btl alltoall` joins a job of many processes (launched
 //!   through PMIx, by hand with a shared directory, or by the command
 //!   itself) and gathers its report;
+//! - [`idle`]: the idle peers of `--idle N`, a third process's modules
+//!   that only keep their connections alive;
 //! - [`raw`]: the same measurements over a plain TCP socket, the baseline;
 //! - [`plot`]: the chart comparing the two, as SVG.
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod idle;
 pub mod info;
 pub mod job;
 pub mod launch;

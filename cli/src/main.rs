@@ -56,6 +56,23 @@ enum Command {
     /// A CPU-bound process for `--load` (spins until killed).
     #[command(hide = true)]
     Spin,
+    /// The idle peers of a local run's `--idle` (started by the first).
+    #[command(hide = true)]
+    Idle(IdleCmd),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct IdleCmd {
+    #[arg(long)]
+    job: u64,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    count: u32,
+    #[arg(long = "btl")]
+    btl: String,
+    #[arg(long)]
+    param_file: Option<PathBuf>,
 }
 
 /// How a waiting process moves the BTL forward.
@@ -128,6 +145,13 @@ struct RunArgs {
     /// see how waiting holds up when cores are shared.
     #[arg(long, default_value_t = 0)]
     load: u32,
+    /// Connect this many idle peers to the second process before the run
+    /// (modules of a third process that only keep their connections
+    /// alive): what one message costs beside many connected peers. Over
+    /// `--btl tcp` or `--btl udp`; the second process is given peer slots
+    /// for them (`btl_<c>_max_peers`).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16000))]
+    idle: u32,
     /// Pin this process to the first CPU and the peer process to the
     /// second (`0,1`): a measurement whose two sides share a core, or
     /// move between cores, varies from run to run. By default the two
@@ -383,7 +407,10 @@ fn main() -> ExitCode {
     let _ = btl_std::logging::init(default_log);
     // The second process of a local run has the first's environment, which
     // the first has spoken of.
-    if !matches!(cli.command, Command::Peer(_) | Command::Spin) {
+    if !matches!(
+        cli.command,
+        Command::Peer(_) | Command::Spin | Command::Idle(_)
+    ) {
         say_environment_mistakes();
     }
     let result = match cli.command {
@@ -395,6 +422,17 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Connect(args) => connect(args),
         Command::Peer(args) => peer(args).map_err(Failure::Run),
+        Command::Idle(args) => btl_cli::idle::serve(
+            btl_cli::idle::IdleArgs {
+                job: args.job,
+                dir: args.dir,
+                count: args.count,
+                btl: args.btl,
+                param_file: args.param_file,
+            },
+            PEER_START,
+        )
+        .map_err(Failure::Run),
         Command::Spin => loop {
             std::hint::spin_loop();
         },
@@ -650,6 +688,15 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
             .map(|_| ())
             .map_err(|e| Failure::Run(e.to_string()));
     }
+    let idle_over = match (args.idle, list.map(str::trim)) {
+        (0, _) => None,
+        (_, Some(l)) if btl_cli::idle::NETWORKS.contains(&l) => Some(l),
+        _ => {
+            return Err(Failure::Usage(
+                "--idle connects its peers over a network: give --btl tcp or --btl udp".into(),
+            ));
+        }
+    };
     let _load = Load::start(args.load)?;
     let pinning = args.pinning();
     if let Some((lead, peer)) = pinning {
@@ -691,6 +738,9 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
     if let Some((_, peer)) = pinning {
         cmd.args(["--cpu", &peer.to_string()]);
     }
+    if let Some(component) = idle_over {
+        cmd.envs(btl_cli::idle::answering_environment(component, args.idle));
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting the peer process: {e}"))?;
@@ -708,22 +758,39 @@ fn run_local(test: Test, args: RunArgs) -> Result<(), Failure> {
         } else {
             "2 processes on loopback"
         };
+        let idle = match args.idle {
+            0 => String::new(),
+            n => format!(", {n} idle peers connected to the second"),
+        };
         format!(
-            "btl {} over {over}, {place}, {mode}, {}",
+            "btl {} over {over}, {place}{idle}, {mode}, {}",
             test_name(test),
             placement(pinning)
         )
     };
+    let mut idle = None;
     let result = m
         .reach(peer_name, PEER_START)
         .map_err(|e| e.to_string())
         .and_then(|ep| {
+            if let Some(component) = idle_over {
+                let run = btl_cli::idle::IdleRun {
+                    job,
+                    dir: dir.path(),
+                    component,
+                    count: args.idle,
+                    param_file: sources.file.as_deref(),
+                };
+                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                idle = Some(btl_cli::idle::IdlePeers::start(&exe, &run, PEER_START)?);
+            }
             let over = m.carrier(ep).unwrap_or("bml");
             let title = title(over);
             lead(&mut m, ep, &plan, &args, &title)
                 .map(|rows| (rows, over, title))
                 .map_err(|e| failure_with(&e, &to))
         });
+    drop(idle);
     let result = match result {
         Ok((rows, over, title)) if args.baseline => {
             baseline(&plan, &args, over, dir.path(), &rows, &title)

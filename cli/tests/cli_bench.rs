@@ -480,3 +480,37 @@ fn busy_polling_over_sm_makes_no_system_call_per_message() {
         );
     }
 }
+
+/// `--idle N` connects N peers of a third process to the second before the
+/// run (more than the default 64 peer slots: the second is given room),
+/// and is refused over a BTL that is not a network's.
+#[test]
+fn idle_peers_connect_to_the_second_process_before_the_run() {
+    let out = run(&[
+        "pingpong",
+        "--btl",
+        "tcp",
+        "--idle",
+        "80",
+        "--max-size",
+        "64",
+        "--iters",
+        "50",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("80 idle peers connected to the second"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| !l.starts_with('#')).count(),
+        7,
+        "{text}"
+    );
+    let out = btl_cmd(&["pingpong", "--btl", "sm", "--idle", "4"])
+        .output()
+        .expect("btl runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--btl tcp or --btl udp"), "{err}");
+}

@@ -158,6 +158,7 @@ impl SimModule {
                     },
                     pools: pools(64 << 10),
                     engine: engine.clone(),
+                    capacities: btl_core::engine::Capacities::SOCKET_MODULE,
                 };
                 SimModule::Tcp(
                     setup
@@ -173,6 +174,7 @@ impl SimModule {
                     },
                     pools: pools(1400),
                     engine,
+                    capacities: btl_core::engine::Capacities::SOCKET_MODULE,
                 };
                 SimModule::Udp(
                     setup

@@ -221,3 +221,58 @@ fn an_address_without_a_port_is_an_error_naming_it() {
         "{err}"
     );
 }
+
+/// A TCP server sized for `peers` peers (`btl_tcp_max_peers`), serving
+/// until `stop` is set; its address goes out on the channel.
+fn sized_server(
+    peers: usize,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> (std::sync::mpsc::Receiver<String>, JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let mut setup = tcp(1);
+        setup.capacities = btl_core::engine::Capacities::for_peers(peers);
+        let mut m = setup
+            .build(SERVER, Some(KEY), alone())
+            .expect("a TCP module");
+        let _ = tx.send(m.directory().card().contacts[0].addr.to_string());
+        let start = Instant::now();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            assert!(start.elapsed() < DEADLINE, "never stopped");
+            m.progress();
+            while m.poll_event().is_some() {}
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
+    (rx, server)
+}
+
+#[test]
+fn a_server_holds_as_many_peers_as_its_tables_and_refuses_the_next() {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (at, server) = sized_server(3, stop.clone());
+    let at = at.recv_timeout(DEADLINE).expect("the server's address");
+    let clients: Vec<_> = (0..4)
+        .map(|i| {
+            let mut client = tcp_module(ProcName::new(0xc11e47, i), alone(), 0);
+            let reached = client.connect_to(&at, Duration::from_secs(10));
+            (client, reached)
+        })
+        .collect();
+    for (i, (_, reached)) in clients.iter().take(3).enumerate() {
+        assert!(reached.is_ok(), "client {i}: {reached:?}");
+    }
+    let refused = &clients[3].1;
+    assert!(
+        matches!(
+            refused,
+            Err(ReachError::NoAnswer {
+                lost: Some(btl_core::btl::LostReason::NoRoom),
+                ..
+            })
+        ),
+        "the fourth: {refused:?}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    server.join().expect("the server");
+}

@@ -162,6 +162,7 @@ fn tcp_data_path_does_not_allocate() {
         },
         pools: pools(),
         engine: engine(),
+        capacities: btl_core::engine::Capacities::SOCKET_MODULE,
     };
     let (na, nb) = (ProcName::new(job, 0), ProcName::new(job, 1));
     let a = setup.build(na, None, boot.clone()).expect("A");
@@ -182,6 +183,7 @@ fn udp_data_path_does_not_allocate() {
         },
         pools: pools(),
         engine: engine(),
+        capacities: btl_core::engine::Capacities::SOCKET_MODULE,
     };
     let (na, nb) = (ProcName::new(job, 0), ProcName::new(job, 1));
     let a = setup.build(na, None, boot.clone()).expect("A");

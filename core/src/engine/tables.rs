@@ -53,15 +53,24 @@ pub struct Capacities {
 }
 
 impl Capacities {
-    /// What a socket module of btl-std holds: 64 peers, 128 links, 64
-    /// operations, 256 events, 64 registrations.
-    pub const SOCKET_MODULE: Capacities = Capacities {
-        peers: 64,
-        links: 128,
-        ops: 64,
-        events: 256,
-        registrations: 64,
-    };
+    /// What a socket module of btl-std holds by default: 64 peers, 128
+    /// links, 64 operations, 256 events, 64 registrations.
+    pub const SOCKET_MODULE: Capacities = Capacities::for_peers(64);
+
+    /// What a socket module for `peers` peers holds: two links each (a
+    /// connection of each side's while they cross), four events each (the
+    /// errors of a lost peer's work), and a quarter as many operations and
+    /// registrations, at least 64 of each.
+    pub const fn for_peers(peers: usize) -> Capacities {
+        let quarter = if peers / 4 > 64 { peers / 4 } else { 64 };
+        Capacities {
+            peers,
+            links: 2 * peers,
+            ops: quarter,
+            events: 4 * peers,
+            registrations: quarter,
+        }
+    }
 
     /// Bytes the tables of an engine with window `W` and these capacities
     /// take, registered memory held as `M`: what the caller lends (or a

@@ -4,8 +4,8 @@
 //! may want UDP's to differ from TCP's.
 
 use btl_core::endpoint::ProcName;
-use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
+use btl_core::engine::{Capacities, HEADER_RESERVE};
 use btl_core::mca::{
     AccessError, BTL_FRAMEWORK, ParamId, ParamKind, ParamName, ParamSpec, Params, RegisterError,
 };
@@ -18,7 +18,7 @@ use crate::transports::interfaces::Selection;
 /// Parameters [`socket_param_specs`] makes.
 pub const SOCKET_PARAMS: usize = 5;
 /// Parameters [`engine_param_specs`] makes.
-pub const ENGINE_PARAMS: usize = 9;
+pub const ENGINE_PARAMS: usize = 10;
 
 /// Where `component` listens (interfaces and ports), and how long it looks
 /// for a peer's address.
@@ -67,6 +67,8 @@ pub struct SocketSettings {
     pub chosen_sizes: [Option<(ParamName, u64)>; 2],
     /// Engine timers and checks.
     pub engine: EngineConfig,
+    /// How many peers, links, operations and events the engine holds.
+    pub capacities: Capacities,
 }
 
 impl SocketParams {
@@ -115,6 +117,7 @@ impl SocketParams {
                 .map_err(|e| format!("{e:?}"))?,
             chosen_sizes: self.pools.chosen_sizes(params),
             engine: self.engine.read(params).map_err(|e| e.to_string())?,
+            capacities: self.engine.capacities(params).map_err(|e| e.to_string())?,
         })
     }
 }
@@ -158,6 +161,9 @@ pub const fn engine_param_specs(component: &'static str) -> [ParamSpec; ENGINE_P
         ParamSpec::new(BTL_FRAMEWORK, component, "source_share", PERCENT, "10")
             .help("Without a job key, the percentage of the peer and link slots that the peers and connections from one IP address (an IPv6 /64) may hold; 100: no bound. With a key, peers proved they belong to the job and are not held to it")
             .level(5),
+        ParamSpec::new(BTL_FRAMEWORK, component, "max_peers", ParamKind::Int { min: 1, max: 16384 }, "64")
+            .help("Peers the module keeps at once (and twice as many connections), allocated when it opens: about 31 KiB each with the default window. A peer beyond it is refused (PeerLost(NoRoom) at its end)")
+            .level(3),
     ]
 }
 
@@ -176,6 +182,13 @@ impl EngineParams {
         Ok(EngineParams {
             ids: Registered::register(params, specs)?,
         })
+    }
+
+    /// The engine's tables for `max_peers` peers
+    /// ([`Capacities::for_peers`]).
+    pub fn capacities(&self, params: &dyn Params) -> Result<Capacities, AccessError> {
+        let peers = params.int(self.ids.id("max_peers"))?;
+        Ok(Capacities::for_peers(usize::try_from(peers).unwrap_or(64)))
     }
 
     /// An engine configuration with these values; the process name is a

@@ -46,6 +46,7 @@ pub fn tcp(links: u8) -> TcpSetup {
         },
         pools: pools(),
         engine: engine(),
+        capacities: btl_core::engine::Capacities::SOCKET_MODULE,
     }
 }
 
@@ -58,6 +59,7 @@ pub fn udp() -> UdpSetup {
         },
         pools: pools(),
         engine: engine(),
+        capacities: btl_core::engine::Capacities::SOCKET_MODULE,
     }
 }
 

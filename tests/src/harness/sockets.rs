@@ -117,6 +117,7 @@ impl SocketModule for TcpModule {
             },
             pools: pools(64 << 10),
             engine: engine(),
+            capacities: btl_core::engine::Capacities::SOCKET_MODULE,
         };
         setup
             .build(me, Some(KEY), boot)
@@ -144,6 +145,7 @@ impl SocketModule for UdpModule {
             },
             pools: pools(16 << 10),
             engine: engine(),
+            capacities: btl_core::engine::Capacities::SOCKET_MODULE,
         };
         setup
             .build(me, Some(KEY), boot)

@@ -128,6 +128,8 @@ pub struct TcpSetup {
     pub pools: btl_core::pool::FragmentPoolsConfig,
     /// Engine timers and checks, without the process's name and key.
     pub engine: EngineConfig,
+    /// The engine's tables (`btl_tcp_max_peers`).
+    pub capacities: Capacities,
 }
 
 impl TcpSetup {
@@ -158,7 +160,7 @@ impl TcpSetup {
             NAME,
             config,
             self.pools,
-            Capacities::SOCKET_MODULE,
+            self.capacities,
             self.tcp.spin,
             net,
             Directory::new(me, NAME, bootstrap, self.tcp.lookup_timeout),
@@ -206,9 +208,14 @@ impl Component for TcpComponent {
             user_timeout: Duration::from_millis(u64::try_from(int("link_timeout")?).unwrap_or(0)),
             ..TcpConfig::default()
         };
-        let (pools, engine) = (settings.pools, settings.engine);
+        let (pools, engine, capacities) = (settings.pools, settings.engine, settings.capacities);
         let mut modules = Modules::new();
-        let _ = modules.push(TcpSetup { tcp, pools, engine });
+        let _ = modules.push(TcpSetup {
+            tcp,
+            pools,
+            engine,
+            capacities,
+        });
         Ok(modules)
     }
 }

@@ -239,7 +239,9 @@ impl<N: Net> Tcp<N> {
                     let reason = CloseReason::ResourceExhausted;
                     let _ = stream.write_vectored(&[io::IoSlice::new(&wire::close_frame(reason))]);
                     let what = match e {
-                        LinkError::TooManyLinks => "every link slot in use",
+                        LinkError::TooManyLinks => {
+                            "every link slot in use (btl_tcp_max_peers sizes them)"
+                        }
                         LinkError::SourceFull => "its address holds its share of the link slots",
                         _ => "refused by the engine",
                     };

@@ -343,7 +343,7 @@ impl<N: Net> Udp<N> {
                     // are held to the handshake budget): the sender
                     // retries.
                     Err(LinkError::SourceFull) => "its address holds its share of the link slots",
-                    Err(_) => "every link slot in use",
+                    Err(_) => "every link slot in use (btl_udp_max_peers sizes them)",
                 }
             }
             Stranger::Refuse(why) => why.description(),
@@ -634,6 +634,8 @@ pub struct UdpSetup {
     pub pools: FragmentPoolsConfig,
     /// Engine timers and checks, without the process's name and key.
     pub engine: EngineConfig,
+    /// The engine's tables (`btl_udp_max_peers`).
+    pub capacities: Capacities,
 }
 
 impl UdpSetup {
@@ -662,7 +664,7 @@ impl UdpSetup {
             NAME,
             config,
             self.pools,
-            Capacities::SOCKET_MODULE,
+            self.capacities,
             self.udp.spin,
             net,
             Directory::new(me, NAME, bootstrap, self.udp.lookup_timeout),
@@ -731,9 +733,14 @@ impl Component for UdpComponent {
             },
             ..UdpConfig::default()
         };
-        let (pools, engine) = (settings.pools, settings.engine);
+        let (pools, engine, capacities) = (settings.pools, settings.engine, settings.capacities);
         let mut modules = Modules::new();
-        let _ = modules.push(UdpSetup { udp, pools, engine });
+        let _ = modules.push(UdpSetup {
+            udp,
+            pools,
+            engine,
+            capacities,
+        });
         Ok(modules)
     }
 }

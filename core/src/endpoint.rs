@@ -121,6 +121,13 @@ impl<T, const N: usize> InlineEndpointTable<T, N> {
     }
 }
 
+impl EndpointId {
+    /// The slot of its table the endpoint names (whatever its generation).
+    pub fn slot(self) -> usize {
+        (self.0 & 0xffff) as usize
+    }
+}
+
 fn id_of(key: Key) -> EndpointId {
     EndpointId(u32::from(key.generation) << 16 | u32::from(key.index))
 }
@@ -262,6 +269,11 @@ impl<T, E: BorrowMut<[EndpointSlot<T>]>, O: BorrowMut<[u16]>> EndpointTable<T, E
     /// The `i`th endpoint in the order the processes became known.
     pub fn id_at(&self, i: usize) -> Option<EndpointId> {
         self.table.key_at(i).map(id_of)
+    }
+
+    /// The endpoint whose slot is `index`, if one is known there.
+    pub fn id_of_slot(&self, index: usize) -> Option<EndpointId> {
+        self.table.key_of_slot(index).map(id_of)
     }
 
     /// The known processes' endpoints, in the order they became known.

@@ -183,6 +183,16 @@ impl<T, E: BorrowMut<[Entry<T>]>, O: BorrowMut<[u16]>> Table<T, E, O> {
         Some(Key { index, generation })
     }
 
+    /// The key of what slot `index` holds, if it holds a value.
+    pub fn key_of_slot(&self, index: usize) -> Option<Key> {
+        let entry = self.entries.borrow().get(index)?;
+        entry.value.as_ref()?;
+        Some(Key {
+            index: index as u16,
+            generation: entry.generation,
+        })
+    }
+
     /// The keys of the values held, in order of insertion.
     pub fn keys(&self) -> impl Iterator<Item = Key> + '_ {
         (0..self.len).filter_map(|i| self.key_at(i))

@@ -347,7 +347,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
     }
 
     fn progress(&mut self) -> usize {
-        self.flush_all();
+        self.settle();
         self.shared.events.len()
     }
 

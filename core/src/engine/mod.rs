@@ -52,6 +52,8 @@ mod progress;
 pub mod rdma;
 mod room;
 pub mod rtt;
+mod schedule;
+mod scheduled;
 mod share;
 mod shared;
 pub mod storage;
@@ -69,16 +71,17 @@ pub use ops::OpSlot;
 pub use packet::{HEADER_RESERVE, MAX_SEGMENTS, Segments};
 pub use peer::MAX_PEER_LINKS;
 pub use rdma::{Rdma, RdmaFailure, RdmaKind, RdmaToken};
+pub use schedule::Slot;
 pub use storage::{Lent, Storage};
 pub use tables::{Capacities, Inline, Tables};
 
 use heapless::Vec;
 
 use crate::btl::{Access, Attributes, BtlError, BtlFlags, LostReason, Registrations, RejectCode};
-use crate::endpoint::{EndpointId, EndpointSlot, EndpointTable, ProcName};
+use crate::endpoint::{EndpointId, ProcName};
 use crate::mca::Exclusivity;
 use crate::pool::{Fragment, FragmentClass, FragmentPools};
-use crate::table::{Entry, Key, Table};
+use crate::table::Key;
 use crate::time::Instant;
 use crate::wire::{
     CloseReason, GetRepr, Limits, MAX_MAX_BODY, MIN_MAX_BODY, NONCE_LEN, RejectRepr, SendRepr,
@@ -229,16 +232,7 @@ pub struct Usage {
     pub events_owed: usize,
 }
 
-/// The peer table of an engine.
-type Peers<S, const W: usize> = EndpointTable<
-    Peer<W>,
-    <S as Storage>::Table<EndpointSlot<Peer<W>>>,
-    <S as Storage>::Table<u16>,
->;
-
-/// The link table of an engine.
-type Links<S, const W: usize> =
-    Table<Link<W>, <S as Storage>::Table<Entry<Link<W>>>, <S as Storage>::Table<u16>>;
+use scheduled::{Links, Peers};
 
 /// The engine of one process: its tables held as `S` says, its links
 /// framed as `F` says, with a window of `W` packets (1 to 64) each way per
@@ -266,6 +260,9 @@ pub struct Engine<S: Storage, F: Framing = Stream, const W: usize = 64> {
     /// Some peer was refused something with `OutOfResource` and waits for
     /// its `Room` event: what `poll_room` looks for.
     room_hint: bool,
+    /// A round of [`poll_ready_link`](Self::poll_ready_link) is under
+    /// way: it hands out what was ready when it began.
+    writing: bool,
     /// Links made so far: their order of age.
     serial: u32,
     finalized: bool,
@@ -306,7 +303,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             .max_body
             .min(largest_send)
             .clamp(MIN_MAX_BODY, MAX_MAX_BODY);
-        let links = Table::new(tables.links, tables.link_order);
+        let links = Links::new(tables.links, tables.link_order, tables.link_schedule);
         let most_strangers = links.capacity().clamp(1, admission::MAX_CANDIDATES);
         config.handshake_budget = config.handshake_budget.clamp(1, most_strangers as u16);
         config.handshake_budget_per_source = config
@@ -350,7 +347,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 peers: 0,
                 now,
             },
-            peers: EndpointTable::new(tables.peers, tables.peer_order),
+            peers: Peers::new(tables.peers, tables.peer_order, tables.peer_schedule),
             links,
             forgotten: Forgotten::new(tables.forgotten),
             delivered: None,
@@ -358,6 +355,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             connect_hint: false,
             close_hint: false,
             room_hint: false,
+            writing: false,
             serial: 0,
             finalized: false,
         }
@@ -564,18 +562,31 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             links,
             ..
         } = self;
-        let l = links.get_mut(link.0)?;
+        // Asking about a link with nothing to write touches nothing: a
+        // driver asks about every link it was told is ready.
+        let l = links.peek_mut(link.0)?;
+        let p = l.peer();
         // An acknowledgement owed goes now if nothing else would carry it
         // soon.
+        let mut acked = false;
         if l.is_open()
-            && let Some(peer) = l.peer().and_then(|p| peers.get_mut(p))
+            && let Some(peer) = p.and_then(|p| peers.peek_mut(p))
         {
             let idle = l.outbox().is_empty();
             if let Some(ack) = peer.poll_ack(framing, &shared.config, idle, shared.now) {
                 l.outbox().set_ack(ack);
+                acked = true;
             }
         }
-        let peer = l.peer().and_then(|p| peers.get(p));
+        if l.outbox().is_empty() {
+            return None;
+        }
+        if let Some(p) = p.filter(|_| acked) {
+            peers.touch(p);
+        }
+        links.touch(link.0);
+        let l = links.peek_mut(link.0)?;
+        let peer = p.and_then(|p| peers.get(p));
         let segments =
             l.outbox()
                 .poll_transmit::<F, Peer<W>>(peer, shared.pools.view(), &shared.regs)?;
@@ -617,16 +628,10 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// out, and over datagrams lost packets and handshakes go again.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.shared.now = now;
-        for i in 0..self.links.len() {
-            let Some(key) = self.links.key_at(i) else {
-                continue;
-            };
+        while let Some(key) = self.links.pop_due(now) {
             self.on_link_timeout(LinkId(key));
         }
-        for i in 0..self.peers.len() {
-            let Some(id) = self.peers.id_at(i) else {
-                continue;
-            };
+        while let Some(id) = self.peers.pop_due(now) {
             if let Some(peer) = self.peers.get_mut(id) {
                 peer.on_timeout(&self.framing, &mut self.shared);
             }
@@ -637,18 +642,31 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// When [`handle_timeout`](Self::handle_timeout) is due next: the
     /// earliest deadline of its links and peers.
     ///
-    /// Drivers ask on every pass, so the deadlines of every link and peer
-    /// go straight to their minimum, with no table built.
+    /// Drivers ask on every pass, so each peer and link is timed when a
+    /// call touched it (at the end of the call, with what it settles),
+    /// and the deadlines are kept in order: asking costs nothing however
+    /// many peers sit idle.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let config = &self.shared.config;
-        let mut earliest = timers::Earliest::default();
-        for (_, l) in self.links.iter() {
-            l.deadlines(&self.framing, config, &mut earliest);
+        match (self.links.earliest(), self.peers.earliest()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        for (_, _, p) in self.peers.iter() {
-            p.deadlines(&self.framing, config, &mut earliest);
+    }
+
+    /// A link that may have bytes to write: one a call touched before this
+    /// round of asking began. A driver writes these (until
+    /// [`poll_transmit`](Self::poll_transmit) has nothing for each, or the
+    /// connection would block) rather than every link it has; one that
+    /// would block it writes again when its socket says it can. `None`
+    /// ends the round: links touched meanwhile (by the writes themselves)
+    /// come in the next.
+    pub fn poll_ready_link(&mut self) -> Option<LinkId> {
+        if !core::mem::replace(&mut self.writing, true) {
+            self.retime_links();
         }
-        earliest.0
+        let link = self.links.pop_ready().map(LinkId);
+        self.writing = link.is_some();
+        link
     }
 
     /// Events ready for [`Btl::poll_event`], without moving
@@ -813,7 +831,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         self.links
             .insert(link)
             .map(LinkId)
-            .map_err(|_| LinkError::TooManyLinks)
+            .ok_or(LinkError::TooManyLinks)
     }
 
     /// Whether a connection in its handshake will carry link `index` of
@@ -1411,14 +1429,30 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// forgotten.
     fn settle(&mut self) {
         self.deliver_mail();
-        for i in 0..self.peers.len() {
-            let Some(id) = self.peers.id_at(i) else {
-                continue;
-            };
+        let mut cursor = self.peers.take_touched();
+        while let Some(id) = self.peers.next_to_settle(&mut cursor) {
             self.settle_peer(id);
+            let at = self.peers.get(id).and_then(|peer| {
+                let mut earliest = timers::Earliest::default();
+                peer.deadlines(&self.framing, &self.shared.config, &mut earliest);
+                earliest.0
+            });
+            self.peers.set_deadline(id, at);
         }
         self.deliver_mail();
         self.forget_lost_peers();
+        self.retime_links();
+    }
+
+    /// Times again the links touched since they were last timed, and lists
+    /// them for the driver to write.
+    fn retime_links(&mut self) {
+        let (framing, config) = (&self.framing, &self.shared.config);
+        self.links.retime_touched(|l| {
+            let mut earliest = timers::Earliest::default();
+            l.deadlines(framing, config, &mut earliest);
+            earliest.0
+        });
     }
 
     /// What peer `p` asked for: see [`settle`](Self::settle).
@@ -1491,15 +1525,6 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             peer.stamp(seq, shared);
             if let Some(l) = links.get_mut(link.0) {
                 l.outbox().enqueue(seq, &*peer);
-            }
-        }
-    }
-
-    /// Moves the queues of every peer: what `progress` does.
-    fn flush_all(&mut self) {
-        for i in 0..self.peers.len() {
-            if let Some(id) = self.peers.id_at(i) {
-                self.flush_peer(id);
             }
         }
     }

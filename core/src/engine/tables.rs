@@ -8,6 +8,7 @@ use super::forgotten::Start;
 use super::link::Link;
 use super::ops::OpSlot;
 use super::peer::Peer;
+use super::schedule::Slot;
 use super::storage::{Lent, Storage};
 use crate::btl::RegSlot;
 use crate::endpoint::EndpointSlot;
@@ -21,10 +22,15 @@ pub struct Tables<S: Storage, const W: usize> {
     pub peers: S::Table<EndpointSlot<Peer<W>>>,
     /// The order of the peers, one per peer.
     pub peer_order: S::Table<u16>,
+    /// Which peers a call touched, and when each is due: one per peer.
+    pub peer_schedule: S::Table<Slot>,
     /// One slot per link.
     pub links: S::Table<Entry<Link<W>>>,
     /// The order of the links, one per link.
     pub link_order: S::Table<u16>,
+    /// Which links a call touched or may write, and when each is due: one
+    /// per link.
+    pub link_schedule: S::Table<Slot>,
     /// Puts and gets under way, this side's and peers' gets served.
     pub ops: S::Table<OpSlot>,
     /// Events waiting to be polled, and room kept for those owed.
@@ -77,8 +83,12 @@ impl Capacities {
     /// host allocates) beside the engine value itself and its pools.
     pub const fn table_bytes<const W: usize, M>(&self) -> usize {
         use core::mem::size_of;
-        self.peers * (size_of::<EndpointSlot<Peer<W>>>() + size_of::<u16>() + size_of::<Start>())
-            + self.links * (size_of::<Entry<Link<W>>>() + size_of::<u16>())
+        self.peers
+            * (size_of::<EndpointSlot<Peer<W>>>()
+                + size_of::<u16>()
+                + size_of::<Slot>()
+                + size_of::<Start>())
+            + self.links * (size_of::<Entry<Link<W>>>() + size_of::<u16>() + size_of::<Slot>())
             + self.ops * size_of::<OpSlot>()
             + self.events * size_of::<EventSlot>()
             + self.registrations * size_of::<RegSlot<M>>()
@@ -100,8 +110,10 @@ pub struct Inline<
 > {
     peers: [EndpointSlot<Peer<W>>; P],
     peer_order: [u16; P],
+    peer_schedule: [Slot; P],
     links: [Entry<Link<W>>; L],
     link_order: [u16; L],
+    link_schedule: [Slot; L],
     ops: [OpSlot; O],
     events: [EventSlot; E],
     forgotten: [Start; P],
@@ -123,8 +135,10 @@ impl<
         Inline {
             peers: [const { Entry::EMPTY }; P],
             peer_order: [0; P],
+            peer_schedule: [Slot::EMPTY; P],
             links: [const { Entry::EMPTY }; L],
             link_order: [0; L],
+            link_schedule: [Slot::EMPTY; L],
             ops: [OpSlot::EMPTY; O],
             events: [const { EventSlot::EMPTY }; E],
             forgotten: [Start::EMPTY; P],
@@ -140,8 +154,10 @@ impl<
         Tables {
             peers: &mut self.peers,
             peer_order: &mut self.peer_order,
+            peer_schedule: &mut self.peer_schedule,
             links: &mut self.links,
             link_order: &mut self.link_order,
+            link_schedule: &mut self.link_schedule,
             ops: &mut self.ops,
             events: &mut self.events,
             forgotten: &mut self.forgotten,

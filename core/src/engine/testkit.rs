@@ -198,8 +198,10 @@ pub(crate) fn engine<F: Framing>(config: EngineConfig, framing: F) -> Engine<Box
     let tables = Tables {
         peers: slots(4),
         peer_order: slots(4),
+        peer_schedule: slots(4),
         links: slots(8),
         link_order: slots(8),
+        link_schedule: slots(8),
         ops: slots(8),
         events: slots(32),
         forgotten: slots(4),

@@ -39,8 +39,10 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Heap<M> {
         Tables {
             peers: boxed(capacities.peers),
             peer_order: boxed(capacities.peers),
+            peer_schedule: boxed(capacities.peers),
             links: boxed(capacities.links),
             link_order: boxed(capacities.links),
+            link_schedule: boxed(capacities.links),
             ops: boxed(capacities.ops),
             events: boxed(capacities.events),
             forgotten: boxed(capacities.peers),

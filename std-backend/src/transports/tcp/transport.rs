@@ -67,6 +67,11 @@ pub struct Tcp<N: Net> {
     /// Listeners to accept from on the next pass: those the poller
     /// reported, and those a pass left with connections waiting.
     accepting: ReadQueue,
+    /// Connections still connecting, whose connect may time out.
+    connecting: Vec<usize>,
+    /// Connections holding bytes the engine had no room for: read again
+    /// at each flush.
+    held: Vec<usize>,
 }
 
 impl<N: Net> Tcp<N> {
@@ -95,6 +100,8 @@ impl<N: Net> Tcp<N> {
             by_link: HashMap::new(),
             readable: ReadQueue::default(),
             accepting: ReadQueue::default(),
+            connecting: Vec::new(),
+            held: Vec::new(),
         })
     }
 
@@ -334,6 +341,7 @@ impl<N: Net> Tcp<N> {
             ReadOutcome::Closed => {
                 self.broken(engine, registry, i, ConnectFailure::Unreachable, now);
             }
+            ReadOutcome::Held if !self.held.contains(&i) => self.held.push(i),
             ReadOutcome::Drained | ReadOutcome::Held => {}
         }
         came
@@ -467,8 +475,9 @@ impl<N: Net> Transport for Tcp<N> {
             }
         };
         let state = ConnState::Connecting { req, since: now };
-        if self.insert(Conn::new(stream, state), cx.registry).is_err() {
-            engine.handle_connect_failed(req, ConnectFailure::Unreachable, now);
+        match self.insert(Conn::new(stream, state), cx.registry) {
+            Ok(i) => self.connecting.push(i),
+            Err(_) => engine.handle_connect_failed(req, ConnectFailure::Unreachable, now),
         }
     }
 
@@ -551,23 +560,42 @@ impl<N: Net> Transport for Tcp<N> {
         cx.directory
             .refusals_mut()
             .log_summaries(now, (NAME, self.me));
-        for i in 0..self.conns.len() {
-            let Some(conn) = self.conns[i].as_ref() else {
-                continue;
-            };
-            match conn.state {
-                ConnState::Connecting { since, req } => {
+        // Connects that took too long.
+        let mut k = 0;
+        while let Some(&i) = self.connecting.get(k) {
+            let state = self.conns.get(i).and_then(Option::as_ref).map(|c| c.state);
+            match state {
+                Some(ConnState::Connecting { since, req }) => {
                     if now - since >= self.config.connect_timeout.into() {
                         tracing::debug!("tcp {}: connect to {} timed out", self.me, req.proc);
+                        self.connecting.swap_remove(k);
                         self.broken(engine, cx.registry, i, ConnectFailure::Unreachable, now);
+                    } else {
+                        k += 1;
                     }
                 }
-                ConnState::Open(_) => {
-                    if conn.holds_input() {
-                        self.read(engine, cx.registry, i, now);
-                    }
-                    self.write(engine, cx.registry, i, now);
+                // Connected, or gone.
+                _ => {
+                    self.connecting.swap_remove(k);
                 }
+            }
+        }
+        // Bytes the engine had no room for: it may have now.
+        for i in std::mem::take(&mut self.held) {
+            if self
+                .conns
+                .get(i)
+                .and_then(Option::as_ref)
+                .is_some_and(Conn::holds_input)
+            {
+                self.read(engine, cx.registry, i, now);
+            }
+        }
+        // What the engine has to write: the links calls touched, not every
+        // connection.
+        while let Some(link) = engine.poll_ready_link() {
+            if let Some(&i) = self.by_link.get(&link) {
+                self.write(engine, cx.registry, i, now);
             }
         }
     }

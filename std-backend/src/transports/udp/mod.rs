@@ -150,6 +150,9 @@ pub struct Udp<N: Net> {
     /// Scratch of `flush`, kept so that a flush allocates nothing.
     scratch_links: Vec<(LinkId, usize, SocketAddr)>,
     scratch_blocked: Vec<bool>,
+    /// Links a blocked socket kept from writing all they had: the next
+    /// flush tries them first.
+    deferred: Vec<LinkId>,
 }
 
 impl<N: Net> Udp<N> {
@@ -193,6 +196,7 @@ impl<N: Net> Udp<N> {
             write_interest: vec![false; n],
             reported: vec![false; n],
             scratch_links: Vec::new(),
+            deferred: Vec::new(),
             scratch_blocked: vec![false; n],
         })
     }
@@ -516,7 +520,17 @@ impl<N: Net> Transport for Udp<N> {
         let mut links = std::mem::take(&mut self.scratch_links);
         let mut blocked = std::mem::take(&mut self.scratch_blocked);
         links.clear();
-        links.extend(self.by_link.iter().map(|(&l, &(s, a))| (l, s, a)));
+        // The links a blocked socket left, then those the engine has
+        // touched since: not every link of every peer.
+        let deferred = std::mem::take(&mut self.deferred);
+        let ready = std::iter::from_fn(|| engine.poll_ready_link());
+        for link in deferred.iter().copied().chain(ready) {
+            if let Some(&(s, a)) = self.by_link.get(&link) {
+                links.push((link, s, a));
+            }
+        }
+        self.deferred = deferred;
+        self.deferred.clear();
         blocked.clear();
         blocked.resize(self.sockets.len(), false);
         // What a socket would not take at the last flush goes first.
@@ -524,6 +538,10 @@ impl<N: Net> Transport for Udp<N> {
             *blocked = !self.send_batch(s);
         }
         for &(link, s, addr) in &links {
+            if blocked[s] {
+                self.deferred.push(link);
+                continue;
+            }
             while !blocked[s] {
                 let step = {
                     let Some(t) = engine.poll_transmit(link) else {
@@ -557,6 +575,9 @@ impl<N: Net> Transport for Udp<N> {
                     Step::Blocked => blocked[s] = true,
                     Step::SendBatch => blocked[s] = !self.send_batch(s),
                 }
+            }
+            if blocked[s] {
+                self.deferred.push(link);
             }
         }
         for (s, blocked) in blocked.iter_mut().enumerate() {

@@ -295,6 +295,9 @@ pub struct Ops<C> {
     /// the driver's device: when none, nothing is scanned for them.
     sending: usize,
     for_device: usize,
+    /// Slots holding mail: when none, taking mail scans nothing (the
+    /// engine asks at every call).
+    mail: usize,
 }
 
 impl<C: BorrowMut<[OpSlot]>> Ops<C> {
@@ -305,6 +308,7 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
             next_id: 0,
             sending: 0,
             for_device: 0,
+            mail: 0,
         }
     }
 
@@ -388,18 +392,24 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
     pub fn post(&mut self, i: usize, mail: Mail) {
         if let Some(slot) = self.slots_mut().get_mut(i) {
             slot.0 = Slot::Mail(mail);
+            self.mail += 1;
         }
     }
 
-    /// Takes the oldest mail, freeing its slot.
+    /// Takes a mail left, freeing its slot (the one in the first slot).
     pub fn take_mail(&mut self) -> Option<Mail> {
-        self.slots_mut().iter_mut().find_map(|s| match s.0 {
+        if self.mail == 0 {
+            return None;
+        }
+        let mail = self.slots_mut().iter_mut().find_map(|s| match s.0 {
             Slot::Mail(mail) => {
                 s.0 = Slot::Free;
                 Some(mail)
             }
             _ => None,
-        })
+        })?;
+        self.mail -= 1;
+        Some(mail)
     }
 
     /// The operation in slot `i`.
@@ -698,6 +708,7 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
                     }),
                 };
                 slot.0 = Slot::Mail(Mail::Answer { to, answer });
+                self.mail += 1;
                 return Some(Ended::Answered);
             }
         };

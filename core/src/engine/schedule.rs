@@ -184,6 +184,7 @@ impl<T: BorrowMut<[Slot]>> Schedule<T> {
                 self.put(usize::from(place), i);
                 self.up(usize::from(place));
             }
+            (_, Some(at)) if at == was => {}
             (place, Some(at)) => {
                 self.slots_mut()[i].at = at;
                 if at < was {

@@ -281,7 +281,15 @@ impl Refusals {
     }
 
     /// Logs the summaries due at `now` (see [`summaries`](Self::summaries)).
-    pub fn log_summaries(&mut self, now: Instant, (component, me): (&str, ProcName)) {
+    #[inline]
+    pub fn log_summaries(&mut self, now: Instant, who: (&str, ProcName)) {
+        // Asked on every pass: at once unless it is time to look.
+        if now >= self.next_look {
+            self.log_due_summaries(now, who);
+        }
+    }
+
+    fn log_due_summaries(&mut self, now: Instant, (component, me): (&str, ProcName)) {
         for summary in self.summaries(now) {
             tracing::warn!("{component} {me}: {summary}");
         }

@@ -8,7 +8,8 @@
 //! ranks 2 and up of the job and found through the run's shared
 //! directory, as the second process is. The process says `ready` on its
 //! standard output once every peer is connected, then progresses each one
-//! every [`TURN`] (keepalives are answered well within the peer timeout)
+//! every [`TURN`] (keepalives are answered well within the peer timeout,
+//! and the process takes little of the cores the measurement runs on)
 //! until it is killed or its standard input closes.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -25,7 +26,7 @@ use btl_std::bootstrap::{Bootstrap, SharedDir};
 use crate::launch::{ParamSources, open_bml};
 
 /// How often the idle process moves each of its modules.
-pub const TURN: Duration = Duration::from_millis(200);
+pub const TURN: Duration = Duration::from_secs(1);
 
 /// The rank of the process the idle peers connect to: the run's second.
 const ANSWERING_RANK: u32 = 1;

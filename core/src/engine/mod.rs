@@ -786,6 +786,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         }
     }
 
+    /// Peers on record: what [`usage`](Self::usage) counts first, without
+    /// its walk over the links.
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
     /// Whether [`finalize`](crate::btl::Btl::finalize) has been called.
     pub fn is_finalized(&self) -> bool {
         self.finalized

@@ -92,7 +92,7 @@ where
     }
 
     fn peers(&self) -> usize {
-        self.usage().peers
+        Module::peer_count(self)
     }
 
     fn region_in_use(&self, handle: MemHandle) -> bool {

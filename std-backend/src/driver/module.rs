@@ -666,6 +666,12 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         self.engine.usage()
     }
 
+    /// Peers on record now (as [`usage`](Self::usage) counts them, without
+    /// its walk over the links).
+    pub fn peer_count(&self) -> usize {
+        self.engine.peer_count()
+    }
+
     /// The refusals of strangers so far, by reason.
     pub fn refusals(&self) -> &Refusals {
         self.directory.refusals()

@@ -25,6 +25,11 @@ impl AckOwed {
         self.urgent |= urgent;
     }
 
+    /// Whether an acknowledgement is owed at all.
+    pub fn is_owed(&self) -> bool {
+        self.since.is_some()
+    }
+
     /// The acknowledgement went (with a packet, or alone).
     pub fn sent(&mut self) {
         *self = AckOwed::default();

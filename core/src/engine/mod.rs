@@ -1502,6 +1502,14 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 l.outbox().set_ack(ack);
             }
         }
+        // An acknowledgement still owed (credits given back as the upper
+        // layer polled) goes when its link is written: the driver is to
+        // ask about that link, though nothing else touched it.
+        if peer.owes_ack()
+            && let Some(link) = peer.first_link()
+        {
+            links.touch(link.0);
+        }
     }
 
     /// Puts what peer `p` has to send onto its links, as credits and its

@@ -1279,6 +1279,14 @@ impl<const W: usize> Peer<W> {
         Some(self.ack(Flags::empty()))
     }
 
+    /// Whether this side owes the peer an acknowledgement (of packets, or
+    /// of credits given back): the engine asks its first link to be
+    /// written, where [`poll_ack`](Self::poll_ack) says whether it goes
+    /// now.
+    pub fn owes_ack(&self) -> bool {
+        self.state == PeerState::Open && self.acks.is_owed()
+    }
+
     /// Whether an acknowledgement is overdue ([`PeerTimer::Ack`]): the
     /// engine puts it on the peer's first link.
     pub fn take_ack_due(&mut self) -> bool {

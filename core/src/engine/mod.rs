@@ -262,7 +262,7 @@ pub struct Engine<S: Storage, F: Framing = Stream, const W: usize = 64> {
     room_hint: bool,
     /// A round of [`poll_ready_link`](Self::poll_ready_link) is under
     /// way: it hands out what was ready when it began.
-    writing: bool,
+    ready_round: bool,
     /// Links made so far: their order of age.
     serial: u32,
     finalized: bool,
@@ -355,7 +355,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             connect_hint: false,
             close_hint: false,
             room_hint: false,
-            writing: false,
+            ready_round: false,
             serial: 0,
             finalized: false,
         }
@@ -661,11 +661,11 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// ends the round: links touched meanwhile (by the writes themselves)
     /// come in the next.
     pub fn poll_ready_link(&mut self) -> Option<LinkId> {
-        if !core::mem::replace(&mut self.writing, true) {
+        if !core::mem::replace(&mut self.ready_round, true) {
             self.retime_links();
         }
         let link = self.links.pop_ready().map(LinkId);
-        self.writing = link.is_some();
+        self.ready_round = link.is_some();
         link
     }
 

@@ -26,6 +26,10 @@ use crate::time::Instant;
 /// No slot: the end of a list, or a slot out of the heap.
 const NONE: u16 = u16::MAX;
 
+/// The two lists a slot may be in, as indexes of [`Slot::next`].
+const TOUCHED: usize = 0;
+const READY: usize = 1;
+
 /// What the schedule keeps for one slot of a table (and, at the same
 /// index, for one place of the heap).
 #[derive(Debug, Clone, Copy)]
@@ -35,13 +39,10 @@ pub struct Slot {
     heap: u16,
     /// This slot's place in the heap; [`NONE`] without a deadline.
     place: u16,
-    /// The next slot of the touched list.
-    next_touched: u16,
-    /// The next slot of the ready list.
-    next_ready: u16,
-    /// Whether this slot is in the touched list, the ready list.
-    touched: bool,
-    ready: bool,
+    /// The next slot of the touched list, of the ready list.
+    next: [u16; 2],
+    /// Whether this slot is in the touched list, in the ready list.
+    listed: [bool; 2],
     /// This slot's deadline, while it has a place in the heap.
     at: Instant,
 }
@@ -51,10 +52,8 @@ impl Slot {
     pub const EMPTY: Slot = Slot {
         heap: NONE,
         place: NONE,
-        next_touched: NONE,
-        next_ready: NONE,
-        touched: false,
-        ready: false,
+        next: [NONE; 2],
+        listed: [false; 2],
         at: Instant::NEVER,
     };
 }
@@ -70,8 +69,8 @@ impl Default for Slot {
 #[derive(Debug)]
 pub struct Schedule<T> {
     slots: T,
-    touched: u16,
-    ready: u16,
+    /// The first slot of the touched list, of the ready list.
+    heads: [u16; 2],
     len: u16,
 }
 
@@ -82,8 +81,7 @@ impl<T: BorrowMut<[Slot]>> Schedule<T> {
         slots.borrow_mut().fill(Slot::EMPTY);
         Schedule {
             slots,
-            touched: NONE,
-            ready: NONE,
+            heads: [NONE; 2],
             len: 0,
         }
     }
@@ -96,57 +94,75 @@ impl<T: BorrowMut<[Slot]>> Schedule<T> {
         self.slots.borrow_mut()
     }
 
-    /// Lists slot `i` as touched, unless it is already.
-    pub fn touch(&mut self, i: usize) {
-        let head = self.touched;
+    /// Puts slot `i` at the front of `list`, unless it is in it already.
+    fn push(&mut self, list: usize, i: usize) {
+        let head = self.heads[list];
         let Some(slot) = self.slots_mut().get_mut(i) else {
             return;
         };
-        if !slot.touched {
-            slot.touched = true;
-            slot.next_touched = head;
-            self.touched = i as u16;
+        if !slot.listed[list] {
+            slot.listed[list] = true;
+            slot.next[list] = head;
+            self.heads[list] = i as u16;
         }
+    }
+
+    /// Takes slot `i` off `list`, where it stood before the slot returned.
+    fn unlink(&mut self, list: usize, i: usize) -> Option<usize> {
+        let slot = self.slots_mut().get_mut(i)?;
+        slot.listed[list] = false;
+        let next = core::mem::replace(&mut slot.next[list], NONE);
+        (next != NONE).then_some(usize::from(next))
+    }
+
+    /// Lists slot `i` as touched, unless it is already.
+    pub fn touch(&mut self, i: usize) {
+        self.push(TOUCHED, i);
     }
 
     /// Takes the whole touched list: its first slot, if any. Walk it with
     /// [`next_detached`](Self::next_detached); slots touched meanwhile
     /// start a new list.
     pub fn detach_touched(&mut self) -> Option<usize> {
-        let head = core::mem::replace(&mut self.touched, NONE);
+        let head = core::mem::replace(&mut self.heads[TOUCHED], NONE);
         (head != NONE).then_some(usize::from(head))
     }
 
     /// The slot after `i` in a detached list, `i` taken off it (it may be
     /// touched again from now on).
     pub fn next_detached(&mut self, i: usize) -> Option<usize> {
-        let slot = self.slots_mut().get_mut(i)?;
-        slot.touched = false;
-        let next = core::mem::replace(&mut slot.next_touched, NONE);
-        (next != NONE).then_some(usize::from(next))
+        self.unlink(TOUCHED, i)
     }
 
     /// Lists slot `i` as ready to write, unless it is already.
     pub fn make_ready(&mut self, i: usize) {
-        let head = self.ready;
-        let Some(slot) = self.slots_mut().get_mut(i) else {
-            return;
-        };
-        if !slot.ready {
-            slot.ready = true;
-            slot.next_ready = head;
-            self.ready = i as u16;
-        }
+        self.push(READY, i);
     }
 
     /// The next slot ready to write, taken off the list.
     pub fn pop_ready(&mut self) -> Option<usize> {
-        let i = usize::from(self.ready);
-        let slot = self.slots_mut().get_mut(i)?;
-        slot.ready = false;
-        let next = core::mem::replace(&mut slot.next_ready, NONE);
-        self.ready = next;
+        let i = usize::from(self.heads[READY]);
+        self.slots().get(i)?;
+        self.heads[READY] = self.unlink(READY, i).map_or(NONE, |n| n as u16);
         Some(i)
+    }
+
+    /// Takes the earliest deadline off the heap if it has come by `now`,
+    /// and the first slot `live` says holds something: a slot emptied
+    /// while it was timed is dropped. The slot is touched, to be timed
+    /// again once handled.
+    pub fn pop_due_live<K>(
+        &mut self,
+        now: Instant,
+        mut live: impl FnMut(usize) -> Option<K>,
+    ) -> Option<K> {
+        while let Some(i) = self.pop_due(now) {
+            self.touch(i);
+            if let Some(key) = live(i) {
+                return Some(key);
+            }
+        }
+        None
     }
 
     /// The earliest deadline, and whose.

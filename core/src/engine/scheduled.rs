@@ -181,13 +181,9 @@ impl<S: Storage, const W: usize> Peers<S, W> {
     /// A peer whose deadline has come by `now`, its deadline taken off
     /// and the peer touched (to be settled and timed again).
     pub fn pop_due(&mut self, now: Instant) -> Option<EndpointId> {
-        while let Some(slot) = self.schedule.pop_due(now) {
-            self.schedule.touch(slot);
-            if let Some(id) = self.table.id_of_slot(slot) {
-                return Some(id);
-            }
-        }
-        None
+        let table = &self.table;
+        self.schedule
+            .pop_due_live(now, |slot| table.id_of_slot(slot))
     }
 }
 
@@ -302,12 +298,8 @@ impl<S: Storage, const W: usize> Links<S, W> {
     /// A link whose deadline has come by `now`, its deadline taken off and
     /// the link touched (to be timed again).
     pub fn pop_due(&mut self, now: Instant) -> Option<Key> {
-        while let Some(slot) = self.schedule.pop_due(now) {
-            self.schedule.touch(slot);
-            if let Some(key) = self.table.key_of_slot(slot) {
-                return Some(key);
-            }
-        }
-        None
+        let table = &self.table;
+        self.schedule
+            .pop_due_live(now, |slot| table.key_of_slot(slot))
     }
 }

@@ -333,6 +333,53 @@ fn connected_pair(seed: u64, keepalive: Duration) -> (Box<Pair>, EndpointId, End
     (pair, b_at_a, a_at_b)
 }
 
+/// A message sent after a quiet spell is timed from the driver's last
+/// turn, not from the last datagram: it goes once, and is not taken for
+/// lost (and sent again) the moment the driver next looks at the timers.
+#[test]
+fn a_message_after_a_quiet_spell_goes_once() {
+    // No keepalive: nothing at all moves while the pair is idle.
+    let (mut pair, b_at_a, _) = connected_pair(3, Duration::ZERO);
+    let (mut got, mut other) = (Vec::new(), Vec::new());
+    drain(pair.b(), &mut got, &mut other);
+    assert_eq!(got, [(0x80, b"hi".to_vec())]);
+    got.clear();
+    assert_eq!(pair.run_until_idle(1_000).map(|_| ()), Some(()));
+    // A hundred quiet rounds: 100 ms, far beyond the retransmission
+    // timeout of a data-centre round trip.
+    for _ in 0..100 {
+        assert_eq!(pair.round(), 0, "a quiet pair");
+    }
+    let before = pair.stats();
+    let d = pair
+        .a()
+        .prepare_src(
+            b_at_a,
+            b"after a quiet spell",
+            0,
+            Order(0),
+            DescFlags::BTL_OWNERSHIP,
+        )
+        .expect("descriptor");
+    let _ = pair.a().send(b_at_a, d, Tag(0x80)).expect("send");
+    pair.a().progress();
+    let due = pair.a().poll_timeout().expect("its retransmission timer");
+    assert!(
+        due > pair.now(),
+        "due at {due:?}, before the quiet spell ended ({:?})",
+        pair.now()
+    );
+    pair.run_until_idle(1_000).expect("quiet");
+    let after = pair.stats();
+    assert_eq!(
+        after.sent - before.sent,
+        2,
+        "the message and its acknowledgement, nothing again: {after:?}"
+    );
+    drain(pair.b(), &mut got, &mut other);
+    assert_eq!(got, [(0x80, b"after a quiet spell".to_vec())]);
+}
+
 /// Keepalives: an idle peer that dies is found by its silence; an idle
 /// peer that lives is kept, its answers to the probes being heard.
 #[test]

@@ -281,11 +281,15 @@ impl Source {
         if chunk + HEADER <= eager {
             let payload = self.copy.get(sent..sent + chunk).unwrap_or_default();
             match btl.sendi(to, &header, payload, tag, Order(0), flags) {
-                Err(BtlError::TooLarge { .. }) => {}
+                // Not at once: queued as a descriptor, whose refusal (a
+                // full queue) brings `Event::Room`, where sendi's brings
+                // none.
+                Err(BtlError::TooLarge { .. } | BtlError::OutOfResource) => {}
                 other => return other.map(|()| chunk),
             }
         }
-        // Larger than sendi takes here: a descriptor of the buffer itself.
+        // Larger than sendi takes here, or not now: a descriptor of the
+        // buffer itself.
         let data = MemSlice {
             handle: self.handle,
             offset: sent as u64,

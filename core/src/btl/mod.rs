@@ -166,8 +166,9 @@ pub enum Event<'a> {
     /// caller may take it first, and a refusal then brings another `Room`;
     /// and it may come when what was refused went meanwhile. A refused
     /// `sendi` brings none (its caller falls back to `prepare_src` and
-    /// `send`, which do). It is made when polled, so the count of ready
-    /// events `progress` returns leaves it out.
+    /// `send`, which do). It is made when polled, and counted among the
+    /// events `progress` returns once the room is there, so that a caller
+    /// that waits for events after a refusal wakes for it.
     Room {
         /// The peer.
         endpoint: EndpointId,

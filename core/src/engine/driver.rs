@@ -49,7 +49,14 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// look at them: a busy driver may look only now and then), the
     /// connections the engine asks for, its writes, the links it is done
     /// with, then its queues.
+    ///
+    /// `now` is also the engine's clock until the next call that gives
+    /// one: the calls of the upper layer take no time, and what they queue
+    /// is sent, and timed for retransmission, as of the driver's last turn
+    /// (not as of an older input, which would make a packet sent after a
+    /// quiet spell look lost at once).
     pub fn serve(&mut self, io: &mut impl Io<Self>, now: Instant, timers: bool) {
+        self.shared.now = now;
         if timers && self.poll_timeout().is_some_and(|t| t <= now) {
             self.handle_timeout(now);
         }

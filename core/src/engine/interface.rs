@@ -348,7 +348,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
 
     fn progress(&mut self) -> usize {
         self.settle();
-        self.shared.events.len()
+        self.pending_events()
     }
 
     fn poll_event(&mut self) -> Option<Event<'_>> {

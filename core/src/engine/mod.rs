@@ -674,7 +674,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     ///
     /// [`Btl::poll_event`]: crate::btl::Btl::poll_event
     pub fn pending_events(&self) -> usize {
-        self.shared.events.len()
+        self.shared.events.len() + usize::from(self.room_ready())
     }
 
     /// The largest message a send to `endpoint` takes: this side's

@@ -477,7 +477,8 @@ impl<R: Region, M: AsRef<[u8]> + AsMut<[u8]>, const REGS: usize, const QUEUE: us
     }
 
     fn progress(&mut self) -> usize {
-        self.queue.len()
+        // A refusal's `Room` follows the queued events.
+        self.queue.len() + usize::from(self.refused)
     }
 
     fn poll_event(&mut self) -> Option<Event<'_>> {

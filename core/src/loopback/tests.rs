@@ -467,6 +467,7 @@ fn a_refused_send_is_followed_by_room_once_the_queue_is_polled() {
             assert!(taken < 100, "a queue of 4 took 100 messages");
         };
         assert_eq!(refused, BtlError::OutOfResource);
+        assert_eq!(btl.progress(), taken + 1, "Room counts among the events");
         let mut seen = Vec::new();
         while let Some(event) = btl.poll_event() {
             seen.push(match event {

@@ -474,37 +474,49 @@ impl<
     /// taken: its `Room` event.
     fn poll_room(&mut self) -> Option<Event<'static>> {
         for p in 0..self.peers.len() {
-            let Some(w) = self.peers[p].wanted else {
-                continue;
-            };
-            let op = !w.op || (self.ops.iter().any(Option::is_none) && self.has_room(1));
-            let event = !w.event || self.has_room(1);
-            let fragment = w.fragment.is_none_or(|len| {
-                let pools = self.pools.view();
-                pools.class_for(len).is_ok_and(|c| {
-                    let st = pools.stats(c);
-                    st.in_use < st.capacity
-                })
-            });
-            let peer = &mut self.peers[p];
-            let record = match w.record {
-                None => true,
-                Some(len) => match peer.tx.has_room(len) {
-                    Ok(room) => room,
-                    Err(_) => {
-                        self.lose(EndpointId(p as u32), LostReason::ProtocolViolation);
-                        continue;
-                    }
-                },
-            };
-            if op && event && fragment && record {
-                self.peers[p].wanted = None;
-                return Some(Event::Room {
-                    endpoint: EndpointId(p as u32),
-                });
+            match self.room_for(p) {
+                Some(Ok(true)) => {
+                    self.peers[p].wanted = None;
+                    return Some(Event::Room {
+                        endpoint: EndpointId(p as u32),
+                    });
+                }
+                Some(Err(_)) => self.lose(EndpointId(p as u32), LostReason::ProtocolViolation),
+                Some(Ok(false)) | None => {}
             }
         }
         None
+    }
+
+    /// Whether [`poll_room`](Self::poll_room) would make an event now (a
+    /// `Room`, or a loss for a ring found broken): counted among the
+    /// events ready, so that a wait after a refusal ends when room comes.
+    fn room_ready(&mut self) -> bool {
+        (0..self.peers.len()).any(|p| !matches!(self.room_for(p), Some(Ok(false)) | None))
+    }
+
+    /// Whether what peer `p` was refused would now be taken; `None` when
+    /// it was refused nothing, an error when its ring's record of room is
+    /// broken.
+    fn room_for(&mut self, p: usize) -> Option<Result<bool, PushError>> {
+        let w = self.peers[p].wanted?;
+        let op = !w.op || (self.ops.iter().any(Option::is_none) && self.has_room(1));
+        let event = !w.event || self.has_room(1);
+        let fragment = w.fragment.is_none_or(|len| {
+            let pools = self.pools.view();
+            pools.class_for(len).is_ok_and(|c| {
+                let st = pools.stats(c);
+                st.in_use < st.capacity
+            })
+        });
+        let record = match w.record {
+            None => true,
+            Some(len) => match self.peers[p].tx.has_room(len) {
+                Ok(room) => room,
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        Some(Ok(op && event && fragment && record))
     }
 
     /// The largest piece of a put or get to peer `p`, behind a head of
@@ -1470,7 +1482,7 @@ impl<
         if self.read_all() {
             self.move_ops();
         }
-        self.events.len()
+        self.events.len() + usize::from(self.room_ready())
     }
 
     fn poll_event(&mut self) -> Option<Event<'_>> {

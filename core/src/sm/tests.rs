@@ -290,7 +290,9 @@ fn room_comes_only_once_the_ring_has_room() {
         a.send_copy(b_at_a, Tag(0x80), &[1; 20]),
         Err(BtlError::OutOfResource)
     );
+    assert_eq!(a.progress(), 0, "no room counted while B reads nothing");
     assert!(!drain(&mut b).is_empty());
+    assert_eq!(a.progress(), 1, "Room counts among the events ready");
     assert_eq!(drain(&mut a), ["room"], "once B has read");
     a.send_copy(b_at_a, Tag(0x80), &[1; 20]).expect("room");
 }

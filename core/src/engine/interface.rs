@@ -348,6 +348,8 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
 
     fn progress(&mut self) -> usize {
         self.settle();
+        // Once a turn, not once an input: a scan of the waiting peers.
+        self.room_ready = self.room_hint && self.any_room();
         self.pending_events()
     }
 

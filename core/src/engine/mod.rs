@@ -260,6 +260,9 @@ pub struct Engine<S: Storage, F: Framing = Stream, const W: usize = 64> {
     /// Some peer was refused something with `OutOfResource` and waits for
     /// its `Room` event: what `poll_room` looks for.
     room_hint: bool,
+    /// Some peer's `Room` would be made now, as of the last `progress`
+    /// (a driver's every turn): counted among the events ready.
+    room_ready: bool,
     /// A round of [`poll_ready_link`](Self::poll_ready_link) is under
     /// way: it hands out what was ready when it began.
     ready_round: bool,
@@ -355,6 +358,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             connect_hint: false,
             close_hint: false,
             room_hint: false,
+            room_ready: false,
             ready_round: false,
             serial: 0,
             finalized: false,
@@ -674,7 +678,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     ///
     /// [`Btl::poll_event`]: crate::btl::Btl::poll_event
     pub fn pending_events(&self) -> usize {
-        self.shared.events.len() + usize::from(self.room_ready())
+        self.shared.events.len() + usize::from(self.room_ready)
     }
 
     /// The largest message a send to `endpoint` takes: this side's

@@ -167,6 +167,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                     peer.forget_room_wanted();
                 }
                 if !lost {
+                    // Counted no more until a settle finds another.
+                    self.room_ready = false;
                     return Some(Event::Room { endpoint: p });
                 }
             } else {
@@ -178,17 +180,16 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     }
 
     /// Whether [`poll_room`](Self::poll_room) would make a `Room` event
-    /// now: counted among the events ready, so that a caller blocked in a
-    /// wait after a refusal wakes when room comes, not at its timeout.
-    /// Scans only while some peer waits.
-    pub(super) fn room_ready(&self) -> bool {
-        self.room_hint
-            && self.peers.iter().any(|(p, _, peer)| {
-                peer.lost().is_none()
-                    && peer
-                        .room_wanted()
-                        .is_some_and(|wanted| self.has_room_for(p, wanted))
-            })
+    /// now: what `progress` keeps for the count of events ready, so that a
+    /// caller blocked in a wait after a refusal wakes when room comes, not
+    /// at its timeout.
+    pub(super) fn any_room(&self) -> bool {
+        self.peers.iter().any(|(p, _, peer)| {
+            peer.lost().is_none()
+                && peer
+                    .room_wanted()
+                    .is_some_and(|wanted| self.has_room_for(p, wanted))
+        })
     }
 
     /// Whether each part of `wanted` would now pass the check that refused

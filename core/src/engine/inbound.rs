@@ -14,7 +14,7 @@ use crate::wire::{
 use super::framing::{Datagram, Framing, Stream};
 use super::link::{ControlIn, Handshaken, LinkState, Receiving};
 use super::mover::{PayloadTarget, ReadStep};
-use super::packet::Trailers;
+use super::packet::{ControlPacket, Trailers};
 use super::share::fair_share;
 use super::storage::Storage;
 use super::window::Ack;
@@ -233,7 +233,10 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             if !may_claim(shared, peers, peer, seq) || !shared.events.owe() {
                 return Ok((0, false));
             }
-            *receiving = Receiving::Control(ControlIn::Notify { seq, notify });
+            *receiving = Receiving::Control(ControlIn::Numbered {
+                seq,
+                packet: ControlPacket::Notify(notify),
+            });
         }
         if let Receiving::WaitingFragment { tag, seq, len } = *receiving {
             if !may_claim(shared, peers, peer, seq) {
@@ -300,6 +303,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let fixed = &fixed[..n];
         let bad = |e: WireError| e.close_reason();
         let control = |c| (Receiving::Control(c), PayloadTarget::Discard);
+        let numbered = |packet| {
+            control(ControlIn::Numbered {
+                seq: header.seq,
+                packet,
+            })
+        };
         let discard = (Receiving::None, PayloadTarget::Discard);
         let within_share = may_claim(shared, peers, peer_id, header.seq);
         let peer = peer_id.and_then(|p| peers.get_mut(p));
@@ -336,26 +345,17 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             }
             _ if duplicate => (Receiving::Duplicate, PayloadTarget::Discard),
             PacketType::Ack => control(ControlIn::Ack(AckRepr::parse(chunk(fixed)?))),
-            PacketType::Reject => control(ControlIn::Reject {
-                seq: header.seq,
-                reject: RejectRepr::parse(chunk(fixed)?).map_err(bad)?,
-            }),
-            PacketType::Get => control(ControlIn::Get {
-                seq: header.seq,
-                get: GetRepr::parse(chunk(fixed)?).map_err(bad)?,
-            }),
-            PacketType::Done => control(ControlIn::Done {
-                seq: header.seq,
-                done: DoneRepr::parse(chunk(fixed)?),
-            }),
-            PacketType::Key => control(ControlIn::Key {
-                seq: header.seq,
-                key: KeyRepr::parse(chunk(fixed)?),
-            }),
-            PacketType::KeyInfo => control(ControlIn::KeyInfo {
-                seq: header.seq,
-                info: KeyInfoRepr::parse(chunk(fixed)?).map_err(bad)?,
-            }),
+            PacketType::Reject => numbered(ControlPacket::Reject(
+                RejectRepr::parse(chunk(fixed)?).map_err(bad)?,
+            )),
+            PacketType::Get => numbered(ControlPacket::Get(
+                GetRepr::parse(chunk(fixed)?).map_err(bad)?,
+            )),
+            PacketType::Done => numbered(ControlPacket::Done(DoneRepr::parse(chunk(fixed)?))),
+            PacketType::Key => numbered(ControlPacket::Key(KeyRepr::parse(chunk(fixed)?))),
+            PacketType::KeyInfo => numbered(ControlPacket::KeyInfo(
+                KeyInfoRepr::parse(chunk(fixed)?).map_err(bad)?,
+            )),
             // Its event's place is kept now; none free (or none within the
             // peer's share): the frame waits in the stream (a datagram is
             // dropped and comes again).
@@ -366,7 +366,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                     reader.set_target(PayloadTarget::Discard);
                     return Ok(());
                 }
-                control(ControlIn::Notify { seq, notify })
+                numbered(ControlPacket::Notify(notify))
             }
             PacketType::Send => {
                 let tag = Tag(SendRepr::parse(chunk(fixed)?).map_err(bad)?.tag);

@@ -13,8 +13,8 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    AckRepr, CloseReason, CloseRepr, CookieRepr, DoneRepr, GetRepr, HelloAckRepr, HelloRepr,
-    KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PutRepr, RejectRepr, Seal,
+    AckRepr, CloseReason, CloseRepr, CookieRepr, HelloAckRepr, HelloRepr, Limits, NotifyRepr,
+    PutRepr, Seal,
 };
 
 use super::config::EngineConfig;
@@ -22,7 +22,7 @@ use super::framing::Framing;
 use super::handshake::{Handshake, HandshakePacket, LocalHello};
 use super::mover::StreamReader;
 use super::outbox::Outbox;
-use super::packet::ControlFrame;
+use super::packet::{ControlFrame, ControlPacket};
 use super::timers::{Deadlines, Timers};
 use super::{LinkEnd, Source};
 
@@ -91,20 +91,16 @@ pub enum Receiving {
     Control(ControlIn),
 }
 
-/// A packet without payload, as the reader decoded it.
+/// A packet without payload, as the reader decoded it: what the link
+/// itself acts on (the handshake, a CLOSE, a cookie), an acknowledgement,
+/// or a numbered control packet for the peer, decoded once into the type
+/// it is sent as.
 #[derive(Debug, Clone, Copy)]
 pub enum ControlIn {
     /// The peer's HELLO.
     Hello(HelloRepr),
     /// The peer's answer to this side's HELLO.
     HelloAck(HelloAckRepr),
-    /// A request for this side's data.
-    Get {
-        /// Its sequence number.
-        seq: u64,
-        /// The request.
-        get: GetRepr,
-    },
     /// An acknowledgement.
     Ack(AckRepr),
     /// The peer ends the link.
@@ -112,44 +108,16 @@ pub enum ControlIn {
         /// Why.
         reason: CloseReason,
     },
-    /// The peer refuses one of this side's transfers.
-    Reject {
-        /// Its sequence number.
-        seq: u64,
-        /// The refusal.
-        reject: RejectRepr,
-    },
-    /// A get for a third process has landed.
-    Done {
-        /// Its sequence number.
-        seq: u64,
-        /// Which.
-        done: DoneRepr,
-    },
-    /// One of the peer's puts has landed; its event's place is kept.
-    Notify {
-        /// Its sequence number.
-        seq: u64,
-        /// The notice.
-        notify: NotifyRepr,
-    },
-    /// The peer asks what one of this side's keys names.
-    Key {
-        /// Its sequence number.
-        seq: u64,
-        /// The question.
-        key: KeyRepr,
-    },
-    /// The peer says what one of its keys names.
-    KeyInfo {
-        /// Its sequence number.
-        seq: u64,
-        /// The answer.
-        info: KeyInfoRepr,
-    },
     /// Over datagrams, the server asks this side to show it receives at
     /// its address (see [`CookieRepr`]).
     Cookie(CookieRepr),
+    /// A reliable control packet: delivered in order, acknowledged.
+    Numbered {
+        /// Its sequence number.
+        seq: u64,
+        /// The packet.
+        packet: ControlPacket,
+    },
 }
 
 /// A link's deadlines.
@@ -361,7 +329,10 @@ impl<const W: usize> Link<W> {
         let mut dropped = Dropped::default();
         match core::mem::replace(&mut self.receiving, Receiving::None) {
             Receiving::Send { frag, .. } => dropped.fragment = Some(frag),
-            Receiving::Control(ControlIn::Notify { .. }) => dropped.event_place = true,
+            Receiving::Control(ControlIn::Numbered {
+                packet: ControlPacket::Notify(_),
+                ..
+            }) => dropped.event_place = true,
             _ => {}
         }
         dropped

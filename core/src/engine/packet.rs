@@ -209,7 +209,9 @@ impl ControlFrame {
     }
 }
 
-/// A reliable packet without payload, as it is numbered and written.
+/// A reliable packet without payload: as this side numbers and writes it,
+/// and as the reader decodes the peer's, held in the receive window and
+/// acted on in order, one type from the wire to the peer that acts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ControlPacket {
     /// Asks the peer to put one of its registrations somewhere.

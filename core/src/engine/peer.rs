@@ -26,8 +26,7 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, KeyInfoRepr, KeyRepr, NotifyRepr,
-    RejectRepr, SendRepr,
+    CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, KeyInfoRepr, RejectRepr, SendRepr,
 };
 
 use super::acks::AckOwed;
@@ -123,15 +122,8 @@ enum Held {
         xfer_id: u64,
         code: RejectCode,
     },
-    Get(GetRepr),
-    Reject(RejectRepr),
-    Done(DoneRepr),
-    /// A put's notice; its event's place is kept.
-    Notify(NotifyRepr),
-    /// The peer asks what one of this side's keys names.
-    Key(KeyRepr),
-    /// The peer says what one of its keys names.
-    KeyInfo(KeyInfoRepr),
+    /// A numbered control packet (a NOTIFY's event place is kept).
+    Control(ControlPacket),
 }
 
 /// What the peer's HELLO said, as the peer keeps it.
@@ -1501,24 +1493,18 @@ impl<const W: usize> Peer<W> {
                     },
                 },
             )),
-            Receiving::Control(ControlIn::Get { seq, get }) => Some((seq, Held::Get(get))),
-            Receiving::Control(ControlIn::Reject { seq, reject }) => {
-                Some((seq, Held::Reject(reject)))
-            }
-            Receiving::Control(ControlIn::Done { seq, done }) => Some((seq, Held::Done(done))),
-            Receiving::Control(ControlIn::Notify { seq, notify }) => {
-                Some((seq, Held::Notify(notify)))
-            }
-            Receiving::Control(ControlIn::Key { seq, key }) => Some((seq, Held::Key(key))),
-            Receiving::Control(ControlIn::KeyInfo { seq, info }) => {
-                Some((seq, Held::KeyInfo(info)))
+            Receiving::Control(ControlIn::Numbered { seq, packet }) => {
+                Some((seq, Held::Control(packet)))
             }
             _ => None,
         };
         let Some((seq, item)) = held else {
             return self.on_ack(ack, header.credits, framing, shared);
         };
-        let spends_credit = matches!(item, Held::Send { .. } | Held::Notify(_));
+        let spends_credit = matches!(
+            item,
+            Held::Send { .. } | Held::Control(ControlPacket::Notify(_))
+        );
         let refused = matches!(item, Held::Refused { .. });
         match self.recv.receive(seq, item) {
             // Every new SEND or NOTIFY spends one credit: a peer that sends
@@ -1566,14 +1552,21 @@ impl<const W: usize> Peer<W> {
                     self.answer(Answer::Reject(RejectRepr { xfer_id, code }), shared);
                 }
             }
-            Held::Get(get) => self.serve_get(get, shared),
-            Held::Key(k) => self.answer(Answer::KeyInfo(k.key), shared),
-            Held::KeyInfo(info) => {
+            Held::Control(packet) => self.on_control(packet, shared),
+        }
+    }
+
+    /// Acts on a numbered control packet delivered in order.
+    fn on_control<S: Storage>(&mut self, packet: ControlPacket, shared: &mut Shared<S>) {
+        match packet {
+            ControlPacket::Get(get) => self.serve_get(get, shared),
+            ControlPacket::Key(k) => self.answer(Answer::KeyInfo(k.key), shared),
+            ControlPacket::KeyInfo(info) => {
                 if self.keys.answer(&info) {
                     self.settle_key(info.key, info.region, shared);
                 }
             }
-            Held::Reject(reject) => {
+            ControlPacket::Reject(reject) => {
                 // Any of this side's transfers to the peer: its put or get,
                 // or the data of a get it serves. A get the peer had no
                 // room for asks again after a retransmission timeout.
@@ -1593,7 +1586,7 @@ impl<const W: usize> Peer<W> {
                         .finish(i, Err(BtlError::Rejected(reject.code)), &mut shared.events);
                 }
             }
-            Held::Done(done) => {
+            ControlPacket::Done(done) => {
                 if let Some(i) = shared
                     .ops
                     .find(OpKind::GetThirdParty, self.id, done.xfer_id)
@@ -1601,7 +1594,7 @@ impl<const W: usize> Peer<W> {
                     shared.ops.finish(i, Ok(()), &mut shared.events);
                 }
             }
-            Held::Notify(n) => {
+            ControlPacket::Notify(n) => {
                 // Of a put this side refused, or naming memory it may not
                 // write: the REJECT said what happened, and no event is due.
                 let landed = shared.regs.check_remote(
@@ -1810,7 +1803,7 @@ fn release<S: Storage>(
 fn drop_held<S: Storage>(item: Held, shared: &mut Shared<S>) {
     match item {
         Held::Send { frag, .. } => shared.drop_received(frag),
-        Held::Notify(_) => shared.events.forgive(),
+        Held::Control(ControlPacket::Notify(_)) => shared.events.forgive(),
         _ => {}
     }
 }

@@ -9,7 +9,7 @@ use crate::engine::framing::{Datagram, Stream};
 use crate::engine::testkit::{
     Boxed, PEER, Seen, config, drain_events, endpoint, hello, link, message, opened, shared,
 };
-use crate::wire::PacketType;
+use crate::wire::{NotifyRepr, PacketType};
 
 type P = Peer<8>;
 
@@ -532,7 +532,10 @@ fn a_notice_raises_one_event_unless_its_put_could_not_land() {
         };
         (
             header,
-            Receiving::Control(ControlIn::Notify { seq, notify }),
+            Receiving::Control(ControlIn::Numbered {
+                seq,
+                packet: ControlPacket::Notify(notify),
+            }),
         )
     };
     for (seq, handle, imm) in [(1, writable, 11), (2, readonly, 22)] {
@@ -581,9 +584,9 @@ fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() 
             seq,
             PacketType::Key,
             KeyRepr::LEN,
-            ControlIn::Key {
+            ControlIn::Numbered {
                 seq,
-                key: KeyRepr { key },
+                packet: ControlPacket::Key(KeyRepr { key }),
             },
         );
         p.on_packet(&hd, r, &Stream, &mut sh)
@@ -629,9 +632,9 @@ fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() 
         3,
         PacketType::KeyInfo,
         KeyInfoRepr::LEN,
-        ControlIn::KeyInfo {
+        ControlIn::Numbered {
             seq: 3,
-            info: forged,
+            packet: ControlPacket::KeyInfo(forged),
         },
     );
     p.on_packet(&hd, r, &Stream, &mut sh)

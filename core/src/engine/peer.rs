@@ -51,6 +51,7 @@ use super::storage::Storage;
 use super::timers::{Deadlines, Timers};
 use super::window::{Ack, Arrival, RecvWindow, SendWindow};
 use super::{ConnectFailure, LinkId};
+use links::PeerLinks;
 
 /// Most connections per peer ([`EngineConfig::links`]).
 pub const MAX_PEER_LINKS: usize = 4;
@@ -96,13 +97,6 @@ pub enum PeerTimer {
     Stalled,
     /// Ask again for the gets the peer answered `Busy`.
     BusyRetry,
-}
-
-/// A link of the peer, by its index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PeerLink {
-    id: LinkId,
-    open: bool,
 }
 
 /// What a receive window holds until delivery in order.
@@ -188,14 +182,7 @@ pub struct Peer<const W: usize> {
     /// its own.
     listed_as: ProcName,
     state: PeerState,
-    links: [Option<PeerLink>; MAX_PEER_LINKS],
-    /// When to ask again for a link index that broke or failed to connect
-    /// while another link carries the peer.
-    link_retry: [Option<Instant>; MAX_PEER_LINKS],
-    /// Link indexes to ask the driver for, one bit each.
-    wants: u8,
-    /// PUT packets go to the open links in turn.
-    stripe: u8,
+    links: PeerLinks,
     send: SendWindow<Outgoing, W>,
     recv: RecvWindow<Held, W>,
     queue: Deque<Queued, W>,
@@ -259,10 +246,7 @@ impl<const W: usize> Peer<W> {
             proc,
             listed_as: proc,
             state: PeerState::Idle,
-            links: [None; MAX_PEER_LINKS],
-            link_retry: [None; MAX_PEER_LINKS],
-            wants: 0,
-            stripe: 0,
+            links: PeerLinks::default(),
             send: SendWindow::new(),
             recv: RecvWindow::new(),
             queue: Deque::new(),
@@ -360,9 +344,7 @@ impl<const W: usize> Peer<W> {
     /// no link under way: what makes it the first to give up for room.
     pub fn disconnected_since(&self) -> Option<Instant> {
         match self.state {
-            PeerState::Connecting { since, .. } if self.links.iter().all(Option::is_none) => {
-                Some(since)
-            }
+            PeerState::Connecting { since, .. } if self.links.is_empty() => Some(since),
             _ => None,
         }
     }
@@ -409,95 +391,50 @@ impl<const W: usize> Peer<W> {
 
     // ----- links --------------------------------------------------------
 
-    /// The driver is to open link `index` of this peer: it is asked now,
-    /// or when it asks again.
-    fn want(&mut self, index: u8) {
-        self.wants |= 1 << index;
-    }
-
-    /// The next link index to ask the driver for, if any.
+    /// The next link index to ask the driver for, if any: none unless the
+    /// peer is connecting or open.
     pub fn poll_connect(&mut self) -> Option<u8> {
         if !matches!(self.state, PeerState::Connecting { .. } | PeerState::Open) {
-            self.wants = 0;
+            self.links.stop_asking();
             return None;
         }
-        while self.wants != 0 {
-            let index = self.wants.trailing_zeros() as u8;
-            self.wants &= !(1 << index);
-            if self
-                .links
-                .get(usize::from(index))
-                .is_some_and(Option::is_none)
-            {
-                return Some(index);
-            }
-        }
-        None
+        self.links.poll_connect()
     }
 
     /// Whether it wants a connection from the driver.
     pub fn wants_connection(&self) -> bool {
-        self.wants != 0
+        self.links.wants_connection()
     }
 
     /// Link `id`, being opened by this side, is the peer's link `index`
     /// unless it has one.
     pub fn link_connecting(&mut self, index: u8, id: LinkId) {
-        if let Some(slot) = self.links.get_mut(usize::from(index))
-            && slot.is_none()
-        {
-            *slot = Some(PeerLink { id, open: false });
-        }
+        self.links.connecting(index, id);
     }
 
     /// The peer's link at `index`, if any.
     pub fn link_at(&self, index: u8) -> Option<LinkId> {
-        self.links.get(usize::from(index))?.map(|l| l.id)
+        self.links.at(index)
     }
 
     /// The peer's links.
     pub fn links(&self) -> impl Iterator<Item = LinkId> + '_ {
-        self.links.iter().flatten().map(|l| l.id)
+        self.links.ids()
     }
 
     /// Takes `id` out of the peer's links; its index if it was one.
     pub fn forget_link(&mut self, id: LinkId) -> Option<u8> {
-        let i = self
-            .links
-            .iter()
-            .position(|l| l.is_some_and(|l| l.id == id))?;
-        self.links[i] = None;
-        Some(i as u8)
+        self.links.forget(id)
     }
 
     /// Whether an open link other than `index` carries the peer.
-    fn carried_without(&self, index: usize) -> bool {
-        self.state == PeerState::Open
-            && self
-                .links
-                .iter()
-                .enumerate()
-                .any(|(j, l)| j != index && l.is_some_and(|l| l.open))
-    }
-
-    /// The link that carries the peer's next packet: PUT packets
-    /// (`stripe`) go to its open links in turn, everything else to the
-    /// first, so that small messages queued together leave in one write.
-    fn send_link(&mut self, stripe: bool) -> Option<LinkId> {
-        let mut open: Vec<LinkId, MAX_PEER_LINKS> = Vec::new();
-        for l in self.links.iter().flatten().filter(|l| l.open) {
-            let _ = open.push(l.id);
-        }
-        if !stripe || open.len() < 2 {
-            return open.first().copied();
-        }
-        self.stripe = self.stripe.wrapping_add(1);
-        open.get(usize::from(self.stripe) % open.len()).copied()
+    fn carried_without(&self, index: u8) -> bool {
+        self.state == PeerState::Open && self.links.open_besides(index)
     }
 
     /// The link acknowledgements and probes go on.
     pub fn first_link(&self) -> Option<LinkId> {
-        self.links.iter().flatten().find(|l| l.open).map(|l| l.id)
+        self.links.first_open()
     }
 
     /// A link finished its handshake with this peer at `now`: the peer
@@ -513,10 +450,8 @@ impl<const W: usize> Peer<W> {
             outbound,
             replaced,
         } = opened;
-        let i = usize::from(index);
-        let carried = self.carried_without(i);
-        self.links[i] = Some(PeerLink { id, open: true });
-        self.link_retry[i] = None;
+        let carried = self.carried_without(index);
+        self.links.opened(index, id);
         self.refused_since = None;
         self.state = PeerState::Open;
         if self.was_open && !carried {
@@ -540,11 +475,7 @@ impl<const W: usize> Peer<W> {
             self.resend_all(now);
         }
         if outbound {
-            for j in 0..config.links.min(MAX_PEER_LINKS as u8) {
-                if self.links[usize::from(j)].is_none() {
-                    self.want(j);
-                }
-            }
+            self.links.want_missing(config.links);
         }
     }
 
@@ -565,7 +496,7 @@ impl<const W: usize> Peer<W> {
     pub fn link_gone<S: Storage>(&mut self, index: u8, shared: &mut Shared<S>) {
         let now = shared.now;
         match self.state {
-            PeerState::Open if self.carried_without(usize::from(index)) => {
+            PeerState::Open if self.carried_without(index) => {
                 self.resend_all(now);
                 self.retry_link_later(index, now);
             }
@@ -574,7 +505,7 @@ impl<const W: usize> Peer<W> {
                     since: self.last_heard,
                     retry: None,
                 };
-                self.want(0);
+                self.links.want(0);
             }
             PeerState::Connecting { .. } if self.was_open => self.retry_later(now),
             PeerState::Connecting { .. } => {
@@ -648,10 +579,8 @@ impl<const W: usize> Peer<W> {
     /// after a backoff (doubling, up to the largest retransmission
     /// timeout), while the peer's other links carry it.
     fn retry_link_later(&mut self, index: u8, now: Instant) {
-        if let Some(retry) = self.link_retry.get_mut(usize::from(index)) {
-            self.rtt.on_timeout();
-            *retry = Some(now + self.rtt.rto());
-        }
+        self.rtt.on_timeout();
+        self.links.retry_at(index, now + self.rtt.rto());
     }
 
     /// A reconnection failed: the next waits a backoff; the peer timeout
@@ -676,7 +605,7 @@ impl<const W: usize> Peer<W> {
                     since: now,
                     retry: None,
                 };
-                self.want(0);
+                self.links.want(0);
                 Ok(())
             }
             _ => Ok(()),
@@ -686,10 +615,7 @@ impl<const W: usize> Peer<W> {
     /// The links to drop now that the peer is lost (or started again):
     /// they are the engine's to fail.
     pub fn take_links(&mut self) -> impl Iterator<Item = LinkId> + use<W> {
-        core::mem::take(&mut self.links)
-            .into_iter()
-            .flatten()
-            .map(|l| l.id)
+        self.links.take_all()
     }
 
     /// The links to drop quietly because they carry nothing any more (a
@@ -699,7 +625,7 @@ impl<const W: usize> Peer<W> {
         if !core::mem::take(&mut self.silent) {
             return None;
         }
-        Some(self.links.into_iter().flatten().map(|l| l.id))
+        Some(self.links.all())
     }
 
     // ----- loss ---------------------------------------------------------
@@ -724,8 +650,7 @@ impl<const W: usize> Peer<W> {
             return;
         }
         self.state = PeerState::Lost(reason);
-        self.link_retry = [None; MAX_PEER_LINKS];
-        self.wants = 0;
+        self.links.stop_asking();
         self.resend.clear();
         self.answers.clear();
         self.probe_due = false;
@@ -763,18 +688,8 @@ impl<const W: usize> Peer<W> {
     /// Links still in their handshake reach the new start and are kept;
     /// the open ones are the old start's, for the engine to fail.
     pub fn renew<S: Storage>(&mut self, shared: &mut Shared<S>) -> Vec<LinkId, MAX_PEER_LINKS> {
-        let mut old: Vec<LinkId, MAX_PEER_LINKS> = Vec::new();
-        let mut opening = [None; MAX_PEER_LINKS];
-        for (i, l) in self.links.iter().enumerate() {
-            match l {
-                Some(l) if l.open => {
-                    let _ = old.push(l.id);
-                }
-                Some(l) => opening[i] = Some(*l),
-                None => {}
-            }
-        }
-        self.links = [None; MAX_PEER_LINKS];
+        let old = self.links.renew();
+        let opening = core::mem::take(&mut self.links);
         if self.lost().is_some() {
             // Its operations failed already; the caller still learns that
             // the endpoint now names a new start.
@@ -858,8 +773,8 @@ impl<const W: usize> Peer<W> {
         match self.state {
             PeerState::Connecting { retry, .. } => t.set(PeerTimer::Reconnect, retry),
             PeerState::Open => {
-                for (i, at) in self.link_retry.iter().enumerate() {
-                    t.set(PeerTimer::LinkRetry(i as u8), *at);
+                for (i, at) in self.links.retries() {
+                    t.set(PeerTimer::LinkRetry(i), at);
                 }
                 t.set(
                     PeerTimer::Ack,
@@ -912,7 +827,7 @@ impl<const W: usize> Peer<W> {
             && t.is_due(PeerTimer::Reconnect, now)
         {
             self.state = PeerState::Connecting { since, retry: None };
-            self.want(0);
+            self.links.want(0);
             return;
         }
         if self.state != PeerState::Open {
@@ -920,8 +835,7 @@ impl<const W: usize> Peer<W> {
         }
         for i in 0..MAX_PEER_LINKS as u8 {
             if t.is_due(PeerTimer::LinkRetry(i), now) {
-                self.link_retry[usize::from(i)] = None;
-                self.want(i);
+                self.links.retry_due(i);
             }
         }
         self.ack_due |= t.is_due(PeerTimer::Ack, now);
@@ -1118,7 +1032,7 @@ impl<const W: usize> Peer<W> {
         while let Some(seq) = self.resend.pop_front() {
             if let Some(out) = self.send.get(seq) {
                 let stripe = matches!(out, Outgoing::Put { .. });
-                return Some((seq, self.send_link(stripe)));
+                return Some((seq, self.links.next_to_carry(stripe)));
             }
         }
         if self.state != PeerState::Open {
@@ -1185,7 +1099,7 @@ impl<const W: usize> Peer<W> {
                     match self.send.push(out, shared.now) {
                         Ok(seq) => {
                             self.progress.on_sent(shared.now);
-                            return Some((seq, self.send_link(true)));
+                            return Some((seq, self.links.next_to_carry(true)));
                         }
                         Err(_) => {
                             shared.ops.unput(usize::from(op), data.len);
@@ -1223,7 +1137,7 @@ impl<const W: usize> Peer<W> {
         match self.send.push(out, shared.now) {
             Ok(seq) => {
                 self.progress.on_sent(shared.now);
-                Some((seq, self.send_link(false)))
+                Some((seq, self.links.next_to_carry(false)))
             }
             Err(e) => {
                 if let Outgoing::Send { desc, .. } = e.into_item() {
@@ -1818,6 +1732,8 @@ impl<const W: usize> Retained for Peer<W> {
         })
     }
 }
+
+mod links;
 
 #[cfg(test)]
 mod tests;

@@ -1,9 +1,16 @@
 //! A peer: one process this engine talks to, and everything owed between
 //! them.
 //!
-//! A peer owns its send and receive windows, its credits both ways, the
-//! acknowledgement it owes, the messages and gets queued to it, the answers
-//! it is owed, and its timers. It lives through `Idle` (known), `Connecting`
+//! A peer coordinates parts it owns, each a small state machine with its
+//! own tests: its links (`PeerLinks`, `peer/links.rs`: which are open,
+//! wanted, retried, and which carries the next packet), what it is owed
+//! (`Outbound`, `peer/outbound.rs`: the send window, the answers owed,
+//! the messages and gets queued, what goes again), its receive window,
+//! its credits both ways (`Credits`), the acknowledgement it owes
+//! (`AckOwed`), the peer's keys it has learnt (`KeyCache`), its progress
+//! (`Progress`) and round-trip estimate (`RttEstimator`).
+//! The peer itself decides what happens when: its state, its timers, what
+//! goes next. It lives through `Idle` (known), `Connecting`
 //! (a link is being opened, or opened again after one broke), `Open` (data
 //! flows over one or more links) and `Lost` (given up: everything to it
 //! failed once).
@@ -16,7 +23,7 @@
 //! What it shares with other peers (fragments, registered memory,
 //! operations, events) it reaches through the engine's shared resources, lent for each call.
 
-use heapless::{Deque, Vec};
+use heapless::Vec;
 
 use crate::btl::{
     Access, BtlError, Completion, Limit, LostReason, RejectCode, RemoteKey, Side, Tag,
@@ -49,9 +56,10 @@ use super::rtt::{RttConfig, RttEstimator};
 use super::shared::Shared;
 use super::storage::Storage;
 use super::timers::{Deadlines, Timers};
-use super::window::{Ack, Arrival, RecvWindow, SendWindow};
+use super::window::{Ack, Arrival, RecvWindow};
 use super::{ConnectFailure, LinkId};
 use links::PeerLinks;
+use outbound::{Outbound, Released};
 
 /// Most connections per peer ([`EngineConfig::links`]).
 pub const MAX_PEER_LINKS: usize = 4;
@@ -183,16 +191,8 @@ pub struct Peer<const W: usize> {
     listed_as: ProcName,
     state: PeerState,
     links: PeerLinks,
-    send: SendWindow<Outgoing, W>,
+    out: Outbound<W>,
     recv: RecvWindow<Held, W>,
-    queue: Deque<Queued, W>,
-    /// Answers owed to the peer: they go before anything queued.
-    answers: Deque<Answer, W>,
-    /// Retained packets to put on a link again (lost, or on a link gone).
-    resend: Deque<u64, W>,
-    /// Retained packets partly written on a link, and those of them the
-    /// peer has acknowledged since: kept until their last byte is written.
-    pinned: Vec<(u64, Option<Outgoing>), MAX_PEER_LINKS>,
     /// Largest body the peer accepts; the trailers of packets to and from
     /// it; whether it takes a put's notice.
     peer_max_body: u64,
@@ -247,12 +247,8 @@ impl<const W: usize> Peer<W> {
             listed_as: proc,
             state: PeerState::Idle,
             links: PeerLinks::default(),
-            send: SendWindow::new(),
+            out: Outbound::default(),
             recv: RecvWindow::new(),
-            queue: Deque::new(),
-            answers: Deque::new(),
-            resend: Deque::new(),
-            pinned: Vec::new(),
             peer_max_body: crate::wire::MIN_MAX_BODY,
             trailers: Trailers::default(),
             notices: true,
@@ -355,38 +351,25 @@ impl<const W: usize> Peer<W> {
         if self.lost().is_some() {
             return 0;
         }
-        self.send.len() + self.queue.len() + self.answers.len()
+        self.out.len()
     }
 
     /// The sequence number below which lies everything sent, owed or
     /// queued to it so far: answers and queued packets are numbered, in
     /// that order, before anything sent later.
     pub fn send_mark(&self) -> u64 {
-        self.send.next_seq() + (self.answers.len() + self.queue.len()) as u64
+        self.out.mark()
     }
 
     /// Whether everything numbered below `mark` is acknowledged, or it is
     /// lost (and what it had has failed, with its events queued).
     pub fn acknowledged_below(&self, mark: u64) -> bool {
-        let first_unacked = self
-            .send
-            .oldest_unacked()
-            .unwrap_or_else(|| self.send.next_seq());
-        self.lost().is_some() || first_unacked >= mark
+        self.lost().is_some() || self.out.acknowledged_below(mark)
     }
 
     /// Whether a packet retained or queued reads registration `handle`.
     pub fn reads(&self, handle: crate::btl::MemHandle) -> bool {
-        self.send.iter().any(|(_, out)| out.reads(handle))
-            || self
-                .pinned
-                .iter()
-                .flat_map(|(_, o)| o)
-                .any(|o| o.reads(handle))
-            || self.queue.iter().any(|q| match q {
-                Queued::Send(desc) => desc.referenced().is_some_and(|r| r.handle == handle),
-                Queued::Get(_) => false,
-            })
+        self.out.reads(handle)
     }
 
     // ----- links --------------------------------------------------------
@@ -469,10 +452,10 @@ impl<const W: usize> Peer<W> {
         self.last_heard = now;
         if !carried {
             self.progress
-                .restart(now, self.send.len(), self.recv.held());
+                .restart(now, self.out.window.len(), self.recv.held());
         }
         if !carried || replaced {
-            self.resend_all(now);
+            self.out.resend_all(now);
         }
         if outbound {
             self.links.want_missing(config.links);
@@ -480,14 +463,6 @@ impl<const W: usize> Peer<W> {
     }
 
     /// Marks every retained packet to go out again at `now`.
-    fn resend_all(&mut self, now: Instant) {
-        for r in self.send.resend_all(now) {
-            if !self.resend.iter().any(|&s| s == r.seq) {
-                let _ = self.resend.push_back(r.seq);
-            }
-        }
-    }
-
     /// Link `index` is gone (it broke, or its reconnection's handshake
     /// timed out). If another open link carries the peer, what the peer has
     /// not acknowledged goes out there and the link is asked for again
@@ -497,7 +472,7 @@ impl<const W: usize> Peer<W> {
         let now = shared.now;
         match self.state {
             PeerState::Open if self.carried_without(index) => {
-                self.resend_all(now);
+                self.out.resend_all(now);
                 self.retry_link_later(index, now);
             }
             PeerState::Open => {
@@ -651,27 +626,16 @@ impl<const W: usize> Peer<W> {
         }
         self.state = PeerState::Lost(reason);
         self.links.stop_asking();
-        self.resend.clear();
-        self.answers.clear();
         self.probe_due = false;
         self.ack_due = false;
         self.room_wanted = None;
         // Packets the peer acknowledged while a link wrote them reached it.
         let id = self.id;
-        for (_, detached) in self.pinned.drain(..) {
-            if let Some(out) = detached {
-                release(id, out, Ok(()), shared);
-            }
-        }
-        // Each packet is released where the window lets it go: collecting
-        // them first would move a window's worth of packets.
-        self.send
-            .drain(|_, out| release(id, out, Err(error), shared));
-        while let Some(q) = self.queue.pop_front() {
-            if let Queued::Send(desc) = q {
-                shared.complete_send(id, desc, Err(error));
-            }
-        }
+        self.out.clear(|released| match released {
+            Released::Acknowledged(out) => release(id, out, Ok(()), shared),
+            Released::Unacknowledged(out) => release(id, out, Err(error), shared),
+            Released::Unsent(desc) => shared.complete_send(id, desc, Err(error)),
+        });
         self.recv.drain_held(|_, h| drop_held(h, shared));
         shared.ops.fail_peer(self.id, error, &mut shared.events);
         // A peer reached by address that never answered was never a
@@ -710,7 +674,7 @@ impl<const W: usize> Peer<W> {
     /// or an open one with something outstanding (any open one when
     /// keepalives are on), silent for the peer timeout.
     fn lost_by(&self, config: &EngineConfig) -> Option<Instant> {
-        let waiting = !self.send.is_empty() || !self.queue.is_empty() || !self.answers.is_empty();
+        let waiting = !self.out.is_empty();
         let since = match self.state {
             PeerState::Open if waiting || !config.keepalive.is_zero() => self.last_heard,
             PeerState::Connecting { since, .. } => since,
@@ -728,7 +692,7 @@ impl<const W: usize> Peer<W> {
     /// lets sends go on, and over a lossy transport the ACK carrying it may
     /// be lost.
     fn starved(&self) -> bool {
-        !self.credits.has_credit() && self.send.is_empty()
+        !self.credits.has_credit() && self.out.window.is_empty()
     }
 
     /// When the peer is next asked for an acknowledgement: after the
@@ -784,7 +748,7 @@ impl<const W: usize> Peer<W> {
                     PeerTimer::Retransmit,
                     framing
                         .retransmit_timeout(&self.rtt)
-                        .and_then(|rto| self.send.retransmit_deadline(rto)),
+                        .and_then(|rto| self.out.window.retransmit_deadline(rto)),
                 );
                 t.set(PeerTimer::Probe, self.probe_at::<F>(config));
                 t.set(
@@ -843,18 +807,10 @@ impl<const W: usize> Peer<W> {
             self.busy_retry = None;
             self.reroute(shared, |op| op.path == Path::Busy, |_, _| Route::Packets);
         }
-        if let Some(rto) = framing.retransmit_timeout(&self.rtt) {
-            let mut lost = false;
-            while let Some(r) = self.send.next_retransmit(now, rto) {
-                let seq = r.seq;
-                if !self.resend.iter().any(|&s| s == seq) {
-                    let _ = self.resend.push_back(seq);
-                }
-                lost = true;
-            }
-            if lost {
-                self.rtt.on_timeout();
-            }
+        if let Some(rto) = framing.retransmit_timeout(&self.rtt)
+            && self.out.resend_timed_out(now, rto)
+        {
+            self.rtt.on_timeout();
         }
         let probe = self.probe_at::<F>(&shared.config).is_some_and(|t| now >= t);
         if !probe {
@@ -884,17 +840,12 @@ impl<const W: usize> Peer<W> {
 
     /// Queues a message; it comes back when the queue is full.
     pub fn queue_send(&mut self, desc: Descriptor) -> Result<(), Descriptor> {
-        self.queue
-            .push_back(Queued::Send(desc))
-            .map_err(|q| match q {
-                Queued::Send(desc) => desc,
-                Queued::Get(_) => unreachable!("a send was queued"),
-            })
+        self.out.queue_send(desc)
     }
 
     /// Whether one more send or GET fits its queue.
     pub fn has_queue_room(&self) -> bool {
-        !self.queue.is_full()
+        self.out.has_queue_room()
     }
 
     /// Notes that `wanted` was refused for it, with what was refused before.
@@ -914,7 +865,7 @@ impl<const W: usize> Peer<W> {
 
     /// Queues a GET; false when the queue is full.
     pub fn queue_get(&mut self, get: GetRepr) -> bool {
-        self.queue.push_back(Queued::Get(get)).is_ok()
+        self.out.queue_get(get)
     }
 
     /// Whether `sendi` takes a message for the peer: an open peer's goes
@@ -925,12 +876,12 @@ impl<const W: usize> Peer<W> {
     pub fn takes_sendi(&self) -> bool {
         match self.state {
             PeerState::Open => {
-                self.queue.is_empty()
-                    && self.answers.is_empty()
+                self.out.queue.is_empty()
+                    && self.out.answers.is_empty()
                     && self.credits.has_credit()
-                    && !self.send.is_full()
+                    && !self.out.window.is_full()
             }
-            PeerState::Idle | PeerState::Connecting { .. } => !self.queue.is_full(),
+            PeerState::Idle | PeerState::Connecting { .. } => self.out.has_queue_room(),
             PeerState::Lost(_) => false,
         }
     }
@@ -939,20 +890,7 @@ impl<const W: usize> Peer<W> {
     /// queued or sent and not acknowledged (each with its fragment). The
     /// count is made only when queue and window together could reach it.
     pub fn holds_sends(&self, share: usize) -> bool {
-        if self.queue.len() + self.send.len() < share {
-            return false;
-        }
-        let queued = self
-            .queue
-            .iter()
-            .filter(|q| matches!(q, Queued::Send(_)))
-            .count();
-        let unacked = self
-            .send
-            .iter()
-            .filter(|(_, out)| matches!(out, Outgoing::Send { .. }))
-            .count();
-        queued + unacked >= share
+        self.out.holds_sends(share)
     }
 
     /// Whether the peer takes a put's notice: it knows NOTIFY, or has not
@@ -999,10 +937,7 @@ impl<const W: usize> Peer<W> {
     /// peer that outgrows the answers it is owed (it asks faster than it
     /// takes answers) breaks the protocol and is lost.
     pub fn answer<S: Storage>(&mut self, answer: Answer, shared: &mut Shared<S>) {
-        if self.lost().is_some() || self.answers.iter().any(|a| a.answers_as(&answer)) {
-            return;
-        }
-        if self.answers.push_back(answer).is_err() {
+        if self.lost().is_none() && self.out.owe(answer).is_err() {
             self.lose(LostReason::ProtocolViolation, shared);
         }
     }
@@ -1029,11 +964,8 @@ impl<const W: usize> Peer<W> {
         &mut self,
         shared: &mut Shared<S>,
     ) -> Option<(u64, Option<LinkId>)> {
-        while let Some(seq) = self.resend.pop_front() {
-            if let Some(out) = self.send.get(seq) {
-                let stripe = matches!(out, Outgoing::Put { .. });
-                return Some((seq, self.links.next_to_carry(stripe)));
-            }
+        if let Some((seq, stripe)) = self.out.next_resend() {
+            return Some((seq, self.links.next_to_carry(stripe)));
         }
         if self.state != PeerState::Open {
             return None;
@@ -1041,8 +973,8 @@ impl<const W: usize> Peer<W> {
         if !self.answers_keys && self.keys.drop_pending() {
             self.keys_unanswerable(shared);
         }
-        while !self.send.is_full() {
-            if let Some(answer) = self.answers.pop_front() {
+        while !self.out.window.is_full() {
+            if let Some(answer) = self.out.answers.pop_front() {
                 let packet = answer.packet(|key| KeyInfoRepr {
                     key,
                     region: shared
@@ -1057,9 +989,9 @@ impl<const W: usize> Peer<W> {
             {
                 return self.push(Outgoing::control(ControlPacket::Key(key)), shared);
             }
-            match self.queue.front() {
+            match self.out.queue.front() {
                 Some(Queued::Send(_)) if self.credits.has_credit() => {
-                    let Some(Queued::Send(desc)) = self.queue.pop_front() else {
+                    let Some(Queued::Send(desc)) = self.out.queue.pop_front() else {
                         break;
                     };
                     // Never more than the peer announced it accepts (it
@@ -1085,7 +1017,7 @@ impl<const W: usize> Peer<W> {
                     );
                 }
                 Some(Queued::Get(_)) => {
-                    let Some(Queued::Get(get)) = self.queue.pop_front() else {
+                    let Some(Queued::Get(get)) = self.out.queue.pop_front() else {
                         break;
                     };
                     return self.push(Outgoing::control(ControlPacket::Get(get)), shared);
@@ -1096,7 +1028,7 @@ impl<const W: usize> Peer<W> {
             match shared.ops.next_put(self.id, chunk)? {
                 Next::Put { put, data, op } => {
                     let out = Outgoing::put(&put, data, op);
-                    match self.send.push(out, shared.now) {
+                    match self.out.window.push(out, shared.now) {
                         Ok(seq) => {
                             self.progress.on_sent(shared.now);
                             return Some((seq, self.links.next_to_carry(true)));
@@ -1134,7 +1066,7 @@ impl<const W: usize> Peer<W> {
         out: Outgoing,
         shared: &mut Shared<S>,
     ) -> Option<(u64, Option<LinkId>)> {
-        match self.send.push(out, shared.now) {
+        match self.out.window.push(out, shared.now) {
             Ok(seq) => {
                 self.progress.on_sent(shared.now);
                 Some((seq, self.links.next_to_carry(false)))
@@ -1154,7 +1086,7 @@ impl<const W: usize> Peer<W> {
     pub fn stamp<S: Storage>(&mut self, seq: u64, shared: &Shared<S>) {
         let (ack, credits) = (self.ack_to_send().cumulative, self.credits.granted());
         self.acks.sent();
-        if let Some(out) = self.send.get_mut(seq) {
+        if let Some(out) = self.out.window.get_mut(seq) {
             out.stamp(seq, ack, credits, &self.trailers, shared.pools());
         }
     }
@@ -1179,7 +1111,7 @@ impl<const W: usize> Peer<W> {
         if !self.acks.is_due(now, framing.ack_delay(config)) {
             return None;
         }
-        if self.answers.iter().any(|a| matches!(a, Answer::Reject(_))) {
+        if self.out.owes_reject() {
             return None;
         }
         Some(self.ack(Flags::empty()))
@@ -1230,16 +1162,7 @@ impl<const W: usize> Peer<W> {
         // A REJECT still to be sent, or sent and not acknowledged, holds
         // back every refused packet; without one, only those still waiting
         // past a gap to be delivered (their REJECT is yet to be made).
-        let in_flight = self.answers.iter().any(|a| matches!(a, Answer::Reject(_)))
-            || self.send.iter().any(|(_, out)| {
-                matches!(
-                    out,
-                    Outgoing::Control {
-                        packet: ControlPacket::Reject(_),
-                        ..
-                    }
-                )
-            });
+        let in_flight = self.out.rejects_in_flight();
         if !in_flight {
             let expected = self.recv.expected();
             self.refused.retain(|&seq| seq >= expected);
@@ -1269,19 +1192,14 @@ impl<const W: usize> Peer<W> {
 
     /// A link began writing retained packet `seq` and wrote part of it.
     pub fn pin(&mut self, seq: u64) {
-        if !self.pinned.iter().any(|(s, _)| *s == seq) {
-            let _ = self.pinned.push((seq, None));
-        }
+        self.out.pin(seq);
     }
 
     /// A link is done with retained packet `seq` (written whole, or the
     /// link is gone): if the peer acknowledged it meanwhile, it completes.
     pub fn unpin<S: Storage>(&mut self, seq: u64, shared: &mut Shared<S>) {
-        if let Some(i) = self.pinned.iter().position(|(s, _)| *s == seq) {
-            let (_, detached) = self.pinned.swap_remove(i);
-            if let Some(out) = detached {
-                release(self.id, out, Ok(()), shared);
-            }
+        if let Some(out) = self.out.unpin(seq) {
+            release(self.id, out, Ok(()), shared);
         }
     }
 
@@ -1321,31 +1239,20 @@ impl<const W: usize> Peer<W> {
             return Ok(());
         }
         let now = shared.now;
-        let (id, pinned) = (self.id, &mut self.pinned);
+        let id = self.id;
         let acked = self
-            .send
-            .on_ack(ack, now, |seq, out| {
-                match pinned.iter_mut().find(|(s, _)| *s == seq) {
-                    // Being written on a link: its bytes must stay until
-                    // the last one is written, for the stream's framing.
-                    Some((_, detached)) => *detached = Some(out),
-                    None => release(id, out, Ok(()), shared),
-                }
-            })
+            .out
+            .on_ack(ack, now, |out| release(id, out, Ok(()), shared))
             .map_err(|_| CloseReason::ProtocolError)?;
-        self.progress.on_acked(now, acked.released, self.send.len());
+        self.progress
+            .on_acked(now, acked.released, self.out.window.len());
         match acked.rtt {
             Some(rtt) => self.rtt.on_sample(rtt),
             None if acked.released > 0 => self.rtt.on_progress(),
             None => {}
         }
         if F::LOSSY {
-            while let Some(r) = self.send.next_fast_retransmit(now) {
-                let seq = r.seq;
-                if !self.resend.iter().any(|&s| s == seq) {
-                    let _ = self.resend.push_back(seq);
-                }
-            }
+            self.out.resend_holes(now);
         }
         Ok(())
     }
@@ -1724,16 +1631,12 @@ fn drop_held<S: Storage>(item: Held, shared: &mut Shared<S>) {
 
 impl<const W: usize> Retained for Peer<W> {
     fn retained(&self, seq: u64) -> Option<&Outgoing> {
-        self.send.get(seq).or_else(|| {
-            self.pinned
-                .iter()
-                .find(|(s, _)| *s == seq)
-                .and_then(|(_, d)| d.as_ref())
-        })
+        self.out.retained(seq)
     }
 }
 
 mod links;
+mod outbound;
 
 #[cfg(test)]
 mod tests;

@@ -594,7 +594,7 @@ fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() 
     }
     let answers: StdVec<KeyInfoRepr> = packets(&mut p, &mut sh)
         .into_iter()
-        .filter_map(|(seq, _)| match p.send.get(seq) {
+        .filter_map(|(seq, _)| match p.out.window.get(seq) {
             Some(Outgoing::Control {
                 packet: ControlPacket::KeyInfo(info),
                 ..

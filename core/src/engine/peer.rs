@@ -5,8 +5,9 @@
 //! own tests: its links (`PeerLinks`, `peer/links.rs`: which are open,
 //! wanted, retried, and which carries the next packet), what it is owed
 //! (`Outbound`, `peer/outbound.rs`: the send window, the answers owed,
-//! the messages and gets queued, what goes again), its receive window,
-//! its credits both ways (`Credits`), the acknowledgement it owes
+//! the messages and gets queued, what goes again), what it has sent
+//! (`Received`, `peer/received.rs`: the receive window, and the
+//! acknowledgement that waits for a refusal), its credits both ways (`Credits`), the acknowledgement it owes
 //! (`AckOwed`), the peer's keys it has learnt (`KeyCache`), its progress
 //! (`Progress`) and round-trip estimate (`RttEstimator`).
 //! The peer itself decides what happens when: its state, its timers, what
@@ -25,12 +26,9 @@
 
 use heapless::Vec;
 
-use crate::btl::{
-    Access, BtlError, Completion, Limit, LostReason, RejectCode, RemoteKey, Side, Tag,
-};
+use crate::btl::{Access, BtlError, Completion, Limit, LostReason, RejectCode, RemoteKey, Side};
 use crate::desc::Descriptor;
 use crate::endpoint::{EndpointId, ProcName};
-use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
     CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, KeyInfoRepr, RejectRepr, SendRepr,
@@ -56,10 +54,11 @@ use super::rtt::{RttConfig, RttEstimator};
 use super::shared::Shared;
 use super::storage::Storage;
 use super::timers::{Deadlines, Timers};
-use super::window::{Ack, Arrival, RecvWindow};
+use super::window::Ack;
 use super::{ConnectFailure, LinkId};
 use links::PeerLinks;
 use outbound::{Outbound, Released};
+use received::{Held, Received};
 
 /// Most connections per peer ([`EngineConfig::links`]).
 pub const MAX_PEER_LINKS: usize = 4;
@@ -105,27 +104,6 @@ pub enum PeerTimer {
     Stalled,
     /// Ask again for the gets the peer answered `Busy`.
     BusyRetry,
-}
-
-/// What a receive window holds until delivery in order.
-#[derive(Debug)]
-enum Held {
-    Send {
-        tag: Tag,
-        frag: Fragment,
-        len: usize,
-    },
-    Put {
-        xfer_id: u64,
-        len: u64,
-    },
-    /// A PUT whose target was refused: answered once per transfer.
-    Refused {
-        xfer_id: u64,
-        code: RejectCode,
-    },
-    /// A numbered control packet (a NOTIFY's event place is kept).
-    Control(ControlPacket),
 }
 
 /// What the peer's HELLO said, as the peer keeps it.
@@ -192,7 +170,7 @@ pub struct Peer<const W: usize> {
     state: PeerState,
     links: PeerLinks,
     out: Outbound<W>,
-    recv: RecvWindow<Held, W>,
+    recv: Received<W>,
     /// Largest body the peer accepts; the trailers of packets to and from
     /// it; whether it takes a put's notice.
     peer_max_body: u64,
@@ -212,14 +190,6 @@ pub struct Peer<const W: usize> {
     rtt: RttEstimator,
     /// The peer has been open: a broken link is reconnected, not fatal.
     was_open: bool,
-    /// The last transfer of the peer's whose PUT was refused and answered.
-    last_rejected: Option<u64>,
-    /// The sequence numbers of refused PUT packets whose REJECT the peer
-    /// may not have yet: acknowledgements stop short of the lowest until
-    /// the REJECTs are acknowledged, so that over a lossy network they
-    /// never overtake a lost REJECT and complete the refused put as a
-    /// success.
-    refused: Vec<u64, W>,
     /// The start of the process this record is about, once a link opened.
     epoch: Option<u64>,
     /// When the first of an unbroken run of refused reconnections was.
@@ -248,7 +218,7 @@ impl<const W: usize> Peer<W> {
             state: PeerState::Idle,
             links: PeerLinks::default(),
             out: Outbound::default(),
-            recv: RecvWindow::new(),
+            recv: Received::default(),
             peer_max_body: crate::wire::MIN_MAX_BODY,
             trailers: Trailers::default(),
             notices: true,
@@ -261,8 +231,6 @@ impl<const W: usize> Peer<W> {
             last_probe: Instant::ZERO,
             rtt: RttEstimator::with_bounds(rtt),
             was_open: false,
-            last_rejected: None,
-            refused: Vec::new(),
             epoch: None,
             refused_since: None,
             busy_retry: None,
@@ -636,7 +604,7 @@ impl<const W: usize> Peer<W> {
             Released::Unacknowledged(out) => release(id, out, Err(error), shared),
             Released::Unsent(desc) => shared.complete_send(id, desc, Err(error)),
         });
-        self.recv.drain_held(|_, h| drop_held(h, shared));
+        self.recv.drain(|h| drop_held(h, shared));
         shared.ops.fail_peer(self.id, error, &mut shared.events);
         // A peer reached by address that never answered was never a
         // process to the upper layer: the call that reached it says why
@@ -1155,39 +1123,7 @@ impl<const W: usize> Peer<W> {
     /// refused PUT packet while its REJECT may not have reached the peer
     /// (see `refused`).
     fn ack_to_send(&mut self) -> Ack {
-        let arrived = self.recv.ack();
-        if self.refused.is_empty() {
-            return arrived;
-        }
-        // A REJECT still to be sent, or sent and not acknowledged, holds
-        // back every refused packet; without one, only those still waiting
-        // past a gap to be delivered (their REJECT is yet to be made).
-        let in_flight = self.out.rejects_in_flight();
-        if !in_flight {
-            let expected = self.recv.expected();
-            self.refused.retain(|&seq| seq >= expected);
-        }
-        let Some(&lowest) = self.refused.iter().min() else {
-            return arrived;
-        };
-        if lowest <= arrived.cumulative {
-            return Ack {
-                cumulative: lowest,
-                sack: 0,
-            };
-        }
-        // Sack bit i names cumulative + 1 + i: the bits from the refused
-        // packet on are cleared.
-        let below = lowest - arrived.cumulative - 1;
-        let mask = if below >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << below) - 1
-        };
-        Ack {
-            cumulative: arrived.cumulative,
-            sack: arrived.sack & mask,
-        }
+        self.recv.ack(self.out.rejects_in_flight())
     }
 
     /// A link began writing retained packet `seq` and wrote part of it.
@@ -1210,17 +1146,14 @@ impl<const W: usize> Peer<W> {
     /// gap only while the peer holds fewer than `share` packets so (its
     /// fair share of the event places, worked out only then).
     pub fn may_hold(&self, seq: u64, share: impl FnOnce() -> usize) -> bool {
-        seq == self.recv.expected() || self.recv.held() < share()
+        self.recv.may_hold(seq, share)
     }
 
     /// Whether a SEND or PUT numbered `seq` was received before: its
     /// payload is not read again (a late duplicate must not overwrite
     /// memory the user owns again).
     pub fn is_duplicate(&self, seq: u64) -> bool {
-        matches!(
-            self.recv.classify(seq),
-            Arrival::Duplicate | Arrival::OutsideWindow
-        )
+        self.recv.is_duplicate(seq)
     }
 
     /// Takes an acknowledgement and a credit total from the peer: what it
@@ -1326,25 +1259,19 @@ impl<const W: usize> Peer<W> {
             item,
             Held::Send { .. } | Held::Control(ControlPacket::Notify(_))
         );
-        let refused = matches!(item, Held::Refused { .. });
         match self.recv.receive(seq, item) {
             // Every new SEND or NOTIFY spends one credit: a peer that sends
             // past what this side granted breaks the protocol (it would fill
             // the fragments and event places every other peer needs).
-            Ok(_) if spends_credit && !self.credits.receive(shared.config.initial_credits) => {
+            Ok(()) if spends_credit && !self.credits.receive(shared.config.initial_credits) => {
                 return Err(CloseReason::ProtocolError);
             }
-            Ok(_) if refused => {
-                // A window holds at most W packets, so W numbers fit; were
-                // the list full, its lowest still holds the others back.
-                let _ = self.refused.push(seq);
-            }
-            Ok(_) => {}
-            Err(refused) => drop_held(refused.into_item(), shared),
+            Ok(()) => {}
+            Err(refused) => drop_held(refused, shared),
         }
         self.acks.owe(now, false);
         let mut delivered = 0;
-        while let Some((_, item)) = self.recv.pop() {
+        while let Some(item) = self.recv.pop() {
             self.deliver(item, shared);
             delivered += 1;
         }
@@ -1368,8 +1295,7 @@ impl<const W: usize> Peer<W> {
             }
             Held::Put { .. } => {}
             Held::Refused { xfer_id, code } => {
-                if self.last_rejected != Some(xfer_id) {
-                    self.last_rejected = Some(xfer_id);
+                if self.recv.reject_once(xfer_id) {
                     self.answer(Answer::Reject(RejectRepr { xfer_id, code }), shared);
                 }
             }
@@ -1423,7 +1349,7 @@ impl<const W: usize> Peer<W> {
                     Access::REMOTE_WRITE,
                 );
                 match landed {
-                    Ok(slice) if self.last_rejected != Some(n.xfer_id) => {
+                    Ok(slice) if !self.recv.was_refused(n.xfer_id) => {
                         let from = self.id;
                         shared
                             .events
@@ -1637,6 +1563,7 @@ impl<const W: usize> Retained for Peer<W> {
 
 mod links;
 mod outbound;
+mod received;
 
 #[cfg(test)]
 mod tests;

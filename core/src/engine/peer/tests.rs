@@ -5,6 +5,7 @@
 use std::vec::Vec as StdVec;
 
 use super::*;
+use crate::btl::Tag;
 use crate::engine::framing::{Datagram, Stream};
 use crate::engine::testkit::{
     Boxed, PEER, Seen, config, drain_events, endpoint, hello, link, message, opened, shared,

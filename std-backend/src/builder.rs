@@ -583,6 +583,28 @@ mod tests {
     }
 
     #[test]
+    fn the_tcp_congestion_control_is_cubic_a_name_the_kernel_gives_or_the_systems() {
+        use crate::driver::net::Congestion;
+        let dir = std::env::temp_dir().join(format!("btl-builder-cc-{}", std::process::id()));
+        let builder = ModuleBuilder::new(ProcName::new(1, 0))
+            .ignore_environment()
+            .shared_dir(&dir);
+        let of = |b: ModuleBuilder| b.tcp_setup().map(|s| s.tcp.congestion);
+        // Cubic is in every kernel this runs on: Debian's builds it in.
+        assert_eq!(of(builder.clone()).expect("the default"), Congestion::CUBIC);
+        let reno = of(builder.clone().param("btl_tcp_congestion", "reno")).expect("reno");
+        assert_eq!(reno.name(), Some("reno"));
+        let system = of(builder.clone().param("btl_tcp_congestion", "system")).expect("system");
+        assert_eq!(system, Congestion::SYSTEM);
+        let refused = of(builder.clone().param("btl_tcp_congestion", "no_such_cc"))
+            .expect("a name the kernel refuses keeps the system's");
+        assert_eq!(refused, Congestion::SYSTEM);
+        let bad = of(builder.param("btl_tcp_congestion", "Not A Name")).expect_err("no name");
+        assert!(bad.to_string().contains("btl_tcp_congestion"), "{bad}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
     fn the_udp_mtu_is_the_interfaces_or_a_size_from_576() {
         let dir = std::env::temp_dir().join(format!("btl-builder-mtu-{}", std::process::id()));
         let builder = ModuleBuilder::new(ProcName::new(1, 0))

@@ -89,6 +89,97 @@ pub struct StreamOptions {
     pub rcvbuf: usize,
     /// `TCP_USER_TIMEOUT`; zero leaves the kernel's.
     pub user_timeout: Duration,
+    /// The congestion control of each connection (`TCP_CONGESTION`).
+    pub congestion: Congestion,
+}
+
+/// A TCP congestion control algorithm by name (`cubic`, `reno`, `bbr`:
+/// what `TCP_CONGESTION` takes), or the system's default
+/// (`net.ipv4.tcp_congestion_control`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Congestion {
+    name: [u8; CONGESTION_NAME_MAX],
+    len: u8,
+}
+
+/// Longest algorithm name the kernel takes (`TCP_CA_NAME_MAX` less its
+/// terminating zero).
+const CONGESTION_NAME_MAX: usize = 15;
+
+impl Congestion {
+    /// The system's default: the socket is left as the kernel made it.
+    pub const SYSTEM: Congestion = Congestion {
+        name: [0; CONGESTION_NAME_MAX],
+        len: 0,
+    };
+
+    /// CUBIC, Linux's default before some systems chose BBR: it paces
+    /// nothing.
+    pub const CUBIC: Congestion = Congestion {
+        name: *b"cubic\0\0\0\0\0\0\0\0\0\0",
+        len: 5,
+    };
+
+    /// The algorithm `name`; `system` (or nothing) for the system's. A
+    /// name is 1 to 15 lowercase letters, digits or `_`, as the kernel's
+    /// are.
+    pub fn parse(name: &str) -> Result<Congestion, String> {
+        let name = name.trim();
+        if name.is_empty() || name == "system" {
+            return Ok(Congestion::SYSTEM);
+        }
+        let valid = name.len() <= CONGESTION_NAME_MAX
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid {
+            return Err(format!(
+                "`{name}` is no congestion control name (1 to {CONGESTION_NAME_MAX} lowercase letters, digits or `_`, or `system`)"
+            ));
+        }
+        let mut c = Congestion::SYSTEM;
+        c.name[..name.len()].copy_from_slice(name.as_bytes());
+        c.len = name.len() as u8;
+        Ok(c)
+    }
+
+    /// The algorithm's name; `None` for the system's.
+    pub fn name(&self) -> Option<&str> {
+        std::str::from_utf8(&self.name[..usize::from(self.len)])
+            .ok()
+            .filter(|n| !n.is_empty())
+    }
+
+    /// Whether this kernel gives a new TCP socket this algorithm (it is
+    /// built in, or loaded, and allowed to this process:
+    /// `net.ipv4.tcp_allowed_congestion_control`); the error says why not.
+    pub fn check(&self) -> io::Result<()> {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+        set_congestion(&SockRef::from(&socket), self)
+    }
+}
+
+impl std::fmt::Display for Congestion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name().unwrap_or("system"))
+    }
+}
+
+/// Sets `congestion` on `socket`, if it names one.
+fn set_congestion(socket: &SockRef<'_>, congestion: &Congestion) -> io::Result<()> {
+    let Some(name) = congestion.name() else {
+        return Ok(());
+    };
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    return socket.set_tcp_congestion(name.as_bytes());
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (socket, name);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "TCP_CONGESTION is Linux's",
+        ))
+    }
 }
 
 /// A stream connection, non-blocking: an operation that would wait fails
@@ -462,9 +553,13 @@ const DATAGRAM_RCVBUF: usize = 4 << 20;
 
 /// TCP_NODELAY always; buffer sizes only when set (0 leaves the kernel's
 /// autotuning, which a fixed size can halve on fast links); the user
-/// timeout that gives up a link whose data stays unacknowledged.
+/// timeout that gives up a link whose data stays unacknowledged; the
+/// congestion control, if the kernel gives it.
 fn configure(socket: &SockRef<'_>, options: &StreamOptions) -> io::Result<()> {
     socket.set_tcp_nodelay(true)?;
+    // A tuning, not a condition of the connection: a name the kernel
+    // refuses leaves the system's (the component warned when it read it).
+    let _ = set_congestion(socket, &options.congestion);
     if options.sndbuf > 0 {
         socket.set_send_buffer_size(options.sndbuf)?;
     }
@@ -476,4 +571,64 @@ fn configure(socket: &SockRef<'_>, options: &StreamOptions) -> io::Result<()> {
         socket.set_tcp_user_timeout(Some(options.user_timeout))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_congestion_control_is_a_kernel_name_or_the_systems() {
+        assert_eq!(Congestion::parse("system"), Ok(Congestion::SYSTEM));
+        assert_eq!(Congestion::parse(""), Ok(Congestion::SYSTEM));
+        assert_eq!(Congestion::parse("cubic"), Ok(Congestion::CUBIC));
+        assert_eq!(
+            Congestion::parse(" bbr ").map(|c| c.to_string()),
+            Ok("bbr".into())
+        );
+        assert_eq!(Congestion::SYSTEM.to_string(), "system");
+        assert_eq!(Congestion::SYSTEM.name(), None);
+        for bad in ["Cubic", "cu-bic", "a_name_of_sixteen"] {
+            let error = Congestion::parse(bad).expect_err(bad);
+            assert!(error.contains(bad) && error.contains("system"), "{error}");
+        }
+    }
+
+    /// The algorithm `socket` has, as the kernel names it.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn algorithm(socket: &Socket) -> std::string::String {
+        let name = socket.tcp_congestion().expect("TCP_CONGESTION");
+        std::string::String::from_utf8_lossy(&name)
+            .trim_end_matches('\0')
+            .to_owned()
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_connection_gets_the_congestion_control_asked_for_or_keeps_the_systems() {
+        let socket =
+            Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("a socket");
+        let system = algorithm(&socket);
+        // Reno is built into every Linux kernel.
+        let reno = Congestion::parse("reno").expect("a name");
+        reno.check().expect("reno is always there");
+        let options = StreamOptions {
+            sndbuf: 0,
+            rcvbuf: 0,
+            user_timeout: Duration::ZERO,
+            congestion: reno,
+        };
+        configure(&SockRef::from(&socket), &options).expect("configured");
+        assert_eq!(algorithm(&socket), "reno");
+        // One the kernel does not know fails the check, not the connection.
+        let unknown = Congestion::parse("no_such_cc").expect("a name");
+        assert!(unknown.check().is_err());
+        let other = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("a socket");
+        let options = StreamOptions {
+            congestion: unknown,
+            ..options
+        };
+        configure(&SockRef::from(&other), &options).expect("configured all the same");
+        assert_eq!(algorithm(&other), system, "unchanged");
+    }
 }

@@ -25,7 +25,7 @@ use crate::config::socket_params::{
 use crate::driver::directory::Directory;
 use crate::driver::heap::Buffer;
 use crate::driver::module::Module;
-use crate::driver::net::{Net, Os};
+use crate::driver::net::{Congestion, Net, Os};
 use crate::transports::Ports;
 use crate::transports::interfaces::Selection;
 
@@ -52,7 +52,7 @@ pub static TCP_ENGINE_PARAMS: [ParamSpec; ENGINE_PARAMS] = engine_param_specs(NA
 pub static TCP_SOCKET_PARAMS: [ParamSpec; SOCKET_PARAMS] = socket_param_specs(NAME);
 
 /// The TCP component's own parameters.
-pub static TCP_PARAMS: [ParamSpec; 4] = [
+pub static TCP_PARAMS: [ParamSpec; 5] = [
     ParamSpec::new(BTL_FRAMEWORK, NAME, "links", ParamKind::Int { min: 1, max: 4 }, "1")
         .help("Connections per peer used in parallel: large puts are striped across them, and one carries on when another breaks")
         .level(4),
@@ -64,6 +64,9 @@ pub static TCP_PARAMS: [ParamSpec; 4] = [
         .level(5),
     ParamSpec::new(BTL_FRAMEWORK, NAME, "link_timeout", ParamKind::Int { min: 0, max: 3_600_000 }, "10000")
         .help("Milliseconds a link's data may stay unacknowledged before the link is given up (TCP_USER_TIMEOUT); the peer's other links carry on; 0 leaves the kernel's")
+        .level(5),
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "congestion", ParamKind::Str, "cubic")
+        .help("Congestion control of every connection (TCP_CONGESTION): cubic paces nothing, where bbr (some systems' default) paces a host's own transfers below what its memory moves; `system` keeps the kernel's default; a name the kernel refuses keeps it too, with a warning")
         .level(5),
 ];
 
@@ -82,6 +85,9 @@ pub struct TcpConfig {
     pub rcvbuf: usize,
     /// `TCP_USER_TIMEOUT`; zero leaves the kernel's.
     pub user_timeout: Duration,
+    /// Every connection's congestion control (CUBIC by default; a name
+    /// the kernel refuses leaves the system's).
+    pub congestion: Congestion,
     /// How long a connect may take before it counts as failed.
     pub connect_timeout: Duration,
     /// How long `add_procs` waits for a peer's card.
@@ -99,6 +105,7 @@ impl Default for TcpConfig {
             sndbuf: 0,
             rcvbuf: 0,
             user_timeout: Duration::from_secs(10),
+            congestion: Congestion::CUBIC,
             connect_timeout: Duration::from_secs(5),
             lookup_timeout: LOOKUP_TIMEOUT,
             spin: Duration::from_micros(50),
@@ -115,7 +122,7 @@ pub struct TcpComponent {
 #[derive(Debug, Clone, Copy)]
 struct TcpIds {
     socket: SocketParams,
-    own: Registered<4>,
+    own: Registered<5>,
 }
 
 /// Everything a TCP module needs from the parameters; `build` adds the
@@ -206,6 +213,8 @@ impl Component for TcpComponent {
             sndbuf: usize::try_from(size("sndbuf")?).unwrap_or(0),
             rcvbuf: usize::try_from(size("rcvbuf")?).unwrap_or(0),
             user_timeout: Duration::from_millis(u64::try_from(int("link_timeout")?).unwrap_or(0)),
+            congestion: congestion(params.str(ids.own.id("congestion")).map_err(|e| na(&e))?)
+                .map_err(|e| na(&e))?,
             ..TcpConfig::default()
         };
         let (pools, engine, capacities) = (settings.pools, settings.engine, settings.capacities);
@@ -217,5 +226,21 @@ impl Component for TcpComponent {
             capacities,
         });
         Ok(modules)
+    }
+}
+
+/// The congestion control `btl_tcp_congestion` names, if this kernel gives
+/// it; the system's, with a warning, if not (a default must not keep a
+/// module from opening). A name that is no name is an error.
+fn congestion(value: &str) -> Result<Congestion, String> {
+    let wanted = Congestion::parse(value).map_err(|e| format!("btl_tcp_congestion: {e}"))?;
+    match wanted.check() {
+        Ok(()) => Ok(wanted),
+        Err(error) => {
+            tracing::warn!(
+                "btl_tcp_congestion={wanted}: the kernel refuses it ({error}); connections keep the system's (net.ipv4.tcp_congestion_control); set btl_tcp_congestion=system to say so"
+            );
+            Ok(Congestion::SYSTEM)
+        }
     }
 }

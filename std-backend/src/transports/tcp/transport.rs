@@ -153,6 +153,7 @@ impl<N: Net> Tcp<N> {
             sndbuf: self.config.sndbuf,
             rcvbuf: self.config.rcvbuf,
             user_timeout: self.config.user_timeout,
+            congestion: self.config.congestion,
         }
     }
 

@@ -104,6 +104,16 @@ use shared::Shared;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LinkId(Key);
 
+impl LinkId {
+    /// The slot of the engine's link table it names: no two live links
+    /// share one (a closed link's slot may serve a new link, under another
+    /// `LinkId`), so a driver may keep what it knows of each link in a
+    /// table indexed by it, below the engine's link capacity.
+    pub fn slot(self) -> usize {
+        usize::from(self.0.index)
+    }
+}
+
 /// Why a link ends, for the driver to log as it closes the connection
 /// ([`Engine::link_end`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,7 @@ pub mod directory;
 pub mod heap;
 #[allow(unsafe_code)]
 mod icmp;
+pub mod link_map;
 pub mod module;
 pub mod net;
 pub mod progress_thread;

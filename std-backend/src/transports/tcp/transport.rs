@@ -1,7 +1,6 @@
 //! The TCP transport: listeners on the selected addresses, connections to
 //! peers over paired addresses, and the bytes between sockets and engine.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -17,6 +16,7 @@ use super::conn::{Conn, ConnState, READ_BUDGET, ReadOutcome};
 use crate::bootstrap::{Bootstrap, Contact, LookupError};
 use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, HeapEngine};
+use crate::driver::link_map::LinkMap;
 use crate::driver::module::{Context, EventOf, Transport, source_of};
 use crate::driver::net::{
     ListenerSocket, Net, Readiness, RegistryOf, StreamOptions, StreamSocket, Watch,
@@ -60,7 +60,7 @@ pub struct Tcp<N: Net> {
     config: TcpConfig,
     listeners: Vec<(N::Listener, Contact)>,
     conns: Vec<Option<Conn<N::Stream>>>,
-    by_link: HashMap<LinkId, usize>,
+    by_link: LinkMap<usize>,
     /// Open connections to read on the next pass: those the poller
     /// reported, and those a pass left with bytes unread.
     readable: ReadQueue,
@@ -97,7 +97,7 @@ impl<N: Net> Tcp<N> {
             config,
             listeners,
             conns: Vec::new(),
-            by_link: HashMap::new(),
+            by_link: LinkMap::default(),
             readable: ReadQueue::default(),
             accepting: ReadQueue::default(),
             connecting: Vec::new(),
@@ -177,7 +177,7 @@ impl<N: Net> Tcp<N> {
         let mut conn = self.conns.get_mut(i)?.take()?;
         let _ = conn.stream.unwatch(registry);
         if let Some(link) = conn.link() {
-            self.by_link.remove(&link);
+            self.by_link.remove(link);
         }
         Some(conn)
     }
@@ -491,7 +491,7 @@ impl<N: Net> Transport for Tcp<N> {
     ) {
         if let Some(conn) = self
             .by_link
-            .get(&link)
+            .get(link)
             .copied()
             .and_then(|i| self.remove(i, cx.registry))
         {
@@ -595,7 +595,7 @@ impl<N: Net> Transport for Tcp<N> {
         // What the engine has to write: the links calls touched, not every
         // connection.
         while let Some(link) = engine.poll_ready_link() {
-            if let Some(&i) = self.by_link.get(&link) {
+            if let Some(&i) = self.by_link.get(link) {
                 self.write(engine, cx.registry, i, now);
             }
         }

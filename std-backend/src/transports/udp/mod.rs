@@ -8,7 +8,7 @@
 //! for a peer that already has one is left alone (the engine takes the
 //! link it has).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +33,7 @@ use crate::config::socket_params::{
 };
 use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, HeapEngine};
+use crate::driver::link_map::LinkMap;
 use crate::driver::module::{Context, EventOf, Module, Transport, source_of};
 use crate::driver::net::{DatagramSocket, Net, Os, Readiness, RegistryOf, Segments, Watch};
 use crate::driver::read_queue::ReadQueue;
@@ -135,7 +136,7 @@ pub struct Udp<N: Net> {
     /// The link of each remote address, and each link's socket and address
     /// (ordered, so that links are flushed in the same order every run).
     by_addr: HashMap<SocketAddr, LinkId>,
-    by_link: BTreeMap<LinkId, (usize, SocketAddr)>,
+    by_link: LinkMap<(usize, SocketAddr)>,
     recv: Box<[u8]>,
     /// Sockets to read on the next pass: those the poller reported, and
     /// those a pass left with datagrams unread.
@@ -187,7 +188,7 @@ impl<N: Net> Udp<N> {
             mtu,
             sockets,
             by_addr: HashMap::new(),
-            by_link: BTreeMap::new(),
+            by_link: LinkMap::default(),
             recv: vec![0; RECV_BYTES].into_boxed_slice(),
             readable: ReadQueue::default(),
             batches: (0..n)
@@ -228,7 +229,7 @@ impl<N: Net> Udp<N> {
 
     /// Forgets `link`; the address it was with, if it was current.
     fn forget(&mut self, link: LinkId) -> Option<SocketAddr> {
-        let (_, addr) = self.by_link.remove(&link)?;
+        let (_, addr) = self.by_link.remove(link)?;
         self.by_addr.remove(&addr);
         Some(addr)
     }
@@ -266,13 +267,14 @@ impl<N: Net> Udp<N> {
             // Lent out while its datagrams are taken: a stranger's answer
             // goes out from this transport meanwhile.
             let recv = std::mem::take(&mut self.recv);
+            // The datagrams of one read come from one address: its link
+            // is looked up once, and again only after a stranger's.
+            let mut known = self.by_addr.get(&from).copied();
             for datagram in recv[..len].chunks(segment.max(1)) {
-                let link = match self.by_addr.get(&from) {
-                    Some(&link) => link,
-                    None => {
-                        self.stranger(engine, refusals, s, from, datagram, now);
-                        continue;
-                    }
+                let Some(link) = known else {
+                    self.stranger(engine, refusals, s, from, datagram, now);
+                    known = self.by_addr.get(&from).copied();
+                    continue;
                 };
                 if engine.handle_datagram(link, datagram, now).is_err() {
                     self.forget(link);
@@ -298,7 +300,7 @@ impl<N: Net> Udp<N> {
             if let Some(&link) = self.by_addr.get(&to)
                 && self
                     .by_link
-                    .get(&link)
+                    .get(link)
                     .is_some_and(|&(socket, _)| socket == s)
             {
                 tracing::debug!(
@@ -525,7 +527,7 @@ impl<N: Net> Transport for Udp<N> {
         let deferred = std::mem::take(&mut self.deferred);
         let ready = std::iter::from_fn(|| engine.poll_ready_link());
         for link in deferred.iter().copied().chain(ready) {
-            if let Some(&(s, a)) = self.by_link.get(&link) {
+            if let Some(&(s, a)) = self.by_link.get(link) {
                 links.push((link, s, a));
             }
         }

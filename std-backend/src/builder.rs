@@ -583,7 +583,7 @@ mod tests {
     }
 
     #[test]
-    fn the_tcp_congestion_control_is_cubic_a_name_the_kernel_gives_or_the_systems() {
+    fn the_tcp_congestion_control_is_auto_a_name_the_kernel_gives_or_the_systems() {
         use crate::driver::net::Congestion;
         let dir = std::env::temp_dir().join(format!("btl-builder-cc-{}", std::process::id()));
         let builder = ModuleBuilder::new(ProcName::new(1, 0))
@@ -591,7 +591,9 @@ mod tests {
             .shared_dir(&dir);
         let of = |b: ModuleBuilder| b.tcp_setup().map(|s| s.tcp.congestion);
         // Cubic is in every kernel this runs on: Debian's builds it in.
-        assert_eq!(of(builder.clone()).expect("the default"), Congestion::CUBIC);
+        assert_eq!(of(builder.clone()).expect("the default"), Congestion::AUTO);
+        let cubic = of(builder.clone().param("btl_tcp_congestion", "cubic")).expect("cubic");
+        assert_eq!(cubic, Congestion::CUBIC);
         let reno = of(builder.clone().param("btl_tcp_congestion", "reno")).expect("reno");
         assert_eq!(reno.name(), Some("reno"));
         let system = of(builder.clone().param("btl_tcp_congestion", "system")).expect("system");

@@ -65,8 +65,8 @@ pub static TCP_PARAMS: [ParamSpec; 5] = [
     ParamSpec::new(BTL_FRAMEWORK, NAME, "link_timeout", ParamKind::Int { min: 0, max: 3_600_000 }, "10000")
         .help("Milliseconds a link's data may stay unacknowledged before the link is given up (TCP_USER_TIMEOUT); the peer's other links carry on; 0 leaves the kernel's")
         .level(5),
-    ParamSpec::new(BTL_FRAMEWORK, NAME, "congestion", ParamKind::Str, "cubic")
-        .help("Congestion control of every connection (TCP_CONGESTION): cubic paces nothing, where bbr (some systems' default) paces a host's own transfers below what its memory moves; `system` keeps the kernel's default; a name the kernel refuses keeps it too, with a warning")
+    ParamSpec::new(BTL_FRAMEWORK, NAME, "congestion", ParamKind::Str, "auto")
+        .help("Congestion control (TCP_CONGESTION): `auto` is cubic for connections within the host, where bbr (some systems' default) paces transfers below what memory moves, and the system's between hosts; `system` keeps the kernel's default for all; a name (cubic, reno, bbr) is for all; one the kernel refuses keeps the system's, with a warning")
         .level(5),
 ];
 
@@ -85,8 +85,9 @@ pub struct TcpConfig {
     pub rcvbuf: usize,
     /// `TCP_USER_TIMEOUT`; zero leaves the kernel's.
     pub user_timeout: Duration,
-    /// Every connection's congestion control (CUBIC by default; a name
-    /// the kernel refuses leaves the system's).
+    /// The connections' congestion control (by default CUBIC within the
+    /// host, the system's between hosts; a name the kernel refuses leaves
+    /// the system's).
     pub congestion: Congestion,
     /// How long a connect may take before it counts as failed.
     pub connect_timeout: Duration,
@@ -105,7 +106,7 @@ impl Default for TcpConfig {
             sndbuf: 0,
             rcvbuf: 0,
             user_timeout: Duration::from_secs(10),
-            congestion: Congestion::CUBIC,
+            congestion: Congestion::AUTO,
             connect_timeout: Duration::from_secs(5),
             lookup_timeout: LOOKUP_TIMEOUT,
             spin: Duration::from_micros(50),
@@ -238,7 +239,8 @@ fn congestion(value: &str) -> Result<Congestion, String> {
         Ok(()) => Ok(wanted),
         Err(error) => {
             tracing::warn!(
-                "btl_tcp_congestion={wanted}: the kernel refuses it ({error}); connections keep the system's (net.ipv4.tcp_congestion_control); set btl_tcp_congestion=system to say so"
+                "btl_tcp_congestion={wanted}: the kernel refuses {} ({error}); connections keep the system's (net.ipv4.tcp_congestion_control); set btl_tcp_congestion=system to say so",
+                wanted.name().unwrap_or("it")
             );
             Ok(Congestion::SYSTEM)
         }

@@ -7,11 +7,12 @@
 //! (`Outbound`, `peer/outbound.rs`: the send window, the answers owed,
 //! the messages and gets queued, what goes again), what it has sent
 //! (`Received`, `peer/received.rs`: the receive window, and the
-//! acknowledgement that waits for a refusal), its credits both ways (`Credits`), the acknowledgement it owes
-//! (`AckOwed`), the peer's keys it has learnt (`KeyCache`), its progress
-//! (`Progress`) and round-trip estimate (`RttEstimator`).
-//! The peer itself decides what happens when: its state, its timers, what
-//! goes next. It lives through `Idle` (known), `Connecting`
+//! acknowledgement that waits for a refusal), its credits both ways
+//! (`Credits`), the acknowledgement it owes (`AckOwed`), the peer's keys
+//! it has learnt (`KeyCache`), its progress (`Progress`) and round-trip
+//! estimate (`RttEstimator`). The peer itself decides what happens when:
+//! its state, its timers, what goes next. It lives through `Idle`
+//! (known), `Connecting`
 //! (a link is being opened, or opened again after one broke), `Open` (data
 //! flows over one or more links) and `Lost` (given up: everything to it
 //! failed once).
@@ -430,7 +431,6 @@ impl<const W: usize> Peer<W> {
         }
     }
 
-    /// Marks every retained packet to go out again at `now`.
     /// Link `index` is gone (it broke, or its reconnection's handshake
     /// timed out). If another open link carries the peer, what the peer has
     /// not acknowledged goes out there and the link is asked for again
@@ -1121,9 +1121,11 @@ impl<const W: usize> Peer<W> {
 
     /// The acknowledgement to send: what arrived, stopped short of a
     /// refused PUT packet while its REJECT may not have reached the peer
-    /// (see `refused`).
+    /// (see [`Received::ack`]). The window is looked at only when a
+    /// refusal is pending: this runs for every packet sent.
     fn ack_to_send(&mut self) -> Ack {
-        self.recv.ack(self.out.rejects_in_flight())
+        let out = &self.out;
+        self.recv.ack(|| out.rejects_in_flight())
     }
 
     /// A link began writing retained packet `seq` and wrote part of it.

@@ -167,7 +167,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                     peer.forget_room_wanted();
                 }
                 if !lost {
-                    // Counted no more until a settle finds another.
+                    // Counted no more until the next `progress` finds
+                    // another.
                     self.room_ready = false;
                     return Some(Event::Room { endpoint: p });
                 }

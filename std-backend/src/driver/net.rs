@@ -101,7 +101,8 @@ pub struct StreamOptions {
 pub struct Congestion {
     name: [u8; CONGESTION_NAME_MAX],
     len: u8,
-    /// Only for connections between two addresses of this host.
+    /// Only for connections within the host: to a loopback address, or
+    /// from and to the same address.
     within_host: bool,
 }
 
@@ -162,10 +163,18 @@ impl Congestion {
         Ok(c)
     }
 
-    /// Whether it is for a connection from `local` to `remote`: any, or
-    /// one within the host (a loopback address, or the host's own).
-    pub fn applies(&self, local: IpAddr, remote: IpAddr) -> bool {
-        !self.within_host || remote.is_loopback() || local == remote
+    /// Whether it is for a connection between `ends` (local, remote):
+    /// any, or one within the host (to a loopback address, or from and to
+    /// the same address; IPv4-mapped addresses as IPv4). Ends unknown are
+    /// taken for two hosts.
+    pub fn applies(&self, ends: Option<(IpAddr, IpAddr)>) -> bool {
+        if !self.within_host {
+            return true;
+        }
+        ends.is_some_and(|(local, remote)| {
+            let (local, remote) = (local.to_canonical(), remote.to_canonical());
+            remote.is_loopback() || local == remote
+        })
     }
 
     /// The algorithm's name; `None` for the system's.
@@ -179,7 +188,9 @@ impl Congestion {
     /// built in, or loaded, and allowed to this process:
     /// `net.ipv4.tcp_allowed_congestion_control`); the error says why not.
     pub fn check(&self) -> io::Result<()> {
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+        // An IPv6 socket where the host has no IPv4.
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+            .or_else(|_| Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP)))?;
         set_congestion(&SockRef::from(&socket), self)
     }
 }
@@ -518,7 +529,7 @@ impl Net for Os {
             Some(Protocol::TCP),
         )?;
         socket.set_nonblocking(true)?;
-        configure(&SockRef::from(&socket), options, (local, remote.ip()))?;
+        configure(&SockRef::from(&socket), options, Some((local, remote.ip())))?;
         // The local address picks the interface of the pair.
         socket.bind(&SockAddr::from(SocketAddr::new(local, 0)))?;
         match socket.connect(&SockAddr::from(remote)) {
@@ -531,8 +542,12 @@ impl Net for Os {
     }
 
     fn tune(&self, stream: &TcpStream, options: &StreamOptions) -> io::Result<()> {
-        let ends = (stream.local_addr()?.ip(), stream.peer_addr()?.ip());
-        configure(&SockRef::from(stream), options, ends)
+        // A connection the peer reset already has no peer address: it is
+        // tuned all the same, and fails at its first read.
+        let ends = stream
+            .local_addr()
+            .and_then(|l| Ok((l.ip(), stream.peer_addr()?.ip())));
+        configure(&SockRef::from(stream), options, ends.ok())
     }
 
     fn bind(&self, at: SocketAddr) -> io::Result<(OffloadedUdp, SocketAddr)> {
@@ -584,17 +599,17 @@ const DATAGRAM_RCVBUF: usize = 4 << 20;
 /// TCP_NODELAY always; buffer sizes only when set (0 leaves the kernel's
 /// autotuning, which a fixed size can halve on fast links); the user
 /// timeout that gives up a link whose data stays unacknowledged; the
-/// congestion control, if it is for a connection from `local` to `remote`
-/// and the kernel gives it.
+/// congestion control, if it is for a connection between `ends` (local,
+/// remote) and the kernel gives it.
 fn configure(
     socket: &SockRef<'_>,
     options: &StreamOptions,
-    (local, remote): (IpAddr, IpAddr),
+    ends: Option<(IpAddr, IpAddr)>,
 ) -> io::Result<()> {
     socket.set_tcp_nodelay(true)?;
     // A tuning, not a condition of the connection: a name the kernel
     // refuses leaves the system's (the component warned when it read it).
-    if options.congestion.applies(local, remote) {
+    if options.congestion.applies(ends) {
         let _ = set_congestion(socket, &options.congestion);
     }
     if options.sndbuf > 0 {
@@ -632,9 +647,20 @@ mod tests {
             "10.1.0.1".parse().expect("an address"),
             "10.1.0.2".parse().expect("an address"),
         );
-        assert!(Congestion::AUTO.applies(lo, lo) && Congestion::AUTO.applies(here, here));
-        assert!(!Congestion::AUTO.applies(here, there), "between hosts");
-        assert!(Congestion::CUBIC.applies(here, there), "a name is for all");
+        assert!(Congestion::AUTO.applies(Some((lo, lo))));
+        assert!(Congestion::AUTO.applies(Some((here, here))));
+        assert!(
+            !Congestion::AUTO.applies(Some((here, there))),
+            "between hosts"
+        );
+        assert!(!Congestion::AUTO.applies(None), "ends unknown");
+        let mapped: IpAddr = "::ffff:127.0.0.1".parse().expect("an address");
+        assert!(Congestion::AUTO.applies(Some((mapped, mapped))));
+        assert!(
+            Congestion::CUBIC.applies(Some((here, there))),
+            "a name is for all"
+        );
+        assert!(Congestion::CUBIC.applies(None));
         assert_eq!(Congestion::SYSTEM.name(), None);
         for bad in ["Cubic", "cu-bic", "a_name_of_sixteen"] {
             let error = Congestion::parse(bad).expect_err(bad);
@@ -672,20 +698,26 @@ mod tests {
         let reno = Congestion::parse("reno").expect("a name");
         reno.check().expect("reno is always there");
         let s = socket();
-        configure(&SockRef::from(&s), &with(reno), (here, there)).expect("configured");
+        configure(&SockRef::from(&s), &with(reno), Some((here, there))).expect("configured");
         assert_eq!(algorithm(&s), "reno", "a name is for every connection");
         // Auto: cubic within the host, the system's between hosts.
         let s = socket();
-        configure(&SockRef::from(&s), &with(Congestion::AUTO), (lo, lo)).expect("configured");
+        configure(&SockRef::from(&s), &with(Congestion::AUTO), Some((lo, lo))).expect("configured");
         assert_eq!(algorithm(&s), "cubic");
         let s = socket();
-        configure(&SockRef::from(&s), &with(Congestion::AUTO), (here, there)).expect("configured");
+        configure(
+            &SockRef::from(&s),
+            &with(Congestion::AUTO),
+            Some((here, there)),
+        )
+        .expect("configured");
         assert_eq!(algorithm(&s), system, "between hosts");
         // One the kernel does not know fails the check, not the connection.
         let unknown = Congestion::parse("no_such_cc").expect("a name");
         assert!(unknown.check().is_err());
         let s = socket();
-        configure(&SockRef::from(&s), &with(unknown), (lo, lo)).expect("configured all the same");
+        configure(&SockRef::from(&s), &with(unknown), Some((lo, lo)))
+            .expect("configured all the same");
         assert_eq!(algorithm(&s), system, "unchanged");
     }
 

@@ -43,7 +43,7 @@ impl PeerLinks {
         }
     }
 
-    /// Every index from 0 to `n` that has no link: the side that opened
+    /// Every index below `n` that has no link: the side that opened
     /// the peer's first link asks for its others.
     pub fn want_missing(&mut self, n: u8) {
         for index in 0..n.min(MAX_PEER_LINKS as u8) {

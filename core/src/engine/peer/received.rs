@@ -132,16 +132,17 @@ impl<const W: usize> Received<W> {
 
     /// The acknowledgement to give: what arrived, stopped short of a
     /// refused PUT packet while its REJECT may not have reached the peer.
-    /// `rejects_in_flight`: a REJECT is still to be sent, or sent and not
-    /// acknowledged, which holds back every refused packet; without one,
-    /// only those still waiting past a gap (their REJECT is yet to be
-    /// made) hold it back.
-    pub fn ack(&mut self, rejects_in_flight: bool) -> Ack {
+    /// `rejects_in_flight` says whether a REJECT is still to be sent, or
+    /// sent and not acknowledged, which holds back every refused packet;
+    /// without one, only those still waiting past a gap (their REJECT is
+    /// yet to be made) hold it back. It is asked only while a refused
+    /// packet is remembered.
+    pub fn ack(&mut self, rejects_in_flight: impl FnOnce() -> bool) -> Ack {
         let arrived = self.window.ack();
         if self.refused.is_empty() {
             return arrived;
         }
-        if !rejects_in_flight {
+        if !rejects_in_flight() {
             let expected = self.window.expected();
             self.refused.retain(|&seq| seq >= expected);
         }
@@ -211,7 +212,10 @@ mod tests {
             r.receive(1, put(1)),
             Err(Held::Put { xfer_id: 1, .. })
         ));
-        assert_eq!(r.ack(false), ack(3, 0));
+        assert_eq!(
+            r.ack(|| panic!("asked only while a refusal is remembered")),
+            ack(3, 0)
+        );
     }
 
     #[test]
@@ -222,18 +226,18 @@ mod tests {
         r.receive(4, put(1)).expect("past a gap");
         while r.pop().is_some() {}
         assert_eq!(
-            r.ack(true),
+            r.ack(|| true),
             ack(2, 0),
             "stops short of 2 while its REJECT may be lost"
         );
-        assert_eq!(r.ack(false), ack(3, 0b1), "the REJECT reached the peer");
+        assert_eq!(r.ack(|| false), ack(3, 0b1), "the REJECT reached the peer");
         // Refused past a gap: the bits from it on are cleared.
         let mut r = R::default();
         r.receive(2, put(1)).expect("new");
         r.receive(3, refused(7)).expect("new");
         r.receive(4, put(1)).expect("new");
-        assert_eq!(r.ack(false), ack(1, 0b1), "3 is not yet delivered");
-        assert_eq!(r.ack(true), ack(1, 0b1));
+        assert_eq!(r.ack(|| false), ack(1, 0b1), "3 is not yet delivered");
+        assert_eq!(r.ack(|| true), ack(1, 0b1));
     }
 
     #[test]

@@ -237,6 +237,12 @@ fn congestion(value: &str) -> Result<Congestion, String> {
     let wanted = Congestion::parse(value).map_err(|e| format!("btl_tcp_congestion: {e}"))?;
     match wanted.check() {
         Ok(()) => Ok(wanted),
+        // The default asks nothing of the user: a system without the
+        // algorithm (or without TCP_CONGESTION) keeps its own quietly.
+        Err(error) if wanted == Congestion::AUTO => {
+            tracing::debug!("btl_tcp_congestion=auto: {error}; connections keep the system's");
+            Ok(Congestion::SYSTEM)
+        }
         Err(error) => {
             tracing::warn!(
                 "btl_tcp_congestion={wanted}: the kernel refuses {} ({error}); connections keep the system's (net.ipv4.tcp_congestion_control); set btl_tcp_congestion=system to say so",

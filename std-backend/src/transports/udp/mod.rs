@@ -133,8 +133,8 @@ pub struct Udp<N: Net> {
     /// Largest datagram sent: the configured one, or the interfaces'.
     mtu: usize,
     sockets: Vec<(N::Datagram, Contact)>,
-    /// The link of each remote address, and each link's socket and address
-    /// (ordered, so that links are flushed in the same order every run).
+    /// The link of each remote address, and each link's socket and
+    /// address.
     by_addr: HashMap<SocketAddr, LinkId>,
     by_link: LinkMap<(usize, SocketAddr)>,
     recv: Box<[u8]>,

@@ -129,9 +129,8 @@ impl Congestion {
     /// CUBIC within the host, the system's between hosts: BBR (the
     /// default some systems choose) paces a connection to what it
     /// measures, and between two processes of one host that is below what
-    /// its memory moves (streams of 64 KiB to 4 MiB at 4.5-7 GB/s under
-    /// it, 8-9 under CUBIC, on loopback), while between hosts its pacing
-    /// is what the network's owner chose.
+    /// its memory moves (the book's TCP chapter measures both), while
+    /// between hosts its pacing is what the network's owner chose.
     pub const AUTO: Congestion = Congestion {
         within_host: true,
         ..Congestion::CUBIC

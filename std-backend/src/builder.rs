@@ -602,7 +602,11 @@ mod tests {
             .expect("a name the kernel refuses keeps the system's");
         assert_eq!(refused, Congestion::SYSTEM);
         let bad = of(builder.param("btl_tcp_congestion", "Not A Name")).expect_err("no name");
-        assert!(bad.to_string().contains("btl_tcp_congestion"), "{bad}");
+        assert!(
+            bad.to_string().contains("btl_tcp_congestion")
+                && bad.to_string().contains("like cubic"),
+            "named, and whole: {bad}"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 

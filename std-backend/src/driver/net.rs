@@ -153,7 +153,7 @@ impl Congestion {
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !valid {
             return Err(format!(
-                "`{name}` is no congestion control name (1 to {CONGESTION_NAME_MAX} lowercase letters, digits or `_`), nor `auto` or `system`"
+                "`{name}` is not auto, system, or an algorithm name like cubic"
             ));
         }
         let mut c = Congestion::SYSTEM;

@@ -200,9 +200,8 @@ impl Component for TcpComponent {
     fn init(&mut self, params: &dyn Params) -> Result<Modules<TcpSetup>, NotAvailable> {
         let ids = self
             .ids
-            .ok_or(NotAvailable::new("tcp: parameters were not registered"))?;
-        let na =
-            |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("tcp: {what}"));
+            .ok_or(NotAvailable::new("parameters were not registered"))?;
+        let na = |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("{what}"));
         let settings = ids.socket.read(params).map_err(|e| na(&e))?;
         let int = |name| params.int(ids.own.id(name)).map_err(|e| na(&e));
         let size = |name| params.size(ids.own.id(name)).map_err(|e| na(&e));

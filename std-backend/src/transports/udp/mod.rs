@@ -735,9 +735,8 @@ impl Component for UdpComponent {
     fn init(&mut self, params: &dyn Params) -> Result<Modules<UdpSetup>, NotAvailable> {
         let ids = self
             .ids
-            .ok_or(NotAvailable::new("udp: parameters were not registered"))?;
-        let na =
-            |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("udp: {what}"));
+            .ok_or(NotAvailable::new("parameters were not registered"))?;
+        let na = |what: &dyn std::fmt::Display| NotAvailable::from_args(format_args!("{what}"));
         let settings = ids.socket.read(params).map_err(|e| na(&e))?;
         let mtu = params.int(ids.own.id("mtu")).map_err(|e| na(&e))?;
         let udp = UdpConfig {

@@ -12,7 +12,9 @@
 //! - every legit run completed, with a median latency within
 //!   [`SLOWDOWN_BOUND`] times the baseline ([`FAIR_SLOWDOWN_BOUND`] for the
 //!   attacks of the second pass, which play the protocol just well enough:
-//!   see [`Terms`]);
+//!   see [`Terms`]); where it is not, within that bound of undisturbed runs
+//!   taken again after the attack (the machine may have turned slower),
+//!   and those within [`SLOWDOWN_BOUND`] times the baseline;
 //! - once the attack is over (after a bounded settle time) the server holds
 //!   the descriptors it held before and its resident memory is within
 //!   [`RSS_MARGIN_KIB`] of what it was;
@@ -463,24 +465,47 @@ impl Bench {
         let after = self.aftermath(name, log_before, terms);
 
         if slow {
-            // Is the machine itself slower now? An undisturbed run after
-            // the attack says (for the reader; the bound stands).
-            let again = match self.server.alive() {
-                Ok(()) => self.server.legit_run(LEGIT).map(|r| {
-                    self.runs += 1;
-                    format!("{:.2} µs", r.typical_us)
-                }),
-                Err(e) => Err(e),
+            // The machine flips between a fast and a slow state (undisturbed
+            // runs here have been 13.6 and 34 µs within a second). So a slow
+            // median is judged again against undisturbed runs taken now,
+            // after the attack, the bound unchanged; and those runs must be
+            // within the first pass's bound of the baseline, or the attack
+            // left the server slow for good.
+            let again = self.undisturbed_again();
+            let verdict = match &again {
+                Ok(now_us) => {
+                    let reference = self.baseline_us.max(*now_us);
+                    let lasting = *now_us > SLOWDOWN_BOUND * self.baseline_us;
+                    if lasting {
+                        Some(format!(
+                            "{name}: the server stayed slow after the attack: undisturbed runs after it take {now_us:.2} µs, over {SLOWDOWN_BOUND}x the baseline {:.2} µs",
+                            self.baseline_us
+                        ))
+                    } else if typical > terms.slowdown * reference {
+                        Some(format!(
+                            "{name}: the legit client's median latency under attack is {typical:.2} µs, over {}x the undisturbed {reference:.2} µs (baseline {:.2} µs, undisturbed runs after the attack {now_us:.2} µs; runs under attack: {:?})",
+                            terms.slowdown,
+                            self.baseline_us,
+                            runs.iter()
+                                .map(|r| round2(r.typical_us))
+                                .collect::<Vec<_>>(),
+                        ))
+                    } else {
+                        eprintln!(
+                            "{name}: {typical:.2} µs under attack is over {}x the baseline {:.2} µs but not the undisturbed {now_us:.2} µs after it: the machine was slower, not the server",
+                            terms.slowdown, self.baseline_us
+                        );
+                        None
+                    }
+                }
+                Err(e) => Some(format!(
+                    "{name}: the legit client's median latency under attack is {typical:.2} µs, over {}x the undisturbed {:.2} µs, and an undisturbed run after the attack failed: {e}",
+                    terms.slowdown, self.baseline_us
+                )),
             };
-            self.verdict.check(false, || {
-                format!(
-                    "{name}: the legit client's median latency under attack is {typical:.2} µs, over {}x the undisturbed {:.2} µs (runs: {:?}; an undisturbed run after the attack: {})",
-                    terms.slowdown,
-                    self.baseline_us,
-                    runs.iter().map(|r| round2(r.typical_us)).collect::<Vec<_>>(),
-                    again.unwrap_or_else(|e| format!("failed: {e}"))
-                )
-            });
+            if let Some(failure) = verdict {
+                self.verdict.check(false, || failure);
+            }
         }
 
         let each = runs.iter().map(|r| r.took).sum::<Duration>() / runs.len().max(1) as u32;
@@ -493,6 +518,17 @@ impl Bench {
                 .collect::<Vec<_>>(),
             started.elapsed(),
         );
+    }
+
+    /// The median of [`BASELINE_RUNS`] undisturbed runs made now, µs.
+    fn undisturbed_again(&mut self) -> Result<f64, String> {
+        self.server.alive()?;
+        let mut us = Vec::with_capacity(BASELINE_RUNS);
+        for _ in 0..BASELINE_RUNS {
+            us.push(self.server.legit_run(LEGIT)?.typical_us);
+            self.runs += 1;
+        }
+        Ok(median(us))
     }
 
     /// Checks the server after a phase whose log began at line

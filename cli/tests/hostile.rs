@@ -218,7 +218,15 @@ const CHURN_PER_SOURCE: usize = 8;
 /// bursts small enough for its listen backlog (128; beyond it a connection
 /// waits a second for its SYN to go again). A legit connection that comes
 /// among a burst is accepted with strangers behind it.
+///
+/// The tick lengthens as the machine slows ([`churn_tick`]): this host at
+/// times runs everything four to eight times slower, and a server that
+/// then takes 2,000 handshakes a second at most falls behind a flood
+/// paced for the fast state, its listen backlog full and every pass
+/// holding eight handshakes, which no ordering of its work undoes.
 const CHURN_TICK: Duration = Duration::from_millis(2);
+/// The undisturbed latency, µs, at which [`CHURN_TICK`] was set.
+const CHURN_TICK_AT_US: f64 = 15.0;
 /// Handshakes of one burst of the churn.
 const CHURN_BURST: usize = 8;
 /// How long the churn goes on at least: legit runs take seconds under it,
@@ -1603,11 +1611,13 @@ fn one_connection_streaming_checksummed_puts() {
 // ----- 12. handshakes from thirty addresses (#23: 4) ------------------------
 
 /// When the churn's handshakes may be opened: in bursts of
-/// [`CHURN_BURST`] every [`CHURN_TICK`]; a turn not taken in its tick is
+/// [`CHURN_BURST`] every tick ([`churn_tick`]); a turn not taken in its tick is
 /// lost, not saved up, so that no burst overflows the server's listen
 /// backlog.
 #[derive(Debug)]
 struct Turns {
+    /// The pause between bursts ([`churn_tick`]).
+    tick: Duration,
     /// When the current burst goes.
     burst_at: Instant,
     /// Turns of it taken.
@@ -1619,10 +1629,10 @@ impl Turns {
     fn take(&mut self) -> Instant {
         let now = Instant::now();
         if self.taken >= CHURN_BURST {
-            self.burst_at += CHURN_TICK;
+            self.burst_at += self.tick;
             self.taken = 0;
         }
-        if self.burst_at + CHURN_TICK < now {
+        if self.burst_at + self.tick < now {
             self.burst_at = now;
             self.taken = 0;
         }
@@ -1705,6 +1715,13 @@ fn keyed_handshakes_from_thirty_addresses_reopened_as_dropped() {
     churn(Bench::prepare_keyed(Btl::Tcp), true);
 }
 
+/// The pause between the churn's bursts on a machine whose undisturbed
+/// latency is `baseline_us`: [`CHURN_TICK`], lengthened in proportion
+/// where the machine is slower than when it was set.
+fn churn_tick(baseline_us: f64) -> Duration {
+    CHURN_TICK.mul_f64((baseline_us / CHURN_TICK_AT_US).max(1.0))
+}
+
 /// The handshake churn against `bench`'s server, its HELLOs announcing a
 /// job key if `keyed`.
 fn churn(mut bench: Bench, keyed: bool) {
@@ -1718,6 +1735,7 @@ fn churn(mut bench: Bench, keyed: bool) {
     } else {
         "handshake churn"
     };
+    let tick = churn_tick(bench.baseline_us);
     bench.attack_under(name, terms, move |ctl| {
         let name = match server_name(ctl.target, ATTACKER) {
             Ok(n) => n,
@@ -1728,6 +1746,7 @@ fn churn(mut bench: Bench, keyed: bool) {
         };
         let started = Instant::now();
         let turns = Arc::new(Mutex::new(Turns {
+            tick,
             burst_at: started,
             taken: 0,
         }));
@@ -1754,7 +1773,7 @@ fn churn(mut bench: Bench, keyed: bool) {
         let opened: u64 = threads.into_iter().filter_map(|t| t.join().ok()).sum();
         let rate = opened as f64 / started.elapsed().as_secs_f64();
         format!(
-            "{opened} handshakes from {CHURN_SOURCES} addresses, {holders} at a time, opened as the server dropped them ({rate:.0}/s)"
+            "{opened} handshakes from {CHURN_SOURCES} addresses, {holders} at a time, opened as the server dropped them ({rate:.0}/s, in bursts of {CHURN_BURST} every {tick:.1?})"
         )
     });
     bench.finish(None);

@@ -33,6 +33,13 @@ pub(crate) trait Retained {
     /// The retained packet `seq`, if the peer still has it (not yet
     /// acknowledged, or acknowledged while a link writes it).
     fn retained(&self, seq: u64) -> Option<&Outgoing>;
+
+    /// A number that changes whenever a packet stops being retained, if
+    /// the peer keeps one: while it stays the same, what a link's queue
+    /// holds is still retained and need not be looked at again.
+    fn let_go(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A frame being written.
@@ -68,6 +75,13 @@ pub struct Outbox<const W: usize> {
     control: Deque<ControlFrame, CONTROL_FRAMES>,
     ack: Option<ControlFrame>,
     reliable: Deque<u64, W>,
+    /// The peer's [`Retained::let_go`] when the queue last held only
+    /// packets it retained.
+    checked: Option<u64>,
+    /// The highest sequence number ever queued here (0: none): a packet
+    /// numbered above it, as every new one is, waits in no queue, and
+    /// [`holds`](Self::holds) says so without a walk.
+    newest: u64,
 }
 
 impl<const W: usize> Default for Outbox<W> {
@@ -87,6 +101,8 @@ impl<const W: usize> Outbox<W> {
             control: Deque::new(),
             ack: None,
             reliable: Deque::new(),
+            checked: None,
+            newest: 0,
         }
     }
 
@@ -110,11 +126,17 @@ impl<const W: usize> Outbox<W> {
         }
         let queued = self.reliable.push_back(seq);
         debug_assert!(queued.is_ok(), "a window's packets fit the queue");
+        self.newest = self.newest.max(seq);
     }
 
     /// Drops the packets `peer` no longer retains (acknowledged since they
     /// were queued, by way of another link or before their turn came).
     fn forget_released<P: Retained>(&mut self, peer: &P) {
+        let let_go = peer.let_go();
+        if let_go.is_some() && let_go == self.checked {
+            return;
+        }
+        self.checked = let_go;
         for _ in 0..self.reliable.len() {
             if let Some(seq) = self.reliable.pop_front()
                 && peer.retained(seq).is_some()
@@ -127,7 +149,7 @@ impl<const W: usize> Outbox<W> {
     /// Whether retained packet `seq` waits here, or is being written.
     pub(crate) fn holds(&self, seq: u64) -> bool {
         matches!(self.writing, Some(Frame::Reliable(s)) if s == seq)
-            || self.reliable.iter().any(|&s| s == seq)
+            || (seq <= self.newest && self.reliable.iter().any(|&s| s == seq))
     }
 
     /// Whether nothing waits to be written.
@@ -171,7 +193,10 @@ impl<const W: usize> Outbox<W> {
     ) -> Option<Segments<'a>> {
         match peer {
             Some(peer) => self.forget_released(peer),
-            None => self.reliable.clear(),
+            None => {
+                self.reliable.clear();
+                self.checked = None;
+            }
         }
         if F::FRAMES_PER_TRANSMIT == 1 {
             // The frame last offered, if the driver could not send it and
@@ -201,6 +226,7 @@ impl<const W: usize> Outbox<W> {
             control,
             ack,
             reliable,
+            ..
         } = self;
         let mut crcs = crcs.iter_mut();
         // `summed` holds the bytes of the frame begun written so far; a
@@ -211,8 +237,10 @@ impl<const W: usize> Outbox<W> {
                        skip: &mut usize| match frame {
             FrameRef::Control(c) => push_skipping(out, c.as_bytes(), skip),
             FrameRef::Reliable(seq) => {
-                let (Some(packet), Some(slot)) = (peer.and_then(|p| p.retained(seq)), crcs.next())
-                else {
+                let Some(packet) = peer.and_then(|p| p.retained(seq)) else {
+                    return;
+                };
+                let Some(slot) = crcs.next() else {
                     return;
                 };
                 if packet.has_crc() {

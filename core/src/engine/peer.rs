@@ -967,6 +967,7 @@ impl<const W: usize> Peer<W> {
                     let payload = (desc.len() - HEADER_RESERVE) as u64;
                     let room = self.peer_max_body.saturating_sub(SendRepr::LEN as u64);
                     if payload > room {
+                        self.out.send_failed();
                         let error = BtlError::TooLarge {
                             len: payload,
                             max: room,
@@ -1041,6 +1042,7 @@ impl<const W: usize> Peer<W> {
             }
             Err(e) => {
                 if let Outgoing::Send { desc, .. } = e.into_item() {
+                    self.out.send_failed();
                     shared.complete_send(self.id, desc, Err(BtlError::OutOfResource));
                 }
                 None
@@ -1560,6 +1562,10 @@ fn drop_held<S: Storage>(item: Held, shared: &mut Shared<S>) {
 impl<const W: usize> Retained for Peer<W> {
     fn retained(&self, seq: u64) -> Option<&Outgoing> {
         self.out.retained(seq)
+    }
+
+    fn let_go(&self) -> Option<u64> {
+        Some(self.out.let_go())
     }
 }
 

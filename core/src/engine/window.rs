@@ -416,6 +416,16 @@ pub struct SendWindow<T, const W: usize> {
     /// Bit `k`: `base + k` is retained; bit 0 is set unless empty.
     present: u64,
     slots: [Option<Sent<T>>; W],
+    /// Retained packets transmitted more than once, at least (a resend of
+    /// everything counts every packet, taken or not): while none is, and
+    /// pushes came in time order, the oldest transmission is `base`'s, and
+    /// the retransmission timer is found without a walk over the window.
+    resent: usize,
+    /// When the latest push was made.
+    last_push: Instant,
+    /// Whether every retained packet was pushed no earlier than the one
+    /// before it (the engine's clock never goes back; a caller's may).
+    pushed_in_order: bool,
 }
 
 impl<T, const W: usize> Default for SendWindow<T, W> {
@@ -439,6 +449,9 @@ impl<T, const W: usize> SendWindow<T, W> {
             next,
             present: 0,
             slots: [const { None }; W],
+            resent: 0,
+            last_push: Instant::ZERO,
+            pushed_in_order: true,
         }
     }
 
@@ -454,6 +467,10 @@ impl<T, const W: usize> SendWindow<T, W> {
             return Err(PushError::Full(item));
         }
         let seq = self.next;
+        if now < self.last_push {
+            self.pushed_in_order = false;
+        }
+        self.last_push = now;
         self.slots[slot_of::<W>(seq)] = Some(Sent {
             item,
             first_sent: now,
@@ -484,6 +501,9 @@ impl<T, const W: usize> SendWindow<T, W> {
             bits &= bits - 1;
             let seq = self.base + offset;
             if let Some(sent) = self.slots[slot_of::<W>(seq)].take() {
+                if sent.transmits > 1 {
+                    self.resent = self.resent.saturating_sub(1);
+                }
                 newest = Some((sent.transmits, sent.first_sent));
                 acked(seq, sent.item);
             }
@@ -527,6 +547,8 @@ impl<T, const W: usize> SendWindow<T, W> {
     fn advance_base(&mut self) {
         if self.present == 0 {
             self.base = self.next;
+            self.resent = 0;
+            self.pushed_in_order = true;
         } else {
             let gap = self.present.trailing_zeros();
             self.present >>= gap;
@@ -539,8 +561,8 @@ impl<T, const W: usize> SendWindow<T, W> {
     /// `now`. Called until `None`, it yields each expired packet once.
     pub fn next_retransmit(&mut self, now: Instant, rto: Duration) -> Option<Resend<'_, T>> {
         let rto = rto.max(Duration::from_nanos(1));
-        let (seq, sent) = self.find(|_, sent| now - sent.last_sent >= rto)?;
-        Some(sent.resend(seq, now))
+        let (seq, _) = self.find(|_, sent| now - sent.last_sent >= rto)?;
+        self.resend(seq, now)
     }
 
     /// The oldest retained packet, never retransmitted, that at least
@@ -550,9 +572,18 @@ impl<T, const W: usize> SendWindow<T, W> {
     pub fn next_fast_retransmit(&mut self, now: Instant) -> Option<Resend<'_, T>> {
         // Offsets below `next` released by sack: the holes of the window.
         let holes = low_bits(self.next - self.base) & !self.present;
-        let (seq, sent) = self.find(|offset, sent| {
+        let (seq, _) = self.find(|offset, sent| {
             sent.transmits == 1 && shr(holes, offset + 1).count_ones() >= FAST_RETRANSMIT_THRESHOLD
         })?;
+        self.resend(seq, now)
+    }
+
+    /// Retained packet `seq`, marked as transmitted again at `now`.
+    fn resend(&mut self, seq: u64, now: Instant) -> Option<Resend<'_, T>> {
+        let sent = self.slots[slot_of::<W>(seq)].as_mut()?;
+        if sent.transmits == 1 {
+            self.resent += 1;
+        }
         Some(sent.resend(seq, now))
     }
 
@@ -609,6 +640,7 @@ impl<T, const W: usize> SendWindow<T, W> {
     /// Every retained packet in sequence order, each marked as transmitted
     /// again at `now` as it is yielded: what a reconnected stream resends.
     pub fn resend_all(&mut self, now: Instant) -> impl Iterator<Item = Resend<'_, T>> {
+        self.resent = self.len();
         self.entries_mut()
             .map(move |(seq, sent)| sent.resend(seq, now))
     }
@@ -639,6 +671,8 @@ impl<T, const W: usize> SendWindow<T, W> {
         }
         self.present = 0;
         self.base = self.next;
+        self.resent = 0;
+        self.pushed_in_order = true;
     }
 
     /// Packets retained (sent, not yet acknowledged).
@@ -675,6 +709,21 @@ impl<T, const W: usize> SendWindow<T, W> {
     /// The earliest last transmission among retained packets: the
     /// retransmission timer runs from it.
     pub fn oldest_sent_at(&self) -> Option<Instant> {
+        if self.present == 0 {
+            return None;
+        }
+        if self.resent == 0 && self.pushed_in_order {
+            let first = self.slots[slot_of::<W>(self.base)]
+                .as_ref()
+                .map(|sent| sent.last_sent);
+            debug_assert_eq!(first, self.oldest_sent_scanned(), "oldest transmission");
+            return first;
+        }
+        self.oldest_sent_scanned()
+    }
+
+    /// [`oldest_sent_at`](Self::oldest_sent_at) by a walk over every slot.
+    fn oldest_sent_scanned(&self) -> Option<Instant> {
         self.slots.iter().flatten().map(|sent| sent.last_sent).min()
     }
 

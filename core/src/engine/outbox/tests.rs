@@ -14,9 +14,11 @@ use crate::wire::{CloseReason, CloseRepr, DoneRepr, Flags, Limits, PacketRepr, p
 type Regs = Registrations<StdVec<u8>, [RegSlot<StdVec<u8>>; 0]>;
 type Cells = core::pin::Pin<std::boxed::Box<[crate::pool::PoolCell]>>;
 
-/// A peer that retains DONE packets numbered as their transfer.
+/// A peer that retains DONE packets numbered as their transfer, and
+/// counts those it lets go.
 struct Packets {
     retained: StdVec<(u64, Outgoing)>,
+    let_go: u64,
 }
 
 impl Packets {
@@ -29,12 +31,16 @@ impl Packets {
                 (seq, out)
             })
             .collect();
-        Packets { retained }
+        Packets {
+            retained,
+            let_go: 0,
+        }
     }
 
     /// The peer lets `seq` go (acknowledged).
     fn release(&mut self, seq: u64) {
         self.retained.retain(|(s, _)| *s != seq);
+        self.let_go += 1;
     }
 }
 
@@ -44,6 +50,10 @@ impl Retained for Packets {
             .iter()
             .find(|(s, _)| *s == seq)
             .map(|(_, o)| o)
+    }
+
+    fn let_go(&self) -> Option<u64> {
+        Some(self.let_go)
     }
 }
 
@@ -239,6 +249,33 @@ fn a_full_queue_makes_room_by_dropping_what_the_peer_let_go() {
     }
     let bytes = bytes_of::<4, Stream>(&mut outbox, &peer, &fix);
     assert_eq!(frames(&bytes), ["done 5", "done 6", "done 7", "done 8"]);
+}
+
+#[test]
+fn a_packet_let_go_in_the_middle_of_the_queue_leaves_it_once_the_peer_says_so() {
+    let fix = Fixture::new();
+    let mut peer = Packets::new([1, 2, 3], &fix);
+    let mut outbox = Outbox::<8>::new();
+    for seq in 1..=3 {
+        outbox.enqueue(seq, &peer);
+    }
+    // Looked over while the peer retains all three.
+    assert!(
+        outbox
+            .poll_transmit::<Datagram, _>(Some(&peer), fix.pools.view(), &fix.regs)
+            .is_some()
+    );
+    outbox.handle_written::<Datagram, _>(0, Some(&peer), fix.pools.view(), &fix.regs);
+    assert!(outbox.holds(3), "queued");
+    peer.release(3);
+    // The next transmit sees that the peer let one go and drops it.
+    assert_eq!(
+        frames(&bytes_of::<8, Datagram>(&mut outbox, &peer, &fix)),
+        ["done 2"]
+    );
+    assert!(!outbox.holds(3));
+    // A packet numbered above all ever queued is held nowhere.
+    assert!(!outbox.holds(4));
 }
 
 #[test]

@@ -48,6 +48,15 @@ pub struct Outbound<const W: usize> {
     /// Retained packets partly written on a link, and those of them the
     /// peer has acknowledged since: kept until their last byte is written.
     pinned: Vec<(u64, Option<Outgoing>), MAX_PEER_LINKS>,
+    /// Messages held: queued, or in the window (sent and not
+    /// acknowledged). Counted as they come and go, since every send asks
+    /// ([`holds_sends`](Self::holds_sends)) and counting them there walked
+    /// the queue and the window: a tenth of a datagram sender's time.
+    sends: usize,
+    /// Packets let go so far (acknowledged, done being written, or
+    /// failed): a link's queue of sequence numbers is looked over for
+    /// those no longer retained only when this moved.
+    let_go: u64,
 }
 
 impl<const W: usize> Default for Outbound<W> {
@@ -58,6 +67,8 @@ impl<const W: usize> Default for Outbound<W> {
             answers: Deque::new(),
             resend: Deque::new(),
             pinned: Vec::new(),
+            sends: 0,
+            let_go: 0,
         }
     }
 }
@@ -111,7 +122,16 @@ impl<const W: usize> Outbound<W> {
             .map_err(|q| match q {
                 Queued::Send(desc) => desc,
                 Queued::Get(_) => unreachable!("a send was queued"),
-            })
+            })?;
+        self.sends += 1;
+        Ok(())
+    }
+
+    /// A message taken from the queue fails before it reaches the window
+    /// (larger than the peer accepts, or refused by the window): it is no
+    /// longer held.
+    pub fn send_failed(&mut self) {
+        self.sends = self.sends.saturating_sub(1);
     }
 
     /// Queues a GET; false when the queue is full.
@@ -135,12 +155,15 @@ impl<const W: usize> Outbound<W> {
     }
 
     /// Whether `share` or more of this side's messages are held, queued or
-    /// sent and not acknowledged (each with its fragment). The count is
-    /// made only when queue and window together could reach it.
+    /// sent and not acknowledged (each with its fragment).
     pub fn holds_sends(&self, share: usize) -> bool {
-        if self.queue.len() + self.window.len() < share {
-            return false;
-        }
+        debug_assert_eq!(self.sends, self.count_sends(), "messages held");
+        self.sends >= share
+    }
+
+    /// Messages queued or in the window, counted one by one: what
+    /// [`sends`](Self::sends) keeps, for debug builds to check it.
+    fn count_sends(&self) -> usize {
         let queued = self
             .queue
             .iter()
@@ -151,7 +174,7 @@ impl<const W: usize> Outbound<W> {
             .iter()
             .filter(|(_, out)| matches!(out, Outgoing::Send { .. }))
             .count();
-        queued + unacked >= share
+        queued + unacked
     }
 
     /// Whether a REJECT is owed, or sent and not yet acknowledged: the
@@ -227,7 +250,17 @@ impl<const W: usize> Outbound<W> {
     /// to complete now.
     pub fn unpin(&mut self, seq: u64) -> Option<Outgoing> {
         let i = self.pinned.iter().position(|(s, _)| *s == seq)?;
-        self.pinned.swap_remove(i).1
+        let detached = self.pinned.swap_remove(i).1;
+        if detached.is_some() {
+            self.let_go += 1;
+        }
+        detached
+    }
+
+    /// A number that moves whenever a packet stops being retained
+    /// ([`retained`](Self::retained) turns `None` for it).
+    pub fn let_go(&self) -> u64 {
+        self.let_go
     }
 
     /// Takes the peer's acknowledgement at `now`: each packet it releases
@@ -239,13 +272,25 @@ impl<const W: usize> Outbound<W> {
         now: Instant,
         mut acked: impl FnMut(Outgoing),
     ) -> Result<Acked, AckBeyondSent> {
-        let Outbound { window, pinned, .. } = self;
+        let Outbound {
+            window,
+            pinned,
+            sends,
+            let_go,
+            ..
+        } = self;
         window.on_ack(ack, now, |seq, out| {
+            if matches!(out, Outgoing::Send { .. }) {
+                *sends = sends.saturating_sub(1);
+            }
             match pinned.iter_mut().find(|(s, _)| *s == seq) {
                 // Being written on a link: its bytes must stay until the
                 // last one is written, for the stream's framing.
                 Some((_, detached)) => *detached = Some(out),
-                None => acked(out),
+                None => {
+                    *let_go += 1;
+                    acked(out);
+                }
             }
         })
     }
@@ -253,6 +298,8 @@ impl<const W: usize> Outbound<W> {
     /// The peer is lost: everything goes to `release`, each once, as
     /// [`Released`] says; answers and resends are dropped.
     pub fn clear(&mut self, mut release: impl FnMut(Released)) {
+        self.sends = 0;
+        self.let_go += 1;
         self.resend.clear();
         self.answers.clear();
         for (_, detached) in self.pinned.drain(..) {

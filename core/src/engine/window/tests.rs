@@ -513,6 +513,9 @@ enum Step {
     Tick(u64),
     /// The sender retransmits what selective acks show missing.
     FastRetransmit,
+    /// The sender puts everything retained on the wire again, as after a
+    /// reconnect.
+    ResendAll,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -526,6 +529,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => any::<Index>().prop_map(Step::LoseAck),
         2 => (0u64..250).prop_map(Step::Tick),
         1 => Just(Step::FastRetransmit),
+        1 => Just(Step::ResendAll),
     ]
 }
 
@@ -664,8 +668,15 @@ impl<const W: usize> Sim<W> {
                     self.wire.push((r.seq, *r.item));
                 }
             }
+            Step::ResendAll => {
+                for r in self.tx.resend_all(t(self.now)) {
+                    self.wire.push((r.seq, *r.item));
+                }
+            }
             _ => {}
         }
+        // The timer's start, however found, is the oldest transmission.
+        prop_assert_eq!(self.tx.oldest_sent_at(), self.tx.oldest_sent_scanned());
         prop_assert!(self.tx.len() <= W);
         prop_assert!(self.tx.in_flight() <= W as u64);
         prop_assert!(self.rx.held() <= W);

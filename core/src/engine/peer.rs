@@ -959,7 +959,7 @@ impl<const W: usize> Peer<W> {
             }
             match self.out.queue.front() {
                 Some(Queued::Send(_)) if self.credits.has_credit() => {
-                    let Some(Queued::Send(desc)) = self.out.queue.pop_front() else {
+                    let Some(Queued::Send(desc)) = self.out.pop_queued() else {
                         break;
                     };
                     // Never more than the peer announced it accepts (it
@@ -967,7 +967,6 @@ impl<const W: usize> Peer<W> {
                     let payload = (desc.len() - HEADER_RESERVE) as u64;
                     let room = self.peer_max_body.saturating_sub(SendRepr::LEN as u64);
                     if payload > room {
-                        self.out.send_failed();
                         let error = BtlError::TooLarge {
                             len: payload,
                             max: room,
@@ -986,7 +985,7 @@ impl<const W: usize> Peer<W> {
                     );
                 }
                 Some(Queued::Get(_)) => {
-                    let Some(Queued::Get(get)) = self.out.queue.pop_front() else {
+                    let Some(Queued::Get(get)) = self.out.pop_queued() else {
                         break;
                     };
                     return self.push(Outgoing::control(ControlPacket::Get(get)), shared);
@@ -997,16 +996,12 @@ impl<const W: usize> Peer<W> {
             match shared.ops.next_put(self.id, chunk)? {
                 Next::Put { put, data, op } => {
                     let out = Outgoing::put(&put, data, op);
-                    match self.out.window.push(out, shared.now) {
-                        Ok(seq) => {
-                            self.progress.on_sent(shared.now);
-                            return Some((seq, self.links.next_to_carry(true)));
-                        }
-                        Err(_) => {
-                            shared.ops.unput(usize::from(op), data.len);
-                            return None;
-                        }
-                    }
+                    let ops = &mut shared.ops;
+                    let seq = self.out.push(out, shared.now, |_| {
+                        ops.unput(usize::from(op), data.len);
+                    })?;
+                    self.progress.on_sent(shared.now);
+                    return Some((seq, self.links.next_to_carry(true)));
                 }
                 Next::Notice { op, .. } if !self.takes_notices() => {
                     let error = Err(BtlError::NotSupported);
@@ -1035,19 +1030,14 @@ impl<const W: usize> Peer<W> {
         out: Outgoing,
         shared: &mut Shared<S>,
     ) -> Option<(u64, Option<LinkId>)> {
-        match self.out.window.push(out, shared.now) {
-            Ok(seq) => {
-                self.progress.on_sent(shared.now);
-                Some((seq, self.links.next_to_carry(false)))
+        let (id, now) = (self.id, shared.now);
+        let seq = self.out.push(out, now, |out| {
+            if let Outgoing::Send { desc, .. } = out {
+                shared.complete_send(id, desc, Err(BtlError::OutOfResource));
             }
-            Err(e) => {
-                if let Outgoing::Send { desc, .. } = e.into_item() {
-                    self.out.send_failed();
-                    shared.complete_send(self.id, desc, Err(BtlError::OutOfResource));
-                }
-                None
-            }
-        }
+        })?;
+        self.progress.on_sent(now);
+        Some((seq, self.links.next_to_carry(false)))
     }
 
     /// Writes retained packet `seq`'s header with the current

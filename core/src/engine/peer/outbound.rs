@@ -127,11 +127,37 @@ impl<const W: usize> Outbound<W> {
         Ok(())
     }
 
-    /// A message taken from the queue fails before it reaches the window
-    /// (larger than the peer accepts, or refused by the window): it is no
-    /// longer held.
-    pub fn send_failed(&mut self) {
-        self.sends = self.sends.saturating_sub(1);
+    /// Takes the message or GET at the head of the queue.
+    pub fn pop_queued(&mut self) -> Option<Queued> {
+        let queued = self.queue.pop_front()?;
+        if matches!(queued, Queued::Send(_)) {
+            self.sends = self.sends.saturating_sub(1);
+        }
+        Some(queued)
+    }
+
+    /// Numbers `out`, sent (or about to be) at `now`, in the send window;
+    /// a packet the window refuses (full, or its numbers used up) goes to
+    /// `refused`.
+    pub fn push(
+        &mut self,
+        out: Outgoing,
+        now: Instant,
+        refused: impl FnOnce(Outgoing),
+    ) -> Option<u64> {
+        let is_send = matches!(out, Outgoing::Send { .. });
+        match self.window.push(out, now) {
+            Ok(seq) => {
+                if is_send {
+                    self.sends += 1;
+                }
+                Some(seq)
+            }
+            Err(e) => {
+                refused(e.into_item());
+                None
+            }
+        }
     }
 
     /// Queues a GET; false when the queue is full.

@@ -44,7 +44,8 @@ use std::time::{Duration, Instant};
 
 use btl_core::endpoint::ProcName;
 use btl_core::wire::{
-    AckRepr, CloseReason, GetRepr, HEADER_LEN, HeaderRepr, PacketRepr, PutRepr, SendRepr,
+    AckRepr, CloseReason, ControlRepr, GetRepr, HEADER_LEN, HeaderRepr, PacketRepr, PutRepr,
+    SendRepr,
 };
 
 use peer::{
@@ -1869,7 +1870,7 @@ fn legit_get(target: SocketAddr, server: ProcName, n: u32) -> Result<Duration, S
                 got += data.len() as u64;
                 last_seq = last_seq.max(header.seq);
             }
-            PacketRepr::Reject(r) if r.xfer_id == 1 => {
+            PacketRepr::Control(ControlRepr::Reject(r)) if r.xfer_id == 1 => {
                 refused = Some(format!("REJECT {:?} ({})", r.code, r.code.description()));
             }
             _ => {}
@@ -1938,7 +1939,7 @@ fn sixty_four_unacknowledged_gets() {
                 probed |= is_probe(header);
                 match packet {
                     PacketRepr::Put { .. } => puts += 1,
-                    PacketRepr::Reject(_) => rejects += 1,
+                    PacketRepr::Control(ControlRepr::Reject(_)) => rejects += 1,
                     _ => {}
                 }
             });

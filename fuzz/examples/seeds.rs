@@ -18,9 +18,9 @@ use btl_cli::bench::{HEADER, Header};
 use btl_core::btl::{RemoteKey, Tag};
 use btl_core::engine::handshake::LocalHello;
 use btl_core::wire::{
-    self, AckRepr, CloseReason, CloseRepr, CookieRepr, DeviceKey, DoneRepr, Flags, GetRepr,
-    HeaderRepr, HelloAckRepr, KeyInfoRepr, KeyRegion, KeyRepr, NONCE_LEN, NotifyRepr, PacketRepr,
-    PutRepr, RejectCode, RejectRepr, SendRepr, hello_proof,
+    self, AckRepr, CloseReason, CloseRepr, ControlRepr, CookieRepr, DeviceKey, DoneRepr, Flags,
+    GetRepr, HeaderRepr, HelloAckRepr, KeyInfoRepr, KeyRegion, KeyRepr, NONCE_LEN, NotifyRepr,
+    PacketRepr, PutRepr, RejectCode, RejectRepr, SendRepr, hello_proof,
 };
 use btl_core::xfer::wire as xfer;
 use btl_fuzz::bench_message;
@@ -84,7 +84,7 @@ fn every_packet() -> Vec<(&'static str, PacketRepr<'static>, u64)> {
         ),
         (
             "get",
-            PacketRepr::Get(GetRepr {
+            PacketRepr::Control(ControlRepr::Get(GetRepr {
                 xfer_id: 2,
                 src_handle: 3,
                 src_offset: 8,
@@ -93,41 +93,49 @@ fn every_packet() -> Vec<(&'static str, PacketRepr<'static>, u64)> {
                 target_rank: 0,
                 dst_handle: 4,
                 dst_offset: 0,
-            }),
+            })),
             3,
         ),
         ("ack", PacketRepr::Ack(AckRepr { sack: 0b101 }), 0),
         (
             "reject",
-            PacketRepr::Reject(RejectRepr {
+            PacketRepr::Control(ControlRepr::Reject(RejectRepr {
                 xfer_id: 2,
                 code: RejectCode::OutOfBounds,
-            }),
+            })),
             4,
         ),
-        ("done", PacketRepr::Done(DoneRepr { xfer_id: 1 }), 5),
+        (
+            "done",
+            PacketRepr::Control(ControlRepr::Done(DoneRepr { xfer_id: 1 })),
+            5,
+        ),
         (
             "notify",
-            PacketRepr::Notify(NotifyRepr {
+            PacketRepr::Control(ControlRepr::Notify(NotifyRepr {
                 xfer_id: 1,
                 handle: 3,
                 offset: 0,
                 len: 4,
                 imm: 9,
-            }),
+            })),
             6,
         ),
-        ("key", PacketRepr::Key(KeyRepr { key: 3 }), 7),
+        (
+            "key",
+            PacketRepr::Control(ControlRepr::Key(KeyRepr { key: 3 })),
+            7,
+        ),
         (
             "key_info",
-            PacketRepr::KeyInfo(KeyInfoRepr {
+            PacketRepr::Control(ControlRepr::KeyInfo(KeyInfoRepr {
                 key: 3,
                 region: Ok(KeyRegion {
                     len: 64,
                     access: 0b11,
                     device: Some(DeviceKey { key: 9, base: 0 }),
                 }),
-            }),
+            })),
             8,
         ),
         // Unnumbered: over datagrams, a server's answer to a stranger.

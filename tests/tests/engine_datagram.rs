@@ -9,7 +9,9 @@ use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Capacities, Datagram, Source};
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
-use btl_core::wire::{self, GetRepr, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR};
+use btl_core::wire::{
+    self, ControlRepr, GetRepr, HEADER_LEN, HeaderRepr, HelloRepr, PacketRepr, VERSION_MAJOR,
+};
 use btl_std::driver::heap::{Heap, HeapEngine};
 use btl_tests::pair::Side;
 use btl_tests::pair::datagram::{DatagramPair, Faults};
@@ -533,7 +535,7 @@ fn a_peer_that_never_takes_its_answers_is_cut_off() {
     // refused, and A acknowledges none of the REJECTs.
     let a_seal = seal(A, B);
     for seq in 2..230u64 {
-        let get = PacketRepr::Get(GetRepr {
+        let get = PacketRepr::Control(ControlRepr::Get(GetRepr {
             xfer_id: seq,
             src_handle: 0xdead,
             src_offset: 0,
@@ -542,7 +544,7 @@ fn a_peer_that_never_takes_its_answers_is_cut_off() {
             target_rank: A.rank,
             dst_handle: 0,
             dst_offset: 0,
-        });
+        }));
         let header = HeaderRepr {
             flags: wire::Flags::CHECKSUM,
             seq,

@@ -12,7 +12,7 @@ use btl_core::engine::config::EngineConfig;
 use btl_core::engine::{Capacities, ConnectFailure, LinkError, LinkId, Source, Stream};
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::{Duration, Instant};
-use btl_core::wire::{self, CloseReason, HeaderRepr, Limits, PacketRepr, RejectCode};
+use btl_core::wire::{self, CloseReason, ControlRepr, HeaderRepr, Limits, PacketRepr, RejectCode};
 use btl_std::driver::heap::{Heap, HeapEngine};
 
 type E = HeapEngine<Stream>;
@@ -933,7 +933,7 @@ fn count_packets(mut bytes: &[u8], kind: wire::PacketType) -> usize {
 fn count_rejects(mut bytes: &[u8], code: RejectCode) -> usize {
     let mut n = 0;
     while let Ok((_, packet, used)) = wire::parse(bytes, &Limits::new(1 << 20)) {
-        if let PacketRepr::Reject(r) = packet
+        if let PacketRepr::Control(ControlRepr::Reject(r)) = packet
             && r.code == code
         {
             n += 1;
@@ -1067,7 +1067,7 @@ fn a_peer_that_never_takes_its_answers_is_told_it_broke_the_protocol() {
     let (_, link) = open(&mut c, &mut server, Source(1), 0);
     let mut frames = Vec::new();
     for seq in 1..=200u64 {
-        let get = PacketRepr::Get(wire::GetRepr {
+        let get = PacketRepr::Control(ControlRepr::Get(wire::GetRepr {
             xfer_id: seq,
             src_handle: 0xdead,
             src_offset: 0,
@@ -1076,7 +1076,7 @@ fn a_peer_that_never_takes_its_answers_is_told_it_broke_the_protocol() {
             target_rank: 1,
             dst_handle: 0,
             dst_offset: 0,
-        });
+        }));
         let header = HeaderRepr {
             seq,
             ..HeaderRepr::new(&get)

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use btl_core::btl::{Access, RegSlot, Registrations};
 use btl_core::endpoint::ProcName;
 use btl_core::wire::{
-    self, AckRepr, Capabilities, CloseReason, CloseRepr, Flags, GetRepr, HEADER_LEN, HeaderRepr,
-    HelloAckRepr, HelloRepr, Limits, NONCE_LEN, PROOF_LEN, PacketRepr, PacketType, PutRepr,
-    SendRepr, VERSION_MINOR,
+    self, AckRepr, Capabilities, CloseReason, CloseRepr, ControlRepr, Flags, GetRepr, HEADER_LEN,
+    HeaderRepr, HelloAckRepr, HelloRepr, Limits, NONCE_LEN, PROOF_LEN, PacketRepr, PacketType,
+    PutRepr, SendRepr, VERSION_MINOR,
 };
 
 /// The benchmark's ping tag (`PING` in `cli/src/bench/mod.rs`): the
@@ -252,7 +252,7 @@ pub fn ack_frame(acking: Acking) -> Vec<u8> {
 
 /// A GET with sequence number `seq`.
 pub fn get_frame(seq: u64, get: GetRepr) -> Vec<u8> {
-    after_handshake(seq, &PacketRepr::Get(get))
+    after_handshake(seq, &PacketRepr::Control(ControlRepr::Get(get)))
 }
 
 /// A PUT with sequence number `seq`, `data`, and the CHECKSUM flag (its

@@ -6,15 +6,14 @@ use crate::btl::{MemSlice, RejectCode, Tag};
 use crate::endpoint::EndpointId;
 use crate::time::Instant;
 use crate::wire::{
-    self, AckRepr, CloseReason, CloseRepr, CookieRepr, DoneRepr, Flags, GetRepr, Header,
-    HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, Limits, NotifyRepr, PacketType,
-    PutRepr, RejectRepr, SendRepr, WireError,
+    self, AckRepr, CloseReason, CloseRepr, ControlRepr, CookieRepr, Flags, Header, HeaderRepr,
+    HelloAckRepr, HelloRepr, Limits, PacketType, PutRepr, SendRepr, WireError,
 };
 
 use super::framing::{Datagram, Framing, Stream};
-use super::link::{ControlIn, Handshaken, LinkState, Receiving};
+use super::link::{Handshaken, LinkState, Receiving};
 use super::mover::{PayloadTarget, ReadStep};
-use super::packet::{ControlPacket, Trailers};
+use super::packet::Trailers;
 use super::share::fair_share;
 use super::storage::Storage;
 use super::window::Ack;
@@ -233,10 +232,10 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             if !may_claim(shared, peers, peer, seq) || !shared.events.owe() {
                 return Ok((0, false));
             }
-            *receiving = Receiving::Control(ControlIn::Numbered {
+            *receiving = Receiving::Control {
                 seq,
-                packet: ControlPacket::Notify(notify),
-            });
+                packet: ControlRepr::Notify(notify),
+            };
         }
         if let Receiving::WaitingFragment { tag, seq, len } = *receiving {
             if !may_claim(shared, peers, peer, seq) {
@@ -302,14 +301,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         fixed[..n].copy_from_slice(&reader.fixed()[..n]);
         let fixed = &fixed[..n];
         let bad = |e: WireError| e.close_reason();
-        let control = |c| (Receiving::Control(c), PayloadTarget::Discard);
-        let numbered = |packet| {
-            control(ControlIn::Numbered {
-                seq: header.seq,
-                packet,
-            })
-        };
-        let discard = (Receiving::None, PayloadTarget::Discard);
+        let discard = |receiving| (receiving, PayloadTarget::Discard);
         let within_share = may_claim(shared, peers, peer_id, header.seq);
         let peer = peer_id.and_then(|p| peers.get_mut(p));
         // A trailer the handshake did not agree on breaks the protocol:
@@ -327,47 +319,24 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let duplicate = matches!(header.packet_type, PacketType::Send | PacketType::Put)
             && peer.as_ref().is_some_and(|p| p.is_duplicate(header.seq));
         let (next, target) = match header.packet_type {
-            PacketType::Hello => control(ControlIn::Hello(
+            PacketType::Hello => discard(Receiving::Hello(
                 HelloRepr::parse(chunk(fixed)?).map_err(bad)?,
             )),
             PacketType::HelloAck => {
-                control(ControlIn::HelloAck(HelloAckRepr::parse(chunk(fixed)?)))
+                discard(Receiving::HelloAck(HelloAckRepr::parse(chunk(fixed)?)))
             }
-            PacketType::Close => control(ControlIn::Close {
+            PacketType::Close => discard(Receiving::Close {
                 reason: CloseRepr::parse(chunk(fixed)?).map_err(bad)?.reason,
             }),
             // Only a datagram server sends it, to a stranger's HELLO.
             PacketType::Cookie if !F::LOSSY => return Err(CloseReason::ProtocolError),
-            PacketType::Cookie => control(ControlIn::Cookie(CookieRepr::parse(chunk(fixed)?))),
+            PacketType::Cookie => discard(Receiving::Cookie(CookieRepr::parse(chunk(fixed)?))),
             _ if !open => {
                 framing.before_open()?;
-                discard
+                discard(Receiving::None)
             }
-            _ if duplicate => (Receiving::Duplicate, PayloadTarget::Discard),
-            PacketType::Ack => control(ControlIn::Ack(AckRepr::parse(chunk(fixed)?))),
-            PacketType::Reject => numbered(ControlPacket::Reject(
-                RejectRepr::parse(chunk(fixed)?).map_err(bad)?,
-            )),
-            PacketType::Get => numbered(ControlPacket::Get(
-                GetRepr::parse(chunk(fixed)?).map_err(bad)?,
-            )),
-            PacketType::Done => numbered(ControlPacket::Done(DoneRepr::parse(chunk(fixed)?))),
-            PacketType::Key => numbered(ControlPacket::Key(KeyRepr::parse(chunk(fixed)?))),
-            PacketType::KeyInfo => numbered(ControlPacket::KeyInfo(
-                KeyInfoRepr::parse(chunk(fixed)?).map_err(bad)?,
-            )),
-            // Its event's place is kept now; none free (or none within the
-            // peer's share): the frame waits in the stream (a datagram is
-            // dropped and comes again).
-            PacketType::Notify => {
-                let (seq, notify) = (header.seq, NotifyRepr::parse(chunk(fixed)?));
-                if !within_share || !shared.events.owe() {
-                    *receiving = Receiving::WaitingEventRoom { seq, notify };
-                    reader.set_target(PayloadTarget::Discard);
-                    return Ok(());
-                }
-                numbered(ControlPacket::Notify(notify))
-            }
+            _ if duplicate => discard(Receiving::Duplicate),
+            PacketType::Ack => discard(Receiving::Ack(AckRepr::parse(chunk(fixed)?))),
             PacketType::Send => {
                 let tag = Tag(SendRepr::parse(chunk(fixed)?).map_err(bad)?.tag);
                 let len = usize::try_from(payload_left).map_err(|_| CloseReason::ProtocolError)?;
@@ -433,6 +402,28 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                     target,
                 )
             }
+            packet_type => {
+                let packet = ControlRepr::parse(packet_type, fixed)
+                    .map_err(bad)?
+                    .ok_or(CloseReason::ProtocolError)?;
+                // A notice's event place is kept now; none free (or none
+                // within the peer's share): the frame waits in the stream
+                // (a datagram is dropped and comes again).
+                if let ControlRepr::Notify(notify) = packet
+                    && (!within_share || !shared.events.owe())
+                {
+                    *receiving = Receiving::WaitingEventRoom {
+                        seq: header.seq,
+                        notify,
+                    };
+                    reader.set_target(PayloadTarget::Discard);
+                    return Ok(());
+                }
+                discard(Receiving::Control {
+                    seq: header.seq,
+                    packet,
+                })
+            }
         };
         *receiving = next;
         reader.set_target(target);
@@ -458,23 +449,23 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let peer = l.peer();
         match receiving {
             Receiving::None => Ok(()),
-            Receiving::Control(ControlIn::Hello(hello)) => {
+            Receiving::Hello(hello) => {
                 match l.on_hello::<F>(hello, key)? {
                     Handshaken::Continue => self.maybe_open(link),
                     Handshaken::PeerRestarted => self.doubt_restart(link),
                 }
                 Ok(())
             }
-            Receiving::Control(ControlIn::HelloAck(ack)) => {
+            Receiving::HelloAck(ack) => {
                 l.on_hello_ack::<F>(&ack, key)?;
                 self.maybe_open(link);
                 Ok(())
             }
-            Receiving::Control(ControlIn::Close { reason }) => {
+            Receiving::Close { reason } => {
                 self.on_close(link, peer, reason);
                 Ok(())
             }
-            Receiving::Control(ControlIn::Cookie(cookie)) => {
+            Receiving::Cookie(cookie) => {
                 l.on_cookie(cookie, key);
                 Ok(())
             }

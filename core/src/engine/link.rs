@@ -13,8 +13,8 @@ use crate::endpoint::{EndpointId, ProcName};
 use crate::pool::Fragment;
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    AckRepr, CloseReason, CloseRepr, CookieRepr, HelloAckRepr, HelloRepr, Limits, NotifyRepr,
-    PutRepr, Seal,
+    AckRepr, CloseReason, CloseRepr, ControlRepr, CookieRepr, HelloAckRepr, HelloRepr, Limits,
+    NotifyRepr, PutRepr, Seal,
 };
 
 use super::config::EngineConfig;
@@ -22,7 +22,7 @@ use super::framing::Framing;
 use super::handshake::{Handshake, HandshakePacket, LocalHello};
 use super::mover::StreamReader;
 use super::outbox::Outbox;
-use super::packet::{ControlFrame, ControlPacket};
+use super::packet::ControlFrame;
 use super::timers::{Deadlines, Timers};
 use super::{LinkEnd, Source};
 
@@ -38,7 +38,10 @@ pub enum LinkState {
     Closing,
 }
 
-/// What the reader is receiving the current frame into.
+/// The frame being read, as its header and fixed fields decoded: where
+/// its payload goes, or the packet without payload that the link itself
+/// acts on (the handshake, a CLOSE, a cookie), an acknowledgement, or a
+/// numbered control packet for the peer.
 #[derive(Debug)]
 pub enum Receiving {
     /// Nothing (between frames, or a frame without payload to keep).
@@ -87,16 +90,6 @@ pub enum Receiving {
     /// A SEND or PUT received before: its payload is dropped unread, and
     /// the peer is owed an acknowledgement (it evidently missed one).
     Duplicate,
-    /// A packet without payload.
-    Control(ControlIn),
-}
-
-/// A packet without payload, as the reader decoded it: what the link
-/// itself acts on (the handshake, a CLOSE, a cookie), an acknowledgement,
-/// or a numbered control packet for the peer, decoded once into the type
-/// it is sent as.
-#[derive(Debug, Clone, Copy)]
-pub enum ControlIn {
     /// The peer's HELLO.
     Hello(HelloRepr),
     /// The peer's answer to this side's HELLO.
@@ -112,11 +105,11 @@ pub enum ControlIn {
     /// its address (see [`CookieRepr`]).
     Cookie(CookieRepr),
     /// A reliable control packet: delivered in order, acknowledged.
-    Numbered {
+    Control {
         /// Its sequence number.
         seq: u64,
         /// The packet.
-        packet: ControlPacket,
+        packet: ControlRepr,
     },
 }
 
@@ -329,10 +322,10 @@ impl<const W: usize> Link<W> {
         let mut dropped = Dropped::default();
         match core::mem::replace(&mut self.receiving, Receiving::None) {
             Receiving::Send { frag, .. } => dropped.fragment = Some(frag),
-            Receiving::Control(ControlIn::Numbered {
-                packet: ControlPacket::Notify(_),
+            Receiving::Control {
+                packet: ControlRepr::Notify(_),
                 ..
-            }) => dropped.event_place = true,
+            } => dropped.event_place = true,
             _ => {}
         }
         dropped

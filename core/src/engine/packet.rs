@@ -9,9 +9,9 @@ use crate::btl::{MemError, MemSlice, RegSlot, Registrations};
 use crate::desc::Descriptor;
 use crate::pool::PoolsRef;
 use crate::wire::{
-    self, AckRepr, CHECKSUM_LEN, CloseRepr, CookieRepr, Crc32c, DoneRepr, Flags, GetRepr,
-    HEADER_LEN, HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, MAX_TRAILER_LEN,
-    NotifyRepr, PacketRepr, PacketType, PutRepr, RejectRepr, Seal, SendRepr,
+    self, AckRepr, CHECKSUM_LEN, CloseRepr, ControlRepr, CookieRepr, Crc32c, DoneRepr, Flags,
+    GetRepr, HEADER_LEN, HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, MAX_TRAILER_LEN,
+    PacketRepr, PacketType, PutRepr, RejectRepr, Seal, SendRepr,
 };
 
 /// Bytes a descriptor keeps in front of its payload for the engine's
@@ -209,39 +209,6 @@ impl ControlFrame {
     }
 }
 
-/// A reliable packet without payload: as this side numbers and writes it,
-/// and as the reader decodes the peer's, held in the receive window and
-/// acted on in order, one type from the wire to the peer that acts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ControlPacket {
-    /// Asks the peer to put one of its registrations somewhere.
-    Get(GetRepr),
-    /// Refuses one of the peer's transfers.
-    Reject(RejectRepr),
-    /// Tells the peer a get it asked for on behalf of a third process has
-    /// landed.
-    Done(DoneRepr),
-    /// Tells the peer a put of this side's has landed in its memory.
-    Notify(NotifyRepr),
-    /// Asks the peer what one of its registration keys names.
-    Key(KeyRepr),
-    /// Tells the peer what one of this side's keys names.
-    KeyInfo(KeyInfoRepr),
-}
-
-impl ControlPacket {
-    fn repr(&self) -> PacketRepr<'static> {
-        match *self {
-            ControlPacket::Get(g) => PacketRepr::Get(g),
-            ControlPacket::Reject(r) => PacketRepr::Reject(r),
-            ControlPacket::Done(d) => PacketRepr::Done(d),
-            ControlPacket::Notify(n) => PacketRepr::Notify(n),
-            ControlPacket::Key(k) => PacketRepr::Key(k),
-            ControlPacket::KeyInfo(k) => PacketRepr::KeyInfo(k),
-        }
-    }
-}
-
 /// An answer owed to one of the peer's transfers; it goes before anything
 /// else queued to the peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,11 +242,11 @@ impl Answer {
     }
 
     /// The packet that gives it, a key described by `describe`.
-    pub fn packet(self, describe: impl FnOnce(u64) -> KeyInfoRepr) -> ControlPacket {
+    pub fn packet(self, describe: impl FnOnce(u64) -> KeyInfoRepr) -> ControlRepr {
         match self {
-            Answer::Reject(r) => ControlPacket::Reject(r),
-            Answer::Done(d) => ControlPacket::Done(d),
-            Answer::KeyInfo(key) => ControlPacket::KeyInfo(describe(key)),
+            Answer::Reject(r) => ControlRepr::Reject(r),
+            Answer::Done(d) => ControlRepr::Done(d),
+            Answer::KeyInfo(key) => ControlRepr::KeyInfo(describe(key)),
         }
     }
 }
@@ -320,7 +287,7 @@ pub enum Outgoing {
     /// A packet without payload.
     Control {
         /// What it says.
-        packet: ControlPacket,
+        packet: ControlRepr,
         /// Its bytes, with the latest header.
         frame: ControlFrame,
     },
@@ -345,10 +312,17 @@ impl Outgoing {
     }
 
     /// A control packet, stamped when it is numbered.
-    pub(crate) fn control(packet: ControlPacket) -> Self {
+    pub(crate) fn control(packet: ControlRepr) -> Self {
         Outgoing::Control {
             packet,
-            frame: ControlFrame::new(packet.repr(), 0, 0, 0, Flags::empty(), &Trailers::default()),
+            frame: ControlFrame::new(
+                PacketRepr::Control(packet),
+                0,
+                0,
+                0,
+                Flags::empty(),
+                &Trailers::default(),
+            ),
         }
     }
 
@@ -409,8 +383,14 @@ impl Outgoing {
                 *trailer = trailers.stamped(prefix);
             }
             Outgoing::Control { packet, frame } => {
-                *frame =
-                    ControlFrame::new(packet.repr(), credits, seq, ack, Flags::empty(), trailers);
+                *frame = ControlFrame::new(
+                    PacketRepr::Control(*packet),
+                    credits,
+                    seq,
+                    ack,
+                    Flags::empty(),
+                    trailers,
+                );
             }
         }
     }
@@ -548,7 +528,7 @@ mod tests {
 
     #[test]
     fn control_frames_parse_back_with_their_header() {
-        let done = ControlPacket::Done(DoneRepr { xfer_id: 7 });
+        let done = ControlRepr::Done(DoneRepr { xfer_id: 7 });
         let mut out = Outgoing::control(done);
         let regs = Registrations::<&mut [u8], [RegSlot<&mut [u8]>; 0]>::inline();
         let cfg = crate::pool::FragmentPoolsConfig {
@@ -587,7 +567,10 @@ mod tests {
         let (header, packet, _) = parse(segments[0], &Limits::new(1024)).expect("a frame");
         assert_eq!((header.seq, header.ack, header.credits), (5, 3, 9));
         assert!(header.flags.contains(Flags::CHECKSUM | Flags::SEALED));
-        assert_eq!(packet, PacketRepr::Done(DoneRepr { xfer_id: 7 }));
+        assert_eq!(
+            packet,
+            PacketRepr::Control(ControlRepr::Done(DoneRepr { xfer_id: 7 }))
+        );
         assert_eq!(
             out.wire_len(pools.view(), &regs),
             segments[0].len(),

@@ -8,14 +8,17 @@
 //! the messages and gets queued, what goes again), what it has sent
 //! (`Received`, `peer/received.rs`: the receive window, and the
 //! acknowledgement that waits for a refusal), its credits both ways
-//! (`Credits`), the acknowledgement it owes (`AckOwed`), the peer's keys
-//! it has learnt (`KeyCache`), its progress (`Progress`) and round-trip
-//! estimate (`RttEstimator`). The peer itself decides what happens when:
-//! its state, its timers, what goes next. It lives through `Idle`
-//! (known), `Connecting`
-//! (a link is being opened, or opened again after one broke), `Open` (data
-//! flows over one or more links) and `Lost` (given up: everything to it
-//! failed once).
+//! (`Credits`), the acknowledgement it owes (`AckOwed`), whether it still
+//! answers (`Liveness`, `peer/liveness.rs`: when it was last heard and
+//! asked, when to ask next), what its HELLO said (`Hello`), the peer's
+//! keys it has learnt (`KeyCache`), its progress (`Progress`) and
+//! round-trip estimate (`RttEstimator`). Its part in one-sided transfers
+//! (serving the peer's GETs, routing this side's puts and gets by what the
+//! peer said of its keys) is in `peer/transfers.rs`. The peer itself
+//! decides what happens when: its state, its timers, what goes next. It
+//! lives through `Idle` (known), `Connecting` (a link is being opened, or
+//! opened again after one broke), `Open` (data flows over one or more
+//! links) and `Lost` (given up: everything to it failed once).
 //!
 //! The engine feeds it what its links bring ([`Peer::on_packet`]) and the
 //! time ([`Peer::on_timeout`]), and takes from it what to put on its links
@@ -27,12 +30,13 @@
 
 use heapless::Vec;
 
-use crate::btl::{Access, BtlError, Completion, Limit, LostReason, RejectCode, RemoteKey, Side};
+use crate::btl::{Access, BtlError, Completion, Limit, LostReason, RejectCode, RemoteKey};
 use crate::desc::Descriptor;
 use crate::endpoint::{EndpointId, ProcName};
 use crate::time::{Duration, Instant};
 use crate::wire::{
-    CloseReason, DoneRepr, Flags, GetRepr, HeaderRepr, HelloRepr, KeyInfoRepr, RejectRepr, SendRepr,
+    CloseReason, ControlRepr, Flags, GetRepr, HeaderRepr, HelloRepr, KeyInfoRepr, RejectRepr,
+    SendRepr,
 };
 
 use super::acks::AckOwed;
@@ -40,16 +44,15 @@ use super::config::EngineConfig;
 use super::credits::Credits;
 use super::events::Pending;
 use super::framing::Framing;
-use super::keys::{KeyCache, Lookup};
-use super::link::{ControlIn, Receiving};
-use super::ops::{GET_REPLY, Mail, Next, Op, OpKind, Path, get_parts};
+use super::keys::KeyCache;
+use super::link::Receiving;
+use super::ops::{GET_REPLY, Next, OpKind, Path};
 use super::outbox::Retained;
 use super::packet::{
-    Answer, ControlFrame, ControlPacket, HEADER_RESERVE, Outgoing, Queued, Trailer, Trailers,
-    ack_frame,
+    Answer, ControlFrame, HEADER_RESERVE, Outgoing, Queued, Trailer, Trailers, ack_frame,
 };
 use super::progress::Progress;
-use super::rdma::{Route, route};
+use super::rdma::Route;
 use super::room::Wanted;
 use super::rtt::{RttConfig, RttEstimator};
 use super::shared::Shared;
@@ -58,6 +61,7 @@ use super::timers::{Deadlines, Timers};
 use super::window::Ack;
 use super::{ConnectFailure, LinkId};
 use links::PeerLinks;
+use liveness::{Liveness, Probe, ProbeRules};
 use outbound::{Outbound, Released};
 use received::{Held, Received};
 
@@ -130,6 +134,15 @@ const NOTIFY_SINCE: u8 = 1;
 const KEYS_SINCE: u8 = 2;
 
 impl Hello {
+    /// The trailers `hello` agreed on: none before a handshake.
+    fn trailers(hello: Option<&Hello>) -> &Trailers {
+        const NONE: &Trailers = &Trailers {
+            checksum: false,
+            seal: None,
+        };
+        hello.map_or(NONE, |h| &h.trailers)
+    }
+
     /// The facts of `hello`, with `trailers` as the handshake agreed.
     pub fn of(hello: &HelloRepr, trailers: Trailers) -> Self {
         Hello {
@@ -172,38 +185,26 @@ pub struct Peer<const W: usize> {
     links: PeerLinks,
     out: Outbound<W>,
     recv: Received<W>,
-    /// Largest body the peer accepts; the trailers of packets to and from
-    /// it; whether it takes a put's notice.
-    peer_max_body: u64,
-    trailers: Trailers,
-    notices: bool,
-    /// Whether it answers KEY; what it said of its keys.
-    answers_keys: bool,
+    /// What its HELLO said, once a link to it opened: the start of its
+    /// process, the largest body it accepts, the trailers of packets both
+    /// ways, whether it takes notices and answers KEY.
+    hello: Option<Hello>,
+    /// What it said of its keys.
     keys: KeyCache,
     credits: Credits,
     acks: AckOwed,
     progress: Progress,
-    last_heard: Instant,
-    /// When this side last asked the peer for an acknowledgement.
-    last_probe: Instant,
+    liveness: Liveness,
     /// Retransmission timeout from measured round trips (lossy framing),
     /// and the backoff of reconnection attempts.
     rtt: RttEstimator,
-    /// The peer has been open: a broken link is reconnected, not fatal.
-    was_open: bool,
-    /// The start of the process this record is about, once a link opened.
-    epoch: Option<u64>,
     /// When the first of an unbroken run of refused reconnections was.
     refused_since: Option<Instant>,
     /// When the gets the peer answered `Busy` ask again: a retransmission
     /// timeout after the first such answer.
     busy_retry: Option<Instant>,
-    /// A probe is to go out.
-    probe_due: bool,
     /// An acknowledgement is overdue: to go on the peer's first link.
     ack_due: bool,
-    /// Its streams carry nothing any more: to be dropped quietly.
-    silent: bool,
     /// What the upper layer was refused for it, to be told when there is
     /// room ([`room`](super::room)).
     room_wanted: Option<Wanted>,
@@ -220,24 +221,16 @@ impl<const W: usize> Peer<W> {
             links: PeerLinks::default(),
             out: Outbound::default(),
             recv: Received::default(),
-            peer_max_body: crate::wire::MIN_MAX_BODY,
-            trailers: Trailers::default(),
-            notices: true,
-            answers_keys: true,
+            hello: None,
             keys: KeyCache::default(),
             credits: Credits::default(),
             acks: AckOwed::default(),
             progress: Progress::default(),
-            last_heard: Instant::ZERO,
-            last_probe: Instant::ZERO,
+            liveness: Liveness::default(),
             rtt: RttEstimator::with_bounds(rtt),
-            was_open: false,
-            epoch: None,
             refused_since: None,
             busy_retry: None,
-            probe_due: false,
             ack_due: false,
-            silent: false,
             room_wanted: None,
         }
     }
@@ -292,17 +285,29 @@ impl<const W: usize> Peer<W> {
 
     /// The start of its process, once a link to it opened.
     pub fn epoch(&self) -> Option<u64> {
-        self.epoch
+        self.hello.as_ref().map(|h| h.epoch)
     }
 
-    /// The trailers of packets to and from it.
+    /// The trailers of packets to and from it: none before its handshake.
     pub fn trailers(&self) -> &Trailers {
-        &self.trailers
+        Hello::trailers(self.hello.as_ref())
     }
 
     /// Whether it has been open: a broken link is reconnected.
     pub fn was_open(&self) -> bool {
-        self.was_open
+        self.hello.is_some()
+    }
+
+    /// The largest body it accepts: the least any peer does until it says.
+    fn max_body(&self) -> u64 {
+        self.hello
+            .as_ref()
+            .map_or(crate::wire::MIN_MAX_BODY, |h| h.max_body)
+    }
+
+    /// Whether it answers KEY: assumed until its handshake says.
+    fn answers_keys(&self) -> bool {
+        self.hello.as_ref().is_none_or(|h| h.keys)
     }
 
     /// Since when it has been disconnected, waiting to connect again with
@@ -406,19 +411,14 @@ impl<const W: usize> Peer<W> {
         self.links.opened(index, id);
         self.refused_since = None;
         self.state = PeerState::Open;
-        if self.was_open && !carried {
+        if self.was_open() && !carried {
             // A reconnection: tell the peer at once what arrived, so it
             // resends no more than it must.
             self.acks.owe(now, true);
         }
-        self.was_open = true;
-        self.epoch = Some(hello.epoch);
-        self.trailers = hello.trailers;
-        self.notices = hello.notices;
-        self.answers_keys = hello.keys;
-        self.peer_max_body = hello.max_body;
         self.credits.open(hello.initial_credits);
-        self.last_heard = now;
+        self.hello = Some(hello);
+        self.liveness.heard(now);
         if !carried {
             self.progress
                 .restart(now, self.out.window.len(), self.recv.held());
@@ -445,12 +445,12 @@ impl<const W: usize> Peer<W> {
             }
             PeerState::Open => {
                 self.state = PeerState::Connecting {
-                    since: self.last_heard,
+                    since: self.liveness.last_heard(),
                     retry: None,
                 };
                 self.links.want(0);
             }
-            PeerState::Connecting { .. } if self.was_open => self.retry_later(now),
+            PeerState::Connecting { .. } if self.was_open() => self.retry_later(now),
             PeerState::Connecting { .. } => {
                 self.lose(LostReason::Closed, shared);
             }
@@ -466,7 +466,7 @@ impl<const W: usize> Peer<W> {
     /// not been accepted here yet; any other is as [`link_gone`](Self::link_gone).
     pub fn link_superseded<S: Storage>(&mut self, index: u8, shared: &mut Shared<S>) {
         match self.state {
-            PeerState::Connecting { .. } if !self.was_open => self.retry_later(shared.now),
+            PeerState::Connecting { .. } if !self.was_open() => self.retry_later(shared.now),
             _ => self.link_gone(index, shared),
         }
     }
@@ -493,7 +493,7 @@ impl<const W: usize> Peer<W> {
                 }
                 self.retry_later(now);
             }
-            PeerState::Connecting { .. } if self.was_open => match why {
+            PeerState::Connecting { .. } if self.was_open() => match why {
                 ConnectFailure::Refused => {
                     let first = *self.refused_since.get_or_insert(now);
                     if now - first >= shared.config.refused_timeout {
@@ -565,7 +565,7 @@ impl<const W: usize> Peer<W> {
     /// stream whose probe went unanswered for a whole interval): the peer
     /// connects again, well within its peer timeout.
     pub fn take_silent_links(&mut self) -> Option<impl Iterator<Item = LinkId> + use<W>> {
-        if !core::mem::take(&mut self.silent) {
+        if !self.liveness.take_silent() {
             return None;
         }
         Some(self.links.all())
@@ -594,7 +594,7 @@ impl<const W: usize> Peer<W> {
         }
         self.state = PeerState::Lost(reason);
         self.links.stop_asking();
-        self.probe_due = false;
+        self.liveness.stop();
         self.ack_due = false;
         self.room_wanted = None;
         // Packets the peer acknowledged while a link wrote them reached it.
@@ -644,16 +644,11 @@ impl<const W: usize> Peer<W> {
     fn lost_by(&self, config: &EngineConfig) -> Option<Instant> {
         let waiting = !self.out.is_empty();
         let since = match self.state {
-            PeerState::Open if waiting || !config.keepalive.is_zero() => self.last_heard,
+            PeerState::Open if waiting || !config.keepalive.is_zero() => self.liveness.last_heard(),
             PeerState::Connecting { since, .. } => since,
             _ => return None,
         };
         Some(since + config.peer_timeout)
-    }
-
-    /// Whether this side's last probe is still unanswered.
-    fn probe_unanswered(&self) -> bool {
-        self.last_probe > self.last_heard
     }
 
     /// Out of credit with nothing in flight: only the peer's next grant
@@ -663,27 +658,16 @@ impl<const W: usize> Peer<W> {
         !self.credits.has_credit() && self.out.window.is_empty()
     }
 
-    /// When the peer is next asked for an acknowledgement: after the
-    /// keepalive interval of silence (at most a third of the peer timeout,
-    /// so that a live peer has answered a probe or two before it would
-    /// count as lost), and over a lossy transport after a retransmission
-    /// timeout when sends wait for credits with nothing in flight (the ACK
-    /// that granted them may have been lost) or when the last probe went
-    /// unanswered (it may have been lost).
-    fn probe_at<F: Framing>(&self, config: &EngineConfig) -> Option<Instant> {
-        if self.state != PeerState::Open {
-            return None;
-        }
-        let quiet_since = self.last_heard.max(self.last_probe);
-        let interval = config
-            .keepalive
-            .min(config.peer_timeout / 3)
-            .max(Duration::from_nanos(1));
-        let keepalive = (!config.keepalive.is_zero()).then(|| quiet_since + interval);
-        let credit = (F::LOSSY && self.starved()).then(|| quiet_since + self.rtt.rto());
-        let repeat =
-            (F::LOSSY && self.probe_unanswered()).then(|| self.last_probe + self.rtt.rto());
-        [keepalive, credit, repeat].into_iter().flatten().min()
+    /// What its next probe is timed by ([`Liveness`]); `None` unless it
+    /// is open.
+    fn probe_rules<F: Framing>(&self, config: &EngineConfig) -> Option<ProbeRules> {
+        (self.state == PeerState::Open).then(|| ProbeRules {
+            keepalive: config.keepalive,
+            peer_timeout: config.peer_timeout,
+            lossy: F::LOSSY,
+            starved: self.starved(),
+            rto: self.rtt.rto(),
+        })
     }
 
     /// Its deadlines.
@@ -718,7 +702,11 @@ impl<const W: usize> Peer<W> {
                         .retransmit_timeout(&self.rtt)
                         .and_then(|rto| self.out.window.retransmit_deadline(rto)),
                 );
-                t.set(PeerTimer::Probe, self.probe_at::<F>(config));
+                t.set(
+                    PeerTimer::Probe,
+                    self.probe_rules::<F>(config)
+                        .and_then(|rules| self.liveness.next_probe(&rules)),
+                );
                 t.set(
                     PeerTimer::Stalled,
                     self.progress.stalled_by(config.peer_timeout),
@@ -780,28 +768,14 @@ impl<const W: usize> Peer<W> {
         {
             self.rtt.on_timeout();
         }
-        let probe = self.probe_at::<F>(&shared.config).is_some_and(|t| now >= t);
-        if !probe {
+        let Some(rules) = self.probe_rules::<F>(&shared.config) else {
             return;
+        };
+        if let Probe::Sent { backoff: true } = self.liveness.on_timeout(now, &rules) {
+            // Asked again ever more slowly while the peer grants nothing (a
+            // receiver that stopped polling) or answers nothing.
+            self.rtt.on_timeout();
         }
-        if F::LOSSY {
-            if self.starved() || self.probe_unanswered() {
-                // Asked again ever more slowly while the peer grants
-                // nothing (a receiver that stopped polling) or answers
-                // nothing.
-                self.rtt.on_timeout();
-            }
-        } else if self.probe_unanswered() {
-            // A stream whose last probe went unanswered for a whole
-            // interval carries nothing any more (a middlebox dropped its
-            // bytes, or a network dropped them without telling TCP): its
-            // links are dropped and the peer is connected again, and what
-            // it had not acknowledged goes again.
-            self.silent = true;
-            return;
-        }
-        self.last_probe = now;
-        self.probe_due = true;
     }
 
     // ----- sending ------------------------------------------------------
@@ -865,24 +839,24 @@ impl<const W: usize> Peer<W> {
     /// said yet (a put to a peer being connected is checked when its
     /// notice is due).
     pub fn takes_notices(&self) -> bool {
-        self.notices
+        self.hello.as_ref().is_none_or(|h| h.notices)
     }
 
     /// The largest message the peer takes, once it has said (its
     /// handshake); `None` before.
     pub fn max_message(&self) -> Option<u64> {
-        self.was_open
-            .then(|| self.peer_max_body.saturating_sub(SendRepr::LEN as u64))
+        self.was_open()
+            .then(|| self.max_body().saturating_sub(SendRepr::LEN as u64))
     }
 
     /// Whether the peer accepts a message of `len` bytes, once it has said
     /// what it accepts (a peer not yet open is checked when the message
     /// leaves).
     pub fn accepts(&self, len: usize) -> Result<(), BtlError> {
-        if !self.was_open {
+        if !self.was_open() {
             return Ok(());
         }
-        let max = self.peer_max_body.saturating_sub(SendRepr::LEN as u64);
+        let max = self.max_body().saturating_sub(SendRepr::LEN as u64);
         if len as u64 > max {
             return Err(BtlError::TooLarge {
                 len: len as u64,
@@ -895,7 +869,7 @@ impl<const W: usize> Peer<W> {
 
     /// The largest data one PUT packet to the peer carries.
     pub fn put_chunk<S: Storage>(&self, shared: &Shared<S>) -> u64 {
-        shared.put_chunk(self.peer_max_body)
+        shared.put_chunk(self.max_body())
     }
 
     /// Queues an answer to one of the peer's transfers, ahead of everything
@@ -912,15 +886,14 @@ impl<const W: usize> Peer<W> {
 
     /// When it was last heard from (a packet of its, not a handshake's).
     pub fn last_heard(&self) -> Instant {
-        self.last_heard
+        self.liveness.last_heard()
     }
 
     /// Asks the peer for an acknowledgement at once (a HELLO claims its
     /// process started again: is the old start alive?); how long its
     /// answer may take.
     pub fn probe_now(&mut self, now: Instant) -> Duration {
-        self.last_probe = now;
-        self.probe_due = true;
+        self.liveness.probe_now(now);
         self.rtt.rto()
     }
 
@@ -938,7 +911,7 @@ impl<const W: usize> Peer<W> {
         if self.state != PeerState::Open {
             return None;
         }
-        if !self.answers_keys && self.keys.drop_pending() {
+        if !self.answers_keys() && self.keys.drop_pending() {
             self.keys_unanswerable(shared);
         }
         while !self.out.window.is_full() {
@@ -952,10 +925,10 @@ impl<const W: usize> Peer<W> {
                 });
                 return self.push(Outgoing::control(packet), shared);
             }
-            if self.answers_keys
+            if self.answers_keys()
                 && let Some(key) = self.keys.poll_query()
             {
-                return self.push(Outgoing::control(ControlPacket::Key(key)), shared);
+                return self.push(Outgoing::control(ControlRepr::Key(key)), shared);
             }
             match self.out.queue.front() {
                 Some(Queued::Send(_)) if self.credits.has_credit() => {
@@ -965,7 +938,7 @@ impl<const W: usize> Peer<W> {
                     // Never more than the peer announced it accepts (it
                     // would take the frame for a protocol violation).
                     let payload = (desc.len() - HEADER_RESERVE) as u64;
-                    let room = self.peer_max_body.saturating_sub(SendRepr::LEN as u64);
+                    let room = self.max_body().saturating_sub(SendRepr::LEN as u64);
                     if payload > room {
                         let error = BtlError::TooLarge {
                             len: payload,
@@ -988,7 +961,7 @@ impl<const W: usize> Peer<W> {
                     let Some(Queued::Get(get)) = self.out.pop_queued() else {
                         break;
                     };
-                    return self.push(Outgoing::control(ControlPacket::Get(get)), shared);
+                    return self.push(Outgoing::control(ControlRepr::Get(get)), shared);
                 }
                 _ => {}
             }
@@ -1017,7 +990,7 @@ impl<const W: usize> Peer<W> {
                 }
                 Next::Notice { notify, .. } => {
                     self.credits.spend();
-                    return self.push(Outgoing::control(ControlPacket::Notify(notify)), shared);
+                    return self.push(Outgoing::control(ControlRepr::Notify(notify)), shared);
                 }
             }
         }
@@ -1047,7 +1020,8 @@ impl<const W: usize> Peer<W> {
         let (ack, credits) = (self.ack_to_send().cumulative, self.credits.granted());
         self.acks.sent();
         if let Some(out) = self.out.window.get_mut(seq) {
-            out.stamp(seq, ack, credits, &self.trailers, shared.pools());
+            let trailers = Hello::trailers(self.hello.as_ref());
+            out.stamp(seq, ack, credits, trailers, shared.pools());
         }
     }
 
@@ -1093,7 +1067,7 @@ impl<const W: usize> Peer<W> {
 
     /// The probe to send, and where: an ACK asking for an acknowledgement.
     pub fn poll_probe(&mut self) -> Option<(LinkId, ControlFrame)> {
-        if !core::mem::take(&mut self.probe_due) {
+        if !self.liveness.take_probe() {
             return None;
         }
         let link = self.first_link()?;
@@ -1106,7 +1080,7 @@ impl<const W: usize> Peer<W> {
         ack_frame(
             self.ack_to_send(),
             self.credits.granted(),
-            &self.trailers,
+            self.trailers(),
             flags,
         )
     }
@@ -1196,19 +1170,18 @@ impl<const W: usize> Peer<W> {
         shared: &mut Shared<S>,
     ) -> Result<(), CloseReason> {
         let now = shared.now;
-        if F::LOSSY && self.probe_unanswered() {
+        if self.liveness.heard(now) && F::LOSSY {
             // The answer to probes sent again and again: the path works
             // again, and their backoff ends.
             self.rtt.on_progress();
         }
-        self.last_heard = now;
         // A keepalive or credit probe, or a packet the peer sent before
         // (it missed the acknowledgement): answer.
         if header.flags.contains(Flags::ACK_REQUEST) || matches!(receiving, Receiving::Duplicate) {
             self.acks.owe(now, true);
         }
         let sack = match &receiving {
-            Receiving::Control(ControlIn::Ack(a)) => a.sack,
+            Receiving::Ack(a) => a.sack,
             _ => 0,
         };
         let ack = Ack {
@@ -1241,9 +1214,7 @@ impl<const W: usize> Peer<W> {
                     },
                 },
             )),
-            Receiving::Control(ControlIn::Numbered { seq, packet }) => {
-                Some((seq, Held::Control(packet)))
-            }
+            Receiving::Control { seq, packet } => Some((seq, Held::Control(packet))),
             _ => None,
         };
         let Some((seq, item)) = held else {
@@ -1251,7 +1222,7 @@ impl<const W: usize> Peer<W> {
         };
         let spends_credit = matches!(
             item,
-            Held::Send { .. } | Held::Control(ControlPacket::Notify(_))
+            Held::Send { .. } | Held::Control(ControlRepr::Notify(_))
         );
         match self.recv.receive(seq, item) {
             // Every new SEND or NOTIFY spends one credit: a peer that sends
@@ -1298,16 +1269,16 @@ impl<const W: usize> Peer<W> {
     }
 
     /// Acts on a numbered control packet delivered in order.
-    fn on_control<S: Storage>(&mut self, packet: ControlPacket, shared: &mut Shared<S>) {
+    fn on_control<S: Storage>(&mut self, packet: ControlRepr, shared: &mut Shared<S>) {
         match packet {
-            ControlPacket::Get(get) => self.serve_get(get, shared),
-            ControlPacket::Key(k) => self.answer(Answer::KeyInfo(k.key), shared),
-            ControlPacket::KeyInfo(info) => {
+            ControlRepr::Get(get) => self.serve_get(get, shared),
+            ControlRepr::Key(k) => self.answer(Answer::KeyInfo(k.key), shared),
+            ControlRepr::KeyInfo(info) => {
                 if self.keys.answer(&info) {
                     self.settle_key(info.key, info.region, shared);
                 }
             }
-            ControlPacket::Reject(reject) => {
+            ControlRepr::Reject(reject) => {
                 // Any of this side's transfers to the peer: its put or get,
                 // or the data of a get it serves. A get the peer had no
                 // room for asks again after a retransmission timeout.
@@ -1327,7 +1298,7 @@ impl<const W: usize> Peer<W> {
                         .finish(i, Err(BtlError::Rejected(reject.code)), &mut shared.events);
                 }
             }
-            ControlPacket::Done(done) => {
+            ControlRepr::Done(done) => {
                 if let Some(i) = shared
                     .ops
                     .find(OpKind::GetThirdParty, self.id, done.xfer_id)
@@ -1335,7 +1306,7 @@ impl<const W: usize> Peer<W> {
                     shared.ops.finish(i, Ok(()), &mut shared.events);
                 }
             }
-            ControlPacket::Notify(n) => {
+            ControlRepr::Notify(n) => {
                 // Of a put this side refused, or naming memory it may not
                 // write: the REJECT said what happened, and no event is due.
                 let landed = shared.regs.check_remote(
@@ -1360,144 +1331,6 @@ impl<const W: usize> Peer<W> {
                 }
             }
         }
-    }
-
-    /// The peer's get: copied within this process, or put back to the peer
-    /// as a reply; one for a third process waits as mail for the engine.
-    fn serve_get<S: Storage>(&mut self, get: GetRepr, shared: &mut Shared<S>) {
-        let reject = |code| {
-            Answer::Reject(RejectRepr {
-                xfer_id: get.xfer_id,
-                code,
-            })
-        };
-        let (src, dst, target) = get_parts(&get);
-        if target == shared.config.me {
-            // Into another of this process's registrations: one copy.
-            let answer = match shared.regs.copy(Side::Remote(src), Side::Remote(dst)) {
-                Ok(()) => Answer::Done(DoneRepr {
-                    xfer_id: get.xfer_id,
-                }),
-                Err(e) => reject(e.into()),
-            };
-            self.answer(answer, shared);
-            return;
-        }
-        if target != self.proc {
-            // Only within a job whose peers proved its key: a stranger
-            // would have this process push its memory to whichever process
-            // it names, and learn from the answers which ones it knows.
-            // Without a key every such get is answered alike.
-            if shared.config.job_key.is_none() {
-                return self.answer(reject(RejectCode::NoTarget), shared);
-            }
-            match shared.ops.free_slot() {
-                Some(i) => shared.ops.post(i, Mail::Route { from: self.id, get }),
-                None => self.answer(reject(RejectCode::Busy), shared),
-            }
-            return;
-        }
-        let local = match shared.regs.check_remote(src, Access::REMOTE_READ) {
-            Ok(local) => local,
-            Err(e) => return self.answer(reject(e.into()), shared),
-        };
-        let chunk = self.put_chunk(shared);
-        if let Err(code) = shared.serve(self.id, chunk, get.xfer_id | GET_REPLY, local, dst, None) {
-            self.answer(reject(code), shared);
-        }
-    }
-
-    /// The peer described `key` as `region`: the operations waiting for
-    /// it go their way.
-    fn settle_key<S: Storage>(
-        &mut self,
-        key: u64,
-        region: Result<crate::wire::KeyRegion, RejectCode>,
-        shared: &mut Shared<S>,
-    ) {
-        let waiting = |op: &Op| op.path == Path::Key && op.remote.key.0 == key;
-        self.reroute(shared, waiting, |_, op| route(op, region));
-    }
-
-    /// The peer does not answer KEY: the operations waiting for an answer
-    /// go in packets.
-    fn keys_unanswerable<S: Storage>(&mut self, shared: &mut Shared<S>) {
-        self.reroute(shared, |op| op.path == Path::Key, |_, _| Route::Packets);
-    }
-
-    /// Sends each of this side's operations to the peer that `pick`
-    /// chooses the way `route` says.
-    fn reroute<S: Storage>(
-        &mut self,
-        shared: &mut Shared<S>,
-        pick: impl Fn(&Op) -> bool,
-        route: impl Fn(&mut Self, &Op) -> Route,
-    ) {
-        for i in 0..shared.ops.capacity() {
-            let Some(op) = shared.ops.get(i).copied() else {
-                continue;
-            };
-            if op.peer == self.id && pick(&op) {
-                let route = route(self, &op);
-                self.take_route(i, op, route, shared);
-            }
-        }
-    }
-
-    /// How this side's put or get `op`, in slot `i`, goes: it fails,
-    /// waits for the peer to describe its key, goes by the driver's device,
-    /// or goes in packets (a get asks the peer with a GET).
-    pub fn take_route<S: Storage>(
-        &mut self,
-        i: usize,
-        op: Op,
-        route: Route,
-        shared: &mut Shared<S>,
-    ) {
-        let path = match route {
-            Route::Refused(code) => {
-                let error = Err(BtlError::Rejected(code));
-                shared.ops.finish(i, error, &mut shared.events);
-                return;
-            }
-            Route::Ask => Path::Key,
-            Route::Device(remote) => Path::Device {
-                remote,
-                posted: None,
-            },
-            Route::Packets => Path::Packets,
-        };
-        shared.ops.update(i, op.peer, op.id, |o| o.path = path);
-        if path == Path::Packets
-            && op.kind == OpKind::Get
-            && !self.queue_get(op.get_request(shared.config.me))
-        {
-            let error = Err(BtlError::OutOfResource);
-            shared.ops.finish(i, error, &mut shared.events);
-        }
-    }
-
-    /// How a put or get of this side's naming `key` goes, from what the
-    /// peer said of the key, asking it if nobody has.
-    pub fn lookup_key(&mut self, op: &Op) -> Route {
-        if !self.answers_keys {
-            return Route::Packets;
-        }
-        match self.keys.lookup(op.remote.key.0) {
-            Lookup::Known(region) => route(op, Ok(region)),
-            Lookup::Asking => Route::Ask,
-            Lookup::Full => Route::Packets,
-        }
-    }
-
-    /// The device refused `key` (its region is gone): what the peer said of
-    /// it is forgotten, and the transfers about to use it ask again.
-    pub fn key_refused<S: Storage>(&mut self, key: u64, shared: &mut Shared<S>) {
-        self.keys.forget(key);
-        let about_to = |op: &Op| {
-            matches!(op.path, Path::Device { posted: None, .. }) && op.remote.key.0 == key
-        };
-        self.reroute(shared, about_to, |peer, op| peer.lookup_key(op));
     }
 
     /// The upper layer is done with a message from the peer at `now`: its
@@ -1527,7 +1360,7 @@ fn release<S: Storage>(
                 .credit(usize::from(op), id, xfer_id, data.len, result, events);
         }
         Outgoing::Control {
-            packet: ControlPacket::Notify(n),
+            packet: ControlRepr::Notify(n),
             ..
         } => {
             if let Some(i) = shared.ops.find(OpKind::Put, id, n.xfer_id) {
@@ -1544,7 +1377,7 @@ fn release<S: Storage>(
 fn drop_held<S: Storage>(item: Held, shared: &mut Shared<S>) {
     match item {
         Held::Send { frag, .. } => shared.drop_received(frag),
-        Held::Control(ControlPacket::Notify(_)) => shared.events.forgive(),
+        Held::Control(ControlRepr::Notify(_)) => shared.events.forgive(),
         _ => {}
     }
 }
@@ -1560,8 +1393,10 @@ impl<const W: usize> Retained for Peer<W> {
 }
 
 mod links;
+mod liveness;
 mod outbound;
 mod received;
+mod transfers;
 
 #[cfg(test)]
 mod tests;

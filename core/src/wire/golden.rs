@@ -58,7 +58,7 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         },
         data: &[0xde, 0xad, 0xbe, 0xef],
     };
-    let get = PacketRepr::Get(GetRepr {
+    let get = PacketRepr::Control(ControlRepr::Get(GetRepr {
         xfer_id: 0x1002,
         src_handle: 0xabcd,
         src_offset: 0,
@@ -67,25 +67,25 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
         target_rank: 6,
         dst_handle: 0x5678,
         dst_offset: 512,
-    });
+    }));
     let ack = PacketRepr::Ack(AckRepr { sack: 0b101 });
     let close = PacketRepr::Close(CloseRepr {
         reason: CloseReason::AuthFailed,
     });
-    let reject = PacketRepr::Reject(RejectRepr {
+    let reject = PacketRepr::Control(ControlRepr::Reject(RejectRepr {
         xfer_id: 0x1002,
         code: RejectCode::OutOfBounds,
-    });
-    let done = PacketRepr::Done(DoneRepr { xfer_id: 0x1003 });
-    let notify = PacketRepr::Notify(NotifyRepr {
+    }));
+    let done = PacketRepr::Control(ControlRepr::Done(DoneRepr { xfer_id: 0x1003 }));
+    let notify = PacketRepr::Control(ControlRepr::Notify(NotifyRepr {
         xfer_id: 0x1001,
         handle: 0xabcd,
         offset: 0,
         len: 10000,
         imm: 0x0102_0304,
-    });
-    let key = PacketRepr::Key(KeyRepr { key: 0xabcd });
-    let key_info = PacketRepr::KeyInfo(KeyInfoRepr {
+    }));
+    let key = PacketRepr::Control(ControlRepr::Key(KeyRepr { key: 0xabcd }));
+    let key_info = PacketRepr::Control(ControlRepr::KeyInfo(KeyInfoRepr {
         key: 0xabcd,
         region: Ok(KeyRegion {
             len: 10000,
@@ -95,7 +95,7 @@ pub(super) fn vectors() -> Vec<(&'static str, HeaderRepr, PacketRepr<'static>)> 
                 base: 0x10000,
             }),
         }),
-    });
+    }));
     let hello = PacketRepr::Hello(HELLO_A);
     let cookie = PacketRepr::Cookie(CookieRepr {
         cookie: [

@@ -10,7 +10,8 @@
 //! ([`SendRepr`]), bulk transfers ([`PutRepr`], [`GetRepr`],
 //! [`RejectRepr`], [`DoneRepr`], [`NotifyRepr`]), registration keys for
 //! devices that move bytes themselves ([`KeyRepr`], [`KeyInfoRepr`]),
-//! acknowledgements ([`AckRepr`]) and [`CloseRepr`]. The
+//! acknowledgements ([`AckRepr`]) and [`CloseRepr`]. The six reliable
+//! packets without payload decode into one [`ControlRepr`]. The
 //! book's protocol chapter specifies each byte, with golden vectors that
 //! the tests check against this code.
 //!
@@ -56,6 +57,7 @@
 mod ack;
 mod checksum;
 mod close;
+mod control;
 mod cookie;
 mod done;
 mod error;
@@ -82,6 +84,7 @@ mod tests;
 pub use ack::AckRepr;
 pub use checksum::{Crc32c, check_trailer, crc32c};
 pub use close::{CloseReason, CloseRepr};
+pub use control::ControlRepr;
 pub use cookie::{COOKIE_CONTEXT, COOKIE_LEN, CookieRepr};
 pub use done::DoneRepr;
 pub use error::WireError;

@@ -3,9 +3,8 @@
 
 use super::checksum::{Crc32c, check_trailer};
 use super::{
-    AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, CookieRepr, DoneRepr, Flags, GetRepr,
-    HEADER_LEN, Header, HeaderRepr, HelloAckRepr, HelloRepr, KeyInfoRepr, KeyRepr, Limits,
-    NotifyRepr, PacketType, PutRepr, RejectRepr, SendRepr, WireError,
+    AckRepr, CHECKSUM_LEN, CloseReason, CloseRepr, ControlRepr, CookieRepr, Flags, HEADER_LEN,
+    Header, HeaderRepr, HelloAckRepr, HelloRepr, Limits, PacketType, PutRepr, SendRepr, WireError,
 };
 
 /// A decoded packet body of any type, borrowing its payload from the frame.
@@ -30,24 +29,15 @@ pub enum PacketRepr<'a> {
         /// The data.
         data: &'a [u8],
     },
-    /// GET.
-    Get(GetRepr),
     /// ACK.
     Ack(AckRepr),
     /// CLOSE.
     Close(CloseRepr),
-    /// REJECT.
-    Reject(RejectRepr),
-    /// DONE.
-    Done(DoneRepr),
-    /// NOTIFY.
-    Notify(NotifyRepr),
-    /// KEY.
-    Key(KeyRepr),
-    /// KEY_INFO.
-    KeyInfo(KeyInfoRepr),
     /// COOKIE.
     Cookie(CookieRepr),
+    /// GET, REJECT, DONE, NOTIFY, KEY or KEY_INFO: a reliable packet
+    /// without payload.
+    Control(ControlRepr),
 }
 
 impl<'a> PacketRepr<'a> {
@@ -58,15 +48,10 @@ impl<'a> PacketRepr<'a> {
             Self::HelloAck(_) => PacketType::HelloAck,
             Self::Send { .. } => PacketType::Send,
             Self::Put { .. } => PacketType::Put,
-            Self::Get(_) => PacketType::Get,
             Self::Ack(_) => PacketType::Ack,
             Self::Close(_) => PacketType::Close,
-            Self::Reject(_) => PacketType::Reject,
-            Self::Done(_) => PacketType::Done,
-            Self::Notify(_) => PacketType::Notify,
-            Self::Key(_) => PacketType::Key,
-            Self::KeyInfo(_) => PacketType::KeyInfo,
             Self::Cookie(_) => PacketType::Cookie,
+            Self::Control(c) => c.packet_type(),
         }
     }
 
@@ -119,15 +104,18 @@ impl<'a> PacketRepr<'a> {
                     data,
                 }
             }
-            PacketType::Get => Self::Get(GetRepr::parse(exact(body, bad_length)?)?),
             PacketType::Ack => Self::Ack(AckRepr::parse(exact(body, bad_length)?)),
             PacketType::Close => Self::Close(CloseRepr::parse(exact(body, bad_length)?)?),
-            PacketType::Reject => Self::Reject(RejectRepr::parse(exact(body, bad_length)?)?),
-            PacketType::Done => Self::Done(DoneRepr::parse(exact(body, bad_length)?)),
-            PacketType::Notify => Self::Notify(NotifyRepr::parse(exact(body, bad_length)?)),
-            PacketType::Key => Self::Key(KeyRepr::parse(exact(body, bad_length)?)),
             PacketType::Cookie => Self::Cookie(CookieRepr::parse(exact(body, bad_length)?)),
-            PacketType::KeyInfo => Self::KeyInfo(KeyInfoRepr::parse(exact(body, bad_length)?)?),
+            PacketType::Get
+            | PacketType::Reject
+            | PacketType::Done
+            | PacketType::Notify
+            | PacketType::Key
+            | PacketType::KeyInfo => Self::Control(
+                ControlRepr::parse(packet_type, body)?
+                    .ok_or(WireError::UnknownType(packet_type as u8))?,
+            ),
         })
     }
 
@@ -139,15 +127,10 @@ impl<'a> PacketRepr<'a> {
             Self::HelloAck(r) => r.emit(chunk(buf)?),
             Self::Send { send, .. } => send.emit(chunk(buf)?),
             Self::Put { put, .. } => put.emit(chunk(buf)?),
-            Self::Get(r) => r.emit(chunk(buf)?),
             Self::Ack(r) => r.emit(chunk(buf)?),
             Self::Close(r) => r.emit(chunk(buf)?),
-            Self::Reject(r) => r.emit(chunk(buf)?),
-            Self::Done(r) => r.emit(chunk(buf)?),
-            Self::Notify(r) => r.emit(chunk(buf)?),
-            Self::Key(r) => r.emit(chunk(buf)?),
             Self::Cookie(r) => r.emit(chunk(buf)?),
-            Self::KeyInfo(r) => r.emit(chunk(buf)?),
+            Self::Control(c) => return c.emit(buf),
         }
         Ok(self.fixed_len())
     }
@@ -312,12 +295,15 @@ fn check_header(header: &HeaderRepr, packet: &PacketRepr<'_>) -> Result<(), Wire
 }
 
 /// `body` as an array, if it is exactly `N` bytes long.
-fn exact<const N: usize>(body: &[u8], bad_length: WireError) -> Result<&[u8; N], WireError> {
+pub(super) fn exact<const N: usize>(
+    body: &[u8],
+    bad_length: WireError,
+) -> Result<&[u8; N], WireError> {
     body.try_into().map_err(|_| bad_length)
 }
 
 /// The first `N` bytes of `buf` as an array.
-fn chunk<const N: usize>(buf: &mut [u8]) -> Result<&mut [u8; N], WireError> {
+pub(super) fn chunk<const N: usize>(buf: &mut [u8]) -> Result<&mut [u8; N], WireError> {
     let have = buf.len();
     buf.first_chunk_mut()
         .ok_or(WireError::BufferTooSmall { needed: N, have })

@@ -52,10 +52,10 @@ fn valid(packet: PacketRepr<'_>) -> PacketRepr<'_> {
             put.offset = put.offset.min(u64::MAX - len);
             PacketRepr::Put { put, data }
         }
-        PacketRepr::Get(mut get) => {
+        PacketRepr::Control(ControlRepr::Get(mut get)) => {
             get.src_offset = get.src_offset.min(u64::MAX - get.len);
             get.dst_offset = get.dst_offset.min(u64::MAX - get.len);
-            PacketRepr::Get(get)
+            PacketRepr::Control(ControlRepr::Get(get))
         }
         other => other,
     }
@@ -190,14 +190,14 @@ fn key_info_unused_fields_and_bits_must_be_zero() {
     let (_, packet, _) = parse(&bare, &LIMITS).expect("a region without a device");
     assert_eq!(
         packet,
-        PacketRepr::KeyInfo(KeyInfoRepr {
+        PacketRepr::Control(ControlRepr::KeyInfo(KeyInfoRepr {
             key: 0xabcd,
             region: Ok(KeyRegion {
                 len: 10000,
                 access: 0b11,
                 device: None
             })
-        })
+        }))
     );
     // A refusal carries nothing else.
     let refused = patched(good.clone(), 40, &[1]);
@@ -212,10 +212,10 @@ fn key_info_unused_fields_and_bits_must_be_zero() {
     let (_, packet, _) = parse(&bare_refusal, &LIMITS).expect("a refusal");
     assert_eq!(
         packet,
-        PacketRepr::KeyInfo(KeyInfoRepr {
+        PacketRepr::Control(ControlRepr::KeyInfo(KeyInfoRepr {
             key: 0xabcd,
             region: Err(RejectCode::BadHandle)
-        })
+        }))
     );
     let mut with_len = bare_refusal.clone();
     with_len[55] = 1;

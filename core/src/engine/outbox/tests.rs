@@ -6,9 +6,9 @@ use std::vec::Vec as StdVec;
 use super::*;
 use crate::btl::{RegSlot, Registrations};
 use crate::engine::framing::{Datagram, Stream};
-use crate::engine::packet::ControlPacket;
 use crate::engine::window::Ack;
 use crate::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
+use crate::wire::ControlRepr;
 use crate::wire::{CloseReason, CloseRepr, DoneRepr, Flags, Limits, PacketRepr, parse};
 
 type Regs = Registrations<StdVec<u8>, [RegSlot<StdVec<u8>>; 0]>;
@@ -26,7 +26,7 @@ impl Packets {
         let retained = seqs
             .into_iter()
             .map(|seq| {
-                let mut out = Outgoing::control(ControlPacket::Done(DoneRepr { xfer_id: seq }));
+                let mut out = Outgoing::control(ControlRepr::Done(DoneRepr { xfer_id: seq }));
                 out.stamp(seq, 0, 0, &Trailers::default(), fix.pools.view());
                 (seq, out)
             })
@@ -104,7 +104,7 @@ fn frames(mut bytes: &[u8]) -> StdVec<std::string::String> {
     while !bytes.is_empty() {
         let (header, packet, len) = parse(bytes, &Limits::new(1024)).expect("whole frames");
         out.push(match packet {
-            PacketRepr::Done(d) => std::format!("done {}", d.xfer_id),
+            PacketRepr::Control(ControlRepr::Done(d)) => std::format!("done {}", d.xfer_id),
             PacketRepr::Ack(_) => std::format!("ack {}", header.ack),
             other => std::format!("{:?}", other.packet_type()),
         });

@@ -17,10 +17,10 @@ use heapless::{Deque, Vec};
 use crate::btl::MemHandle;
 use crate::desc::Descriptor;
 use crate::time::{Duration, Instant};
-use crate::wire::GetRepr;
+use crate::wire::{ControlRepr, GetRepr};
 
 use super::super::MAX_PEER_LINKS;
-use super::super::packet::{Answer, ControlPacket, Outgoing, Queued};
+use super::super::packet::{Answer, Outgoing, Queued};
 use super::super::window::{Ack, AckBeyondSent, Acked, SendWindow};
 
 /// What [`Outbound::clear`] hands back of a lost peer's packets.
@@ -211,7 +211,7 @@ impl<const W: usize> Outbound<W> {
                 matches!(
                     out,
                     Outgoing::Control {
-                        packet: ControlPacket::Reject(_),
+                        packet: ControlRepr::Reject(_),
                         ..
                     }
                 )
@@ -380,13 +380,13 @@ mod tests {
 
     /// A retained control packet that names `n`.
     fn done(n: u64) -> Outgoing {
-        Outgoing::control(ControlPacket::Done(DoneRepr { xfer_id: n }))
+        Outgoing::control(ControlRepr::Done(DoneRepr { xfer_id: n }))
     }
 
     fn named(out: &Outgoing) -> u64 {
         match out {
             Outgoing::Control {
-                packet: ControlPacket::Done(d),
+                packet: ControlRepr::Done(d),
                 ..
             } => d.xfer_id,
             other => panic!("{other:?}"),

@@ -14,8 +14,8 @@ use heapless::Vec;
 
 use crate::btl::{RejectCode, Tag};
 use crate::pool::Fragment;
+use crate::wire::ControlRepr;
 
-use super::super::packet::ControlPacket;
 use super::super::window::{Ack, Arrival, RecvWindow};
 
 /// A reliable packet the window holds until delivery in order.
@@ -45,7 +45,7 @@ pub enum Held {
         code: RejectCode,
     },
     /// A numbered control packet (a NOTIFY's event place is kept).
-    Control(ControlPacket),
+    Control(ControlRepr),
 }
 
 /// What came from one peer, in a window of `W`.

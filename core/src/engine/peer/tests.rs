@@ -10,7 +10,7 @@ use crate::engine::framing::{Datagram, Stream};
 use crate::engine::testkit::{
     Boxed, PEER, Seen, config, drain_events, endpoint, hello, link, message, opened, shared,
 };
-use crate::wire::{NotifyRepr, PacketType};
+use crate::wire::{DoneRepr, NotifyRepr, PacketType};
 
 type P = Peer<8>;
 
@@ -346,9 +346,9 @@ fn over_datagrams_an_unanswered_probe_goes_again_ever_more_slowly() {
         ack: 0,
         body_len: crate::wire::AckRepr::LEN as u64,
     };
-    let answer = Receiving::Control(ControlIn::Ack(crate::wire::AckRepr { sack: 0 }));
+    let answer = Receiving::Ack(crate::wire::AckRepr { sack: 0 });
     p.on_packet(&header, answer, &dg, &mut sh).expect("an ack");
-    assert!(!p.probe_unanswered());
+    assert!(!p.liveness.unanswered());
 }
 
 #[test]
@@ -533,10 +533,10 @@ fn a_notice_raises_one_event_unless_its_put_could_not_land() {
         };
         (
             header,
-            Receiving::Control(ControlIn::Numbered {
+            Receiving::Control {
                 seq,
-                packet: ControlPacket::Notify(notify),
-            }),
+                packet: ControlRepr::Notify(notify),
+            },
         )
     };
     for (seq, handle, imm) in [(1, writable, 11), (2, readonly, 22)] {
@@ -569,7 +569,9 @@ fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() 
         .expect("room");
     let device = DeviceKey { key: 77, base: 5 };
     sh.regs.set_device(h, Some(device)).expect("registered");
-    let control = |seq: u64, packet_type: PacketType, body_len: usize, c: ControlIn| {
+    let control = |seq: u64, packet: ControlRepr| {
+        let packet_type = packet.packet_type();
+        let body_len = packet_type.fixed_body_len();
         let header = HeaderRepr {
             packet_type,
             flags: Flags::empty(),
@@ -578,18 +580,10 @@ fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() 
             ack: 0,
             body_len: body_len as u64,
         };
-        (header, Receiving::Control(c))
+        (header, Receiving::Control { seq, packet })
     };
     for (seq, key) in [(1, h.remote_key().0), (2, 0xdead_0001)] {
-        let (hd, r) = control(
-            seq,
-            PacketType::Key,
-            KeyRepr::LEN,
-            ControlIn::Numbered {
-                seq,
-                packet: ControlPacket::Key(KeyRepr { key }),
-            },
-        );
+        let (hd, r) = control(seq, ControlRepr::Key(KeyRepr { key }));
         p.on_packet(&hd, r, &Stream, &mut sh)
             .expect("in the window");
     }
@@ -597,7 +591,7 @@ fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() 
         .into_iter()
         .filter_map(|(seq, _)| match p.out.window.get(seq) {
             Some(Outgoing::Control {
-                packet: ControlPacket::KeyInfo(info),
+                packet: ControlRepr::KeyInfo(info),
                 ..
             }) => Some(*info),
             _ => None,
@@ -629,15 +623,7 @@ fn a_key_is_answered_with_what_it_names_and_an_unasked_answer_changes_nothing() 
             device: Some(device),
         }),
     };
-    let (hd, r) = control(
-        3,
-        PacketType::KeyInfo,
-        KeyInfoRepr::LEN,
-        ControlIn::Numbered {
-            seq: 3,
-            packet: ControlPacket::KeyInfo(forged),
-        },
-    );
+    let (hd, r) = control(3, ControlRepr::KeyInfo(forged));
     p.on_packet(&hd, r, &Stream, &mut sh)
         .expect("in the window");
     assert_eq!(p.keys.known(9), None);
@@ -654,7 +640,7 @@ fn incoming_ack(cumulative: u64) -> (HeaderRepr, Receiving) {
         ack: cumulative,
         body_len: crate::wire::AckRepr::LEN as u64,
     };
-    let receiving = Receiving::Control(ControlIn::Ack(crate::wire::AckRepr { sack: 0 }));
+    let receiving = Receiving::Ack(crate::wire::AckRepr { sack: 0 });
     (header, receiving)
 }
 

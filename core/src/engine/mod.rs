@@ -1411,7 +1411,11 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     }
 
     /// Frees the record of lost peer `p`, remembering its start and
-    /// closing any link that still names it.
+    /// closing any link that still names it. Never inlined: the peer it
+    /// takes out of the table is tens of kilobytes, and a caller that
+    /// inlined it would probe that much stack on every call, most of which
+    /// forget nothing.
+    #[inline(never)]
     fn forget_peer(&mut self, p: EndpointId) {
         if let Some(peer) = self.peers.get(p)
             && let Some(epoch) = peer.epoch()

@@ -301,7 +301,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         fixed[..n].copy_from_slice(&reader.fixed()[..n]);
         let fixed = &fixed[..n];
         let bad = |e: WireError| e.close_reason();
-        let discard = |receiving| (receiving, PayloadTarget::Discard);
+        // What the frame is, its payload (if it has one) read into nothing.
+        let keep_no_payload = |receiving| (receiving, PayloadTarget::Discard);
         let within_share = may_claim(shared, peers, peer_id, header.seq);
         let peer = peer_id.and_then(|p| peers.get_mut(p));
         // A trailer the handshake did not agree on breaks the protocol:
@@ -319,24 +320,26 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let duplicate = matches!(header.packet_type, PacketType::Send | PacketType::Put)
             && peer.as_ref().is_some_and(|p| p.is_duplicate(header.seq));
         let (next, target) = match header.packet_type {
-            PacketType::Hello => discard(Receiving::Hello(
+            PacketType::Hello => keep_no_payload(Receiving::Hello(
                 HelloRepr::parse(chunk(fixed)?).map_err(bad)?,
             )),
             PacketType::HelloAck => {
-                discard(Receiving::HelloAck(HelloAckRepr::parse(chunk(fixed)?)))
+                keep_no_payload(Receiving::HelloAck(HelloAckRepr::parse(chunk(fixed)?)))
             }
-            PacketType::Close => discard(Receiving::Close {
+            PacketType::Close => keep_no_payload(Receiving::Close {
                 reason: CloseRepr::parse(chunk(fixed)?).map_err(bad)?.reason,
             }),
             // Only a datagram server sends it, to a stranger's HELLO.
             PacketType::Cookie if !F::LOSSY => return Err(CloseReason::ProtocolError),
-            PacketType::Cookie => discard(Receiving::Cookie(CookieRepr::parse(chunk(fixed)?))),
+            PacketType::Cookie => {
+                keep_no_payload(Receiving::Cookie(CookieRepr::parse(chunk(fixed)?)))
+            }
             _ if !open => {
                 framing.before_open()?;
-                discard(Receiving::None)
+                keep_no_payload(Receiving::None)
             }
-            _ if duplicate => discard(Receiving::Duplicate),
-            PacketType::Ack => discard(Receiving::Ack(AckRepr::parse(chunk(fixed)?))),
+            _ if duplicate => keep_no_payload(Receiving::Duplicate),
+            PacketType::Ack => keep_no_payload(Receiving::Ack(AckRepr::parse(chunk(fixed)?))),
             PacketType::Send => {
                 let tag = Tag(SendRepr::parse(chunk(fixed)?).map_err(bad)?.tag);
                 let len = usize::try_from(payload_left).map_err(|_| CloseReason::ProtocolError)?;
@@ -419,7 +422,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                     reader.set_target(PayloadTarget::Discard);
                     return Ok(());
                 }
-                discard(Receiving::Control {
+                keep_no_payload(Receiving::Control {
                     seq: header.seq,
                     packet,
                 })

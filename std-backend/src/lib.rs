@@ -6,7 +6,8 @@
 //! back, and events from [`poll_event`](Btl::poll_event), waited for with
 //! [`Module::wait_for`], or handed to a handler by a [`ProgressThread`].
 //! The book's "Getting started" chapter walks through a whole program
-//! (`examples/request_reply.rs`).
+//! (`examples/request_reply.rs`). A tokio service uses the same modules
+//! through the `btl-tokio` crate's async `Endpoint` instead.
 //!
 //! [`ModuleBuilder::open`] opens every component the framework parameter
 //! `btl` selects (`self,sm,tcp` by default) under one [`Bml`], which routes

@@ -127,6 +127,29 @@ impl<C: BorrowMut<[EventSlot]>> Events<C> {
         Ok(())
     }
 
+    /// The oldest event that `wanted` picks, taken out past the older
+    /// ones, which keep their order.
+    pub fn take_first(&mut self, wanted: impl Fn(&Pending) -> bool) -> Option<Pending> {
+        let capacity = self.capacity();
+        let ring = self.ring.borrow_mut();
+        let found = (0..self.len).find(|i| {
+            ring[(self.head + i) % capacity]
+                .0
+                .as_ref()
+                .is_some_and(&wanted)
+        })?;
+        let event = ring[(self.head + found) % capacity].0.take();
+        // The older events move up one place into the gap.
+        for i in (0..found).rev() {
+            let from = (self.head + i) % capacity;
+            let to = (self.head + i + 1) % capacity;
+            ring[to].0 = ring[from].0.take();
+        }
+        self.head = (self.head + 1) % capacity;
+        self.len -= 1;
+        event
+    }
+
     /// The oldest event.
     pub fn pop(&mut self) -> Option<Pending> {
         if self.len == 0 {
@@ -167,6 +190,36 @@ mod tests {
         assert!(e.push(error()).is_err(), "full");
         assert!(e.pop().is_some());
         assert_eq!(e.len(), 7);
+    }
+
+    #[test]
+    fn an_event_taken_past_older_ones_leaves_them_in_order() {
+        let put = |op| {
+            Pending::Done(Completion::Put {
+                op: crate::btl::OpId(op),
+                ctx: 0,
+                result: Ok(()),
+            })
+        };
+        let op_of = |p: &Pending| match p {
+            Pending::Done(Completion::Put { op, .. }) => op.0,
+            other => panic!("{other:?}"),
+        };
+        let mut e = Events::new([const { EventSlot::EMPTY }; 4]);
+        // Around the ring's end: 3 pushed and 2 popped first.
+        for op in 0..3 {
+            let _ = e.push(put(op));
+        }
+        let _ = (e.pop(), e.pop());
+        for op in 3..6 {
+            let _ = e.push(put(op));
+        }
+        let taken = e.take_first(|p| op_of(p) == 4);
+        assert_eq!(taken.as_ref().map(op_of), Some(4));
+        assert!(e.take_first(|p| op_of(p) == 4).is_none(), "taken once");
+        let rest: std::vec::Vec<u64> = core::iter::from_fn(|| e.pop()).map(|p| op_of(&p)).collect();
+        assert_eq!(rest, [2, 3, 5]);
+        assert_eq!(e.len(), 0);
     }
 
     #[test]

@@ -405,6 +405,27 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
 }
 
 impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
+    /// The oldest completion of this side's own sends, puts and gets,
+    /// taken past the messages and other events queued before it (which
+    /// keep their order): for an upper layer that cannot take a message
+    /// now (its queue for it is full) but must still learn that its
+    /// operations ended, or it would wait for them and never read. A
+    /// received message's bytes stay valid as before.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        let own = |p: &Pending| {
+            matches!(
+                p,
+                Pending::Done(
+                    Completion::Send { .. } | Completion::Put { .. } | Completion::Get { .. }
+                )
+            )
+        };
+        match self.shared.events.take_first(own)? {
+            Pending::Done(c) => Some(c),
+            Pending::Received { .. } => None,
+        }
+    }
+
     /// Whether a put, a get or a send under way reads or writes
     /// registration `handle`: its deregistration is refused (`InUse`)
     /// until they end. A driver whose device holds the region asks before

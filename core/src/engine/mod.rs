@@ -754,6 +754,23 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         packets + self.shared.ops.len()
     }
 
+    /// Sends every acknowledgement owed at the next write, without its
+    /// delay: what a driver does before it finalizes, so that its peers
+    /// learn that their last messages arrived, instead of failing them
+    /// when the CLOSE comes.
+    pub fn acknowledge_now(&mut self) {
+        let now = self.shared.now;
+        for i in 0..self.peers.len() {
+            let Some(p) = self.peers.id_at(i) else {
+                continue;
+            };
+            if let Some(peer) = self.peers.get_mut(p) {
+                peer.acknowledge_now(now);
+            }
+        }
+        self.settle();
+    }
+
     /// A mark of what is outstanding now, for a flush to wait for: per
     /// peer, the sequence number below which lies everything sent or
     /// queued to it ([`send_marks`](Self::send_marks)), and the operations

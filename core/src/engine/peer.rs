@@ -1059,6 +1059,17 @@ impl<const W: usize> Peer<W> {
         self.state == PeerState::Open && self.acks.is_owed()
     }
 
+    /// Makes the acknowledgement this side owes go at the next write,
+    /// without waiting out its delay: before a CLOSE, so that the peer
+    /// learns its last packets arrived instead of failing them with the
+    /// peer that left.
+    pub fn acknowledge_now(&mut self, now: Instant) {
+        if self.owes_ack() {
+            self.acks.owe(now, true);
+            self.ack_due = true;
+        }
+    }
+
     /// Whether an acknowledgement is overdue ([`PeerTimer::Ack`]): the
     /// engine puts it on the peer's first link.
     pub fn take_ack_due(&mut self) -> bool {

@@ -492,6 +492,45 @@ fn a_server_reached_by_address_is_waited_for_until_the_peer_timeout() {
 }
 
 #[test]
+fn a_process_that_acknowledges_before_it_finalizes_completes_its_peers_last_send() {
+    use crate::btl::{Btl, Event};
+    for acknowledged in [false, true] {
+        let (mut client, mut server) = client_and_server();
+        let _ = reach(&mut client, SERVER, ms(1));
+        let req = client.poll_connect().expect("a connection asked for");
+        let (la, lb) = connect(&mut client, &mut server, req, ms(1));
+        assert_eq!(events(&mut server), (1, std::vec![]), "the message came");
+        if acknowledged {
+            server.acknowledge_now();
+            pump(&mut client, la, &mut server, lb, ms(1));
+        }
+        let _ = server.finalize();
+        pump(&mut client, la, &mut server, lb, ms(1));
+        let mut sent = StdVec::new();
+        while let Some(event) = client.poll_event() {
+            if let Event::SendComplete { desc, result, .. } = event {
+                sent.push(result);
+                if let Some(desc) = desc {
+                    let _ = client.free(desc);
+                }
+            }
+        }
+        let expected = if acknowledged {
+            Ok(())
+        } else {
+            // Its acknowledgement still waited out its delay: the CLOSE
+            // took the message with the peer.
+            Err(BtlError::PeerLost(LostReason::Left))
+        };
+        assert_eq!(
+            sent,
+            std::vec![expected],
+            "acknowledged first: {acknowledged}"
+        );
+    }
+}
+
+#[test]
 fn a_process_reached_again_by_address_is_no_second_peer() {
     let (mut client, mut server) = client_and_server();
     let named = reach(&mut client, SERVER, ms(1));

@@ -385,6 +385,24 @@ pub struct FlushMark {
     ops: u64,
 }
 
+/// A connection by address under way ([`Module::start_connect_to`]).
+#[derive(Debug, Clone)]
+pub struct Connecting {
+    address: String,
+    /// The stand-in name the peer is listed under until its HELLO.
+    name: ProcName,
+    endpoint: EndpointId,
+    start: Instant,
+    timeout: Duration,
+}
+
+impl Connecting {
+    /// The endpoint the peer will have once reached.
+    pub fn endpoint(&self) -> EndpointId {
+        self.endpoint
+    }
+}
+
 /// What [`Module::flush`] could not deliver before its timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{outstanding} sends, puts or gets not yet acknowledged after {waited:?}")]
@@ -561,6 +579,26 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         address: &str,
         timeout: Duration,
     ) -> Result<(EndpointId, ProcName), ReachError> {
+        let connecting = self.start_connect_to(address, timeout)?;
+        loop {
+            if let Some(reached) = self.poll_connect_to(&connecting) {
+                return reached;
+            }
+            let waited = connecting.start.elapsed();
+            self.wait_a_step(timeout.saturating_sub(waited));
+        }
+    }
+
+    /// Begins [`connect_to`](Self::connect_to) without waiting: the peer
+    /// is added and its connection asked for;
+    /// [`poll_connect_to`](Self::poll_connect_to) says how it went, while
+    /// whoever serves the module (a pass, an async driver) moves it
+    /// forward.
+    pub fn start_connect_to(
+        &mut self,
+        address: &str,
+        timeout: Duration,
+    ) -> Result<Connecting, ReachError> {
         let start = Instant::now();
         let component = self.directory.component();
         let contacts = self
@@ -572,19 +610,26 @@ impl<T: Transport, M: Buffer> Module<T, M> {
                 reason: e.to_string(),
             })?;
         let name = self.directory.list(contacts);
-        let reached = self.answer_at(name, start, timeout);
-        match reached {
-            Ok(Ok(reached)) => Ok(reached),
-            Ok(Err((lost, refused))) => {
-                self.directory.unlist(name);
-                Err(ReachError::NoAnswer {
-                    address: address.to_owned(),
-                    component,
-                    waited: start.elapsed(),
-                    lost,
-                    refused,
-                })
-            }
+        let added = self
+            .transport
+            .pairs_with(&self.directory, name)
+            .map_err(ReachError::from)
+            .and_then(|()| {
+                let btl = |error| ReachError::Btl { proc: name, error };
+                let ep = btl_core::btl::add_proc(&mut self.engine, name)
+                    .map_err(btl)?
+                    .ok_or(btl(BtlError::Unreachable))?;
+                self.engine.connect(ep).map_err(btl)?;
+                Ok(ep)
+            });
+        match added {
+            Ok(endpoint) => Ok(Connecting {
+                address: address.to_owned(),
+                name,
+                endpoint,
+                start,
+                timeout,
+            }),
             Err(e) => {
                 self.directory.unlist(name);
                 Err(e)
@@ -592,42 +637,38 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         }
     }
 
-    /// Adds the peer listed as `name` and waits until its handshake
-    /// completes (its endpoint and the name it told), it is lost (why), or
-    /// `timeout` from `start` has passed (no reason); a peer not reached is
-    /// removed, and whether every connection to it was refused said.
-    #[allow(clippy::type_complexity)]
-    fn answer_at(
+    /// How a connection begun by [`start_connect_to`](Self::start_connect_to)
+    /// went: `None` while its handshake is under way and its time is not
+    /// up; the endpoint and the name the peer told once it completes; why
+    /// not once the peer is lost or the time given has passed (the peer
+    /// not reached is then removed, and it says whether every connection
+    /// was refused). Asked again after it answered, it answers the same
+    /// way only while the peer stays as it was.
+    pub fn poll_connect_to(
         &mut self,
-        name: ProcName,
-        start: Instant,
-        timeout: Duration,
-    ) -> Result<Result<(EndpointId, ProcName), (Option<LostReason>, bool)>, ReachError> {
-        self.transport.pairs_with(&self.directory, name)?;
-        let btl = |error| ReachError::Btl { proc: name, error };
-        let ep = btl_core::btl::add_proc(&mut self.engine, name)
-            .map_err(btl)?
-            .ok_or(btl(BtlError::Unreachable))?;
-        self.engine.connect(ep).map_err(btl)?;
-        let outcome = loop {
-            if self.engine.is_connected(ep)
-                && let Some(proc) = self.engine.proc_of(ep)
-            {
-                return Ok(Ok((ep, proc)));
-            }
-            if let Some(reason) = self.engine.lost(ep) {
-                break Some(reason);
-            }
-            let waited = start.elapsed();
-            if waited >= timeout {
-                break None;
-            }
-            self.wait_a_step(timeout - waited);
-        };
+        connecting: &Connecting,
+    ) -> Option<Result<(EndpointId, ProcName), ReachError>> {
+        let ep = connecting.endpoint;
+        if self.engine.is_connected(ep)
+            && let Some(proc) = self.engine.proc_of(ep)
+        {
+            return Some(Ok((ep, proc)));
+        }
+        let lost = self.engine.lost(ep);
+        if lost.is_none() && connecting.start.elapsed() < connecting.timeout {
+            return None;
+        }
         let refused = self.engine.refused(ep);
         // Removing a peer still unnamed says nothing to the upper layer.
         let _ = self.engine.del_procs(&[ep]);
-        Ok(Err((outcome, refused)))
+        self.directory.unlist(connecting.name);
+        Some(Err(ReachError::NoAnswer {
+            address: connecting.address.clone(),
+            component: self.directory.component(),
+            waited: connecting.start.elapsed(),
+            lost,
+            refused,
+        }))
     }
 
     /// Why [`Btl::add_procs`] found `proc` unreachable, if it did (and no
@@ -822,9 +863,34 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         read || !poller.is_empty()
     }
 
+    /// The oldest completion of this module's own sends, puts and gets,
+    /// taken past the messages queued before it
+    /// ([`Engine::poll_completion`](btl_core::engine::Engine::poll_completion)):
+    /// for a caller that cannot take a message now but must learn its
+    /// operations ended.
+    pub fn poll_completion(&mut self) -> Option<btl_core::btl::Completion> {
+        self.engine.poll_completion()
+    }
+
+    /// [`Btl::progress`], saying whether bytes or socket events came (a
+    /// handshake's, an acknowledgement's), not how many events are ready:
+    /// for a driver that passes again while something moves.
+    pub fn progress_moved(&mut self) -> bool {
+        self.pass(None).unwrap_or(false)
+    }
+
+    /// One pass over the sockets the poller reports ready, and the
+    /// engine's timers, without waiting and without reading any socket
+    /// directly: what a driver does before it sleeps, so that every socket
+    /// is watched again. Whether a socket event or bytes came.
+    pub fn poll_ready(&mut self) -> io::Result<bool> {
+        self.pass(Some(Duration::ZERO))
+    }
+
     /// Sends what the caller has queued, without reading: the pass of a
-    /// module whose sockets a progress thread reads.
-    pub(crate) fn serve_queued(&mut self) {
+    /// module whose sockets a progress thread reads, and what an async
+    /// driver does after a call so that a reply leaves at once.
+    pub fn serve_queued(&mut self) {
         let now = self.now();
         let Module {
             engine,
@@ -840,8 +906,14 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         engine.serve(&mut Sockets { transport, cx }, now, false);
     }
 
-    /// How long a wait may spin before it blocks.
-    pub(crate) fn spin(&self) -> Duration {
+    /// How long a close waits for what was sent to be acknowledged
+    /// (`btl_<c>_linger`).
+    pub fn linger(&self) -> Duration {
+        Duration::from_nanos(self.engine.config().linger.as_nanos())
+    }
+
+    /// How long a wait may spin before it blocks (`btl_<c>_spin`).
+    pub fn spin(&self) -> Duration {
         self.spin
     }
 
@@ -862,18 +934,19 @@ impl<T: Transport, M: Buffer> Module<T, M> {
 
     /// Whether a socket was left with bytes unread: the next pass is not
     /// to wait ([`Transport::left_unread`]).
-    pub(crate) fn left_unread(&self) -> bool {
+    pub fn left_unread(&self) -> bool {
         self.transport.left_unread()
     }
 
-    /// How long until the engine's next timer, if it has one.
-    pub(crate) fn until_timer(&self) -> Option<Duration> {
+    /// How long until the engine's next timer, if it has one: how long a
+    /// driver that is not woken otherwise may sleep.
+    pub fn until_timer(&self) -> Option<Duration> {
         let now = self.now();
         self.timer_at().map(|t| now.until(t).into())
     }
 
     /// Events ready to poll.
-    pub(crate) fn pending_events(&self) -> usize {
+    pub fn pending_events(&self) -> usize {
         self.engine.pending_events()
     }
 
@@ -991,6 +1064,26 @@ impl<T: Transport, M: Buffer> Module<T, M> {
     }
 }
 
+impl<T: Transport, M: Buffer> Module<T, M> {
+    /// [`Btl::finalize`] without its linger: the engine shuts down at
+    /// once and its CLOSEs go out. For a caller that has waited for its
+    /// acknowledgements its own way (an async driver's flush); what is
+    /// still outstanding is counted in the answer.
+    pub fn finalize_now(&mut self) -> Undelivered {
+        if self.engine.is_finalized() {
+            return Undelivered::default();
+        }
+        // What came from the peers is acknowledged before the CLOSEs: a
+        // peer that reads the CLOSE first fails what it sent last.
+        self.engine.acknowledge_now();
+        self.serve_queued();
+        let undelivered = self.engine.finalize();
+        // The CLOSEs go out before the sockets are dropped.
+        let _ = self.pass(None);
+        undelivered
+    }
+}
+
 impl<T: Transport, M: Buffer> Btl for Module<T, M> {
     type Memory = M;
 
@@ -1061,10 +1154,7 @@ impl<T: Transport, M: Buffer> Btl for Module<T, M> {
         if !linger.is_zero() {
             let _ = self.flush(Duration::from_nanos(linger.as_nanos()));
         }
-        let undelivered = self.engine.finalize();
-        // The CLOSEs go out before the sockets are dropped.
-        let _ = self.pass(None);
-        undelivered
+        self.finalize_now()
     }
 }
 

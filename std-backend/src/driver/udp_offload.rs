@@ -51,6 +51,15 @@ pub struct OffloadedUdp {
     segmenting: Cell<bool>,
 }
 
+#[cfg(unix)]
+impl std::os::fd::AsFd for OffloadedUdp {
+    /// The socket's descriptor, for a reactor that watches it (an async
+    /// driver's).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
 impl OffloadedUdp {
     /// Wraps `socket` and asks the kernel to coalesce what it receives,
     /// and to report the datagrams it sent that were refused.

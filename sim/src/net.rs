@@ -5,12 +5,17 @@
 //! turmoil's sockets are asynchronous; the driver's are non-blocking. Each
 //! operation is polled once with a waker that does nothing: ready means
 //! done, pending means `WouldBlock`. A connect is a future kept in its
-//! stream until it resolves. The poller costs nothing, so it reports every
-//! registered socket as ready on each pass, and the transports try them all
+//! stream until it resolves. The poller costs nothing, so it gives every
+//! registered socket to try on each pass, and the transports try them all
 //! (a read that finds nothing is a `WouldBlock`, as over the OS). Time is
 //! turmoil's simulated clock and randomness a seeded generator: a run is a
 //! function of its seed. turmoil loses and reorders datagrams; `SimNet`
 //! adds duplication.
+//!
+//! btl-tokio's async face runs over it too (`SimNet` is a
+//! [`Reactor`](btl_tokio::Reactor)): a host's `Endpoint`, made with
+//! `Endpoint::spawn_local` (the module is not `Send`), passes over the
+//! sockets once per simulated step.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -89,7 +94,9 @@ fn poll_once<T>(f: Pin<&mut dyn Future<Output = T>>) -> Poll<T> {
 /// wants to write.
 type Tokens = Rc<RefCell<BTreeMap<usize, bool>>>;
 
-/// A poller that reports every registered socket ready, in token order.
+/// A poller that gives every registered socket to try, in token order, on
+/// every poll. It never finds one ready, and says so (`is_empty`): a pass
+/// moved something only if its reads brought bytes.
 #[derive(Debug, Default)]
 pub struct SimPoller {
     tokens: Tokens,
@@ -145,8 +152,13 @@ impl Poller for SimPoller {
         self.events.iter()
     }
 
+    /// Always: the events are every socket to try, not readiness found,
+    /// so whether a pass over them moved anything is what its reads
+    /// brought. (An async driver that took them for readiness would pass
+    /// again and again within one step, and simulated time, which moves
+    /// only once every task of the host waits, would stand still.)
     fn is_empty(&self) -> bool {
-        self.events.is_empty()
+        true
     }
 }
 
@@ -413,5 +425,27 @@ impl Net for SimNet {
         out[..8].copy_from_slice(&self.next().to_le_bytes());
         out[8..].copy_from_slice(&self.next().to_le_bytes());
         out
+    }
+}
+
+/// The network of btl-tokio's async face over the simulation: an
+/// [`Endpoint`](btl_tokio::Endpoint) over `SimNet`. turmoil's sockets are
+/// polled with a waker that does nothing, so none of them can wake the
+/// endpoint's driver task: it passes over them on a fixed tick instead.
+impl btl_tokio::Reactor for SimNet {
+    /// 100 µs: turmoil's step in the scenarios, and the pause between two
+    /// passes of their hosts. tokio's timer counts whole milliseconds, and
+    /// a step of a millisecond or less moves a host's clock on to the next
+    /// one, so a sleep this short ends at the host's next step: an idle
+    /// endpoint makes one pass per step, as a scenario's host does, and
+    /// serves an engine timer at most a step late.
+    const TICK: Option<Duration> = Some(Duration::from_micros(100));
+
+    /// Nothing: no socket can wake the driver, which waits for its tick.
+    fn wake_on_ready(&self, _waker: &Waker) {}
+
+    /// Never: what is ready is found by trying every socket on each pass.
+    fn has_ready(&self) -> bool {
+        false
     }
 }

@@ -13,6 +13,8 @@
 //! operations, registrations and pools are back to nothing in use.
 #![cfg(not(loom))]
 
+mod common;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::future::poll_fn;
@@ -35,6 +37,7 @@ use btl_tokio::{
     Access, BtlError, Endpoint, EndpointId, Error, Lent, LostReason, PeerEvent, ProcName,
     RemoteKey, Tag,
 };
+use common::{Random, for_seeds, seeds};
 
 /// The job of every run's processes.
 const JOB: u64 = 0x5151;
@@ -57,54 +60,6 @@ const PATIENCE: Duration = Duration::from_secs(600);
 enum Component {
     Tcp,
     Udp,
-}
-
-/// Seeds to run: `BTL_SIM_SEED` alone, or `count` seeds from 1, or what
-/// `BTL_SIM_SEEDS` says: a count from 1, or a range `first-last`.
-fn seeds(count: u64) -> Vec<u64> {
-    if let Ok(seed) = std::env::var("BTL_SIM_SEED") {
-        return vec![seed.parse().expect("BTL_SIM_SEED is a number")];
-    }
-    let Ok(soak) = std::env::var("BTL_SIM_SEEDS") else {
-        return (1..=count).collect();
-    };
-    let number = |s: &str| -> u64 {
-        s.trim()
-            .parse()
-            .expect("BTL_SIM_SEEDS is a count or a range first-last")
-    };
-    match soak.split_once('-') {
-        Some((first, last)) => (number(first)..=number(last)).collect(),
-        None => (1..=number(&soak)).collect(),
-    }
-}
-
-/// Runs `scenario` for each seed, saying which seed failed.
-fn for_seeds(count: u64, scenario: impl Fn(u64)) {
-    for seed in seeds(count) {
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(seed)));
-        if let Err(panic) = run {
-            eprintln!("failed with seed {seed}: replay with BTL_SIM_SEED={seed}");
-            std::panic::resume_unwind(panic);
-        }
-    }
-}
-
-/// SplitMix64, for the workload's sizes and tags.
-struct Random(u64);
-
-impl Random {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 /// `len` bytes that depend on `key` and on their place, so that bytes

@@ -15,7 +15,7 @@ use btl_std::transports::tcp::Tcp;
 use btl_std::transports::udp::Udp;
 use btl_std::{
     Access, Btl, BtlError, EndpointId, MemError, MemHandle, MemSlice, ModuleBuilder, OpenError,
-    ProcName, RemoteKey, RemoteSlice, Tag,
+    Opening, ProcName, RemoteKey, RemoteSlice, Tag,
 };
 
 use crate::Error;
@@ -104,23 +104,10 @@ impl TcpEndpoint {
     /// job key), its sockets in the current runtime's reactor, and spawns
     /// its driver on the runtime.
     pub fn tcp(builder: ModuleBuilder) -> Result<Self, OpenError> {
-        let (setup, opening) = (builder.tcp_setup()?, builder.opening()?);
-        let net = TokioNet::new().map_err(|error| OpenError::Io {
-            component: "tcp",
-            error,
-        })?;
-        let module = setup
-            .build_on(
-                net,
-                opening.me,
-                opening.job_key.as_deref(),
-                opening.bootstrap,
-            )
-            .map_err(|error| OpenError::Io {
-                component: "tcp",
-                error,
-            })?;
-        Ok(Endpoint::spawn(module))
+        let setup = builder.tcp_setup()?;
+        open("tcp", &builder, |net, o| {
+            setup.build_on(net, o.me, o.job_key.as_deref(), o.bootstrap)
+        })
     }
 }
 
@@ -128,24 +115,28 @@ impl UdpEndpoint {
     /// Opens a UDP module as `builder` says, its sockets in the current
     /// runtime's reactor, and spawns its driver on the runtime.
     pub fn udp(builder: ModuleBuilder) -> Result<Self, OpenError> {
-        let (setup, opening) = (builder.udp_setup()?, builder.opening()?);
-        let net = TokioNet::new().map_err(|error| OpenError::Io {
-            component: "udp",
-            error,
-        })?;
-        let module = setup
-            .build_on(
-                net,
-                opening.me,
-                opening.job_key.as_deref(),
-                opening.bootstrap,
-            )
-            .map_err(|error| OpenError::Io {
-                component: "udp",
-                error,
-            })?;
-        Ok(Endpoint::spawn(module))
+        let setup = builder.udp_setup()?;
+        open("udp", &builder, |net, o| {
+            setup.build_on(net, o.me, o.job_key.as_deref(), o.bootstrap)
+        })
     }
+}
+
+/// Opens the module `build` makes of a new [`TokioNet`] and what `builder`
+/// knows of the process, and spawns its driver.
+fn open<T>(
+    component: &'static str,
+    builder: &ModuleBuilder,
+    build: impl FnOnce(TokioNet, Opening) -> std::io::Result<Module<T>>,
+) -> Result<Endpoint<T>, OpenError>
+where
+    T: Transport<Net = TokioNet> + std::marker::Send + 'static,
+    Module<T>: std::marker::Send,
+{
+    let opening = builder.opening()?;
+    let io = |error| OpenError::Io { component, error };
+    let module = build(TokioNet::new().map_err(io)?, opening).map_err(io)?;
+    Ok(Endpoint::spawn(module))
 }
 
 impl<T> Endpoint<T>

@@ -619,7 +619,7 @@ where
                 let timer = state.until_timer();
                 match (timer, tick) {
                     // Sooner than tokio's timer can wake: passed again.
-                    (Some(t), None) if t < TIMER_GRAIN && !floor.is_zero() => None,
+                    (Some(t), None) if t < TIMER_GRAIN && !spin.window().is_zero() => None,
                     (t, tick) => Some(match (t, tick) {
                         (Some(t), Some(k)) => Some(t.min(k)),
                         (t, k) => t.or(k),

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use btl_core::btl::Btl;
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{Capacities, HEADER_RESERVE, Usage};
-use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
+use btl_core::engine::{Capacities, Usage};
+use btl_core::pool::FragmentClass;
 use btl_sim::SimNet;
 use btl_std::bootstrap::{Card, Contact, StaticPeers};
 use btl_std::driver::module::{Module, Transport};
@@ -37,7 +37,7 @@ use btl_tokio::{
     Access, BtlError, Endpoint, EndpointId, Error, Lent, LostReason, PeerEvent, ProcName,
     RemoteKey, Tag,
 };
-use common::{Random, for_seeds, seeds};
+use common::{Random, for_seeds, pools, seeds};
 
 /// The job of every run's processes.
 const JOB: u64 = 0x5151;
@@ -94,20 +94,6 @@ fn bulk(seed: u64, from: u32, to: u32, max: usize) -> Vec<u8> {
     let key = seed ^ 0xB0 ^ (u64::from(from) << 40) ^ (u64::from(to) << 24);
     let len = 1 + Random(key).below(max as u64) as usize;
     bytes(key, len)
-}
-
-fn pools(max_send: usize) -> FragmentPoolsConfig {
-    let class = |payload: usize, num: u32| FragmentPoolConfig {
-        fragment_size: payload + HEADER_RESERVE,
-        num,
-        max: num,
-        inc: num,
-    };
-    FragmentPoolsConfig {
-        small: class(256, 64),
-        eager: class(4096.min(max_send), 64),
-        max: class(max_send, 32),
-    }
 }
 
 /// Fragments in use in every pool of `module`.

@@ -20,9 +20,8 @@ use std::time::Duration;
 use btl_core::btl::{Btl, BtlError, Event, LostReason, Tag};
 use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
-use btl_core::engine::HEADER_RESERVE;
 use btl_core::engine::config::EngineConfig;
-use btl_core::pool::{FragmentClass, FragmentPoolConfig, FragmentPoolsConfig};
+use btl_core::pool::FragmentClass;
 use btl_sim::SimNet;
 use btl_std::bootstrap::{Card, Contact, StaticPeers};
 use btl_std::driver::directory::Directory;
@@ -35,7 +34,7 @@ use btl_verbs::module::{Verbs, VerbsSetup};
 use btl_verbs::provider::AckTimeout;
 use btl_verbs::soft::{SoftFabric, SoftHca};
 use btl_verbs::transport::VerbsConfig;
-use common::{Random, for_seeds, seeds};
+use common::{Random, for_seeds, pools, seeds};
 
 /// The job of every scenario's processes.
 const JOB: u64 = 0x5151;
@@ -62,20 +61,6 @@ fn payload(from: u32, to: u32, i: u32, len: usize) -> Vec<u8> {
     (0..len)
         .map(|k| (key.wrapping_mul(31).wrapping_add(k as u64 * 7) >> 3) as u8)
         .collect()
-}
-
-fn pools(max_send: usize) -> FragmentPoolsConfig {
-    let class = |payload: usize, num: u32| FragmentPoolConfig {
-        fragment_size: payload + HEADER_RESERVE,
-        num,
-        max: num,
-        inc: num,
-    };
-    FragmentPoolsConfig {
-        small: class(256, 64),
-        eager: class(4096.min(max_send), 64),
-        max: class(max_send, 32),
-    }
 }
 
 fn engine() -> EngineConfig {

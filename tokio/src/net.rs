@@ -279,9 +279,14 @@ impl<S: AsFd> Watch<TokioRegistry> for Registered<S> {
 pub struct TokioPoller {
     reactor: Arc<Shared>,
     events: Vec<TokioEvent>,
-    /// Tokens to look at on this pass, kept from pass to pass.
-    tokens: Vec<usize>,
+    /// The sockets to ask tokio about on this pass (the room kept from
+    /// pass to pass).
+    asked: Vec<Asked>,
 }
+
+/// A socket to ask about: its token, registration, whether it wants to
+/// write, and its waker.
+type Asked = (usize, Weak<AsyncFd<OwnedFd>>, bool, Waker);
 
 /// A socket found ready.
 #[derive(Debug, Clone, Copy)]
@@ -385,28 +390,26 @@ impl Poller for TokioPoller {
         }
         // The registrations are asked outside the lock: tokio may call a
         // socket's waker, which takes it.
-        let mut asked = Vec::new();
         {
             let mut state = self.reactor.lock();
-            self.tokens.clear();
+            let State { ready, sockets, .. } = &mut *state;
+            let mut ask = |token: usize, entry: &mut Entry| {
+                entry.queued = false;
+                let waker = entry.waker.clone();
+                self.asked
+                    .push((token, entry.fd.clone(), entry.writable, waker));
+            };
             if blocking {
-                self.tokens.extend(state.sockets.keys().copied());
+                sockets.iter_mut().for_each(|(&t, entry)| ask(t, entry));
             } else {
-                self.tokens.append(&mut state.ready);
-            }
-            for token in &self.tokens {
-                if let Some(entry) = state.sockets.get_mut(token) {
-                    entry.queued = false;
-                    asked.push((
-                        *token,
-                        entry.fd.clone(),
-                        entry.writable,
-                        entry.waker.clone(),
-                    ));
+                for token in ready.drain(..) {
+                    if let Some(entry) = sockets.get_mut(&token) {
+                        ask(token, entry);
+                    }
                 }
             }
         }
-        for (token, fd, writable, waker) in asked {
+        for (token, fd, writable, waker) in self.asked.drain(..) {
             let Some(fd) = fd.upgrade() else { continue };
             if let Some(event) = Self::ask(token, &fd, writable, &waker) {
                 self.events.push(event);
@@ -481,7 +484,7 @@ impl Net for TokioNet {
         Ok(TokioPoller {
             reactor: Arc::clone(&self.reactor),
             events: Vec::new(),
-            tokens: Vec::new(),
+            asked: Vec::new(),
         })
     }
 

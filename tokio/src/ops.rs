@@ -130,19 +130,64 @@ fn begin<T: Transport, I, R>(
     Stage::Waiting { turn, input }
 }
 
-/// Polls an operation waiting for room: it starts when its turn has come
-/// and the module takes it.
-fn poll_waiting<T: Transport, I, R>(
+/// What differs between a send and a put or get, for [`poll_stage`]: the
+/// output of one ended by a stop (its input back), how it starts, the
+/// output of its outcome, and that of a poll after the end.
+struct Operation<S, B, E, P> {
+    stopped: S,
+    start: B,
+    ended: E,
+    polled: P,
+}
+
+/// Polls an operation to its end: its turn for room while it waits (it
+/// starts when its turn has come and the module takes it), then its
+/// outcome.
+fn poll_stage<T, I, R, S, B, E, P>(
     state: &mut State<T>,
     peer: EndpointId,
+    stage: &mut Stage<I, R>,
+    cx: &mut Context<'_>,
+    op: Operation<S, B, E, P>,
+) -> Poll<R>
+where
+    T: Transport,
+    S: FnOnce(Error, I) -> R,
+    B: FnOnce(&mut State<T>, I) -> Started<I, R>,
+    E: FnOnce(Ended) -> R,
+    P: FnOnce() -> R,
+{
+    if let Stage::Waiting { turn, .. } = *stage {
+        take_turn(state, peer, turn, stage, cx, op.stopped, op.start);
+    }
+    match std::mem::replace(stage, Stage::Finished) {
+        Stage::Taken(ticket) => match poll_outcome(state, ticket, cx) {
+            Poll::Ready(ended) => Poll::Ready((op.ended)(ended)),
+            Poll::Pending => {
+                *stage = Stage::Taken(ticket);
+                Poll::Pending
+            }
+        },
+        Stage::Ended(result) => Poll::Ready(result),
+        waiting @ Stage::Waiting { .. } => {
+            *stage = waiting;
+            Poll::Pending
+        }
+        Stage::Finished => Poll::Ready((op.polled)()),
+    }
+}
+
+/// An operation waiting for room, polled in its turn `turn`: ended if the
+/// endpoint stopped, started if its turn has come and the module takes it.
+fn take_turn<T: Transport, I, R>(
+    state: &mut State<T>,
+    peer: EndpointId,
+    turn: u64,
     stage: &mut Stage<I, R>,
     cx: &mut Context<'_>,
     stopped: impl FnOnce(Error, I) -> R,
     start: impl FnOnce(&mut State<T>, I) -> Started<I, R>,
 ) {
-    let Stage::Waiting { turn, .. } = *stage else {
-        return;
-    };
     if let Some(why) = state.stopped.clone() {
         state.room.leave(peer, turn);
         if let Stage::Waiting { input, .. } = std::mem::replace(stage, Stage::Finished) {
@@ -171,6 +216,16 @@ fn poll_waiting<T: Transport, I, R>(
             state.kick();
             *stage = Stage::Waiting { turn, input };
         }
+    }
+}
+
+/// A future dropped at `stage`: withdrawn from its turn if it waits for
+/// room, left to finish in the background if the module took it.
+fn release<T: Transport, I, R>(state: &mut State<T>, peer: EndpointId, stage: &Stage<I, R>) {
+    match *stage {
+        Stage::Waiting { turn, .. } => state.room.leave(peer, turn),
+        Stage::Taken(ticket) => abandon(state, ticket),
+        _ => {}
     }
 }
 
@@ -264,40 +319,24 @@ impl<T: Transport, B: AsRef<[u8]> + Unpin> Future for Send<T, B> {
         let this = self.get_mut();
         let mut state = this.shared.lock();
         let (peer, tag) = (this.peer, this.tag);
-        poll_waiting(
+        poll_stage(
             &mut state,
             peer,
             &mut this.stage,
             cx,
-            |why, _| Err(why),
-            |state, data| start_send(state, peer, tag, data),
-        );
-        match std::mem::replace(&mut this.stage, Stage::Finished) {
-            Stage::Taken(ticket) => match poll_outcome(&mut state, ticket, cx) {
-                Poll::Ready((result, _)) => Poll::Ready(result),
-                Poll::Pending => {
-                    this.stage = Stage::Taken(ticket);
-                    Poll::Pending
-                }
+            Operation {
+                stopped: |why, _| Err(why),
+                start: |state: &mut State<T>, data| start_send(state, peer, tag, data),
+                ended: |(result, _)| result,
+                polled: || Err(Error::Polled),
             },
-            Stage::Ended(result) => Poll::Ready(result),
-            waiting @ Stage::Waiting { .. } => {
-                this.stage = waiting;
-                Poll::Pending
-            }
-            Stage::Finished => Poll::Ready(Err(Error::Polled)),
-        }
+        )
     }
 }
 
 impl<T: Transport, B> Drop for Send<T, B> {
     fn drop(&mut self) {
-        let mut state = self.shared.lock();
-        match self.stage {
-            Stage::Waiting { turn, .. } => state.room.leave(self.peer, turn),
-            Stage::Taken(ticket) => abandon(&mut state, ticket),
-            _ => {}
-        }
+        release(&mut self.shared.lock(), self.peer, &self.stage);
     }
 }
 
@@ -372,32 +411,23 @@ impl<T: Transport> Future for Transfer<T> {
         let this = self.get_mut();
         let mut state = this.shared.lock();
         let (peer, remote, kind) = (this.peer, this.remote, this.kind);
-        poll_waiting(
+        poll_stage(
             &mut state,
             peer,
             &mut this.stage,
             cx,
-            |error, buffer| Err(TransferError { error, buffer }),
-            |state, buffer| post(state, peer, buffer, remote, kind),
-        );
-        match std::mem::replace(&mut this.stage, Stage::Finished) {
-            Stage::Taken(ticket) => match poll_outcome(&mut state, ticket, cx) {
-                Poll::Ready(ended) => Poll::Ready(handed_back(ended)),
-                Poll::Pending => {
-                    this.stage = Stage::Taken(ticket);
-                    Poll::Pending
-                }
+            Operation {
+                stopped: |error, buffer| Err(TransferError { error, buffer }),
+                start: |state: &mut State<T>, buffer| post(state, peer, buffer, remote, kind),
+                ended: handed_back,
+                polled: || {
+                    Err(TransferError {
+                        error: Error::Polled,
+                        buffer: Vec::new(),
+                    })
+                },
             },
-            Stage::Ended(result) => Poll::Ready(result),
-            waiting @ Stage::Waiting { .. } => {
-                this.stage = waiting;
-                Poll::Pending
-            }
-            Stage::Finished => Poll::Ready(Err(TransferError {
-                error: Error::Polled,
-                buffer: Vec::new(),
-            })),
-        }
+        )
     }
 }
 
@@ -465,11 +495,6 @@ fn post<T: Transport>(
 
 impl<T: Transport> Drop for Transfer<T> {
     fn drop(&mut self) {
-        let mut state = self.shared.lock();
-        match self.stage {
-            Stage::Waiting { turn, .. } => state.room.leave(self.peer, turn),
-            Stage::Taken(ticket) => abandon(&mut state, ticket),
-            _ => {}
-        }
+        release(&mut self.shared.lock(), self.peer, &self.stage);
     }
 }

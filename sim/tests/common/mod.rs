@@ -1,7 +1,10 @@
 //! What the scenario files share: the seeds a run takes from the
-//! environment (one to replay, a count or a range to soak), and the
-//! generator of their workloads.
+//! environment (one to replay, a count or a range to soak), the
+//! generator of their workloads, and the hosts' fragment pools.
 #![allow(dead_code)] // each test file uses a part
+
+use btl_core::engine::HEADER_RESERVE;
+use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 
 /// Seeds to run: `BTL_SIM_SEED` alone, or `count` seeds from 1, or what
 /// `BTL_SIM_SEEDS` says: a count from 1, or a range `first-last`.
@@ -48,5 +51,20 @@ impl Random {
 
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
+    }
+}
+
+/// The hosts' fragment pools, for messages of up to `max_send` bytes.
+pub fn pools(max_send: usize) -> FragmentPoolsConfig {
+    let class = |payload: usize, num: u32| FragmentPoolConfig {
+        fragment_size: payload + HEADER_RESERVE,
+        num,
+        max: num,
+        inc: num,
+    };
+    FragmentPoolsConfig {
+        small: class(256, 64),
+        eager: class(4096.min(max_send), 64),
+        max: class(max_send, 32),
     }
 }

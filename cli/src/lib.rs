@@ -24,4 +24,5 @@ pub mod job;
 pub mod launch;
 pub mod plot;
 pub mod raw;
+pub mod stats;
 pub mod tap;

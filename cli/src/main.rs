@@ -48,6 +48,9 @@ enum Command {
     Alltoall(AlltoallArgs),
     /// Wait for `btl connect` from another host and answer its runs.
     Serve(ServeArgs),
+    /// Print a running process's peers and their traffic, read from its
+    /// metrics endpoint (`btl serve --metrics ADDR`).
+    Stats(StatsArgs),
     /// Run a measurement against `btl serve` on HOST:PORT.
     Connect(ConnectArgs),
     /// The second process of a local run (started by the first).
@@ -267,6 +270,20 @@ struct ServeArgs {
     /// can hold a client slot (one address at most a tenth of them).
     #[arg(long)]
     no_key: bool,
+    /// Serve Prometheus metrics at ADDR (HOST:PORT, such as
+    /// 127.0.0.1:9464): each module's and each peer's counters at
+    /// http://ADDR/metrics, which `btl stats ADDR` prints as a table.
+    #[arg(long, value_name = "ADDR", conflicts_with = "tap")]
+    metrics: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct StatsArgs {
+    /// The metrics endpoint: HOST:PORT, as `--metrics` was given.
+    addr: String,
+    /// Print the exposition as it came instead of the table.
+    #[arg(long)]
+    raw: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -420,6 +437,7 @@ fn main() -> ExitCode {
         Command::Rate(args) => run_local(Test::Rate, args),
         Command::Alltoall(args) => alltoall(args),
         Command::Serve(args) => serve(args),
+        Command::Stats(args) => stats(args),
         Command::Connect(args) => connect(args),
         Command::Peer(args) => peer(args).map_err(Failure::Run),
         Command::Idle(args) => btl_cli::idle::serve(
@@ -1137,8 +1155,28 @@ fn serve(args: ServeArgs) -> Result<(), Failure> {
             args.btl
         )));
     }
+    let mut exporter = match &args.metrics {
+        Some(addr) => {
+            let server = btl_std::metrics::MetricsServer::start(addr.as_str()).map_err(|e| {
+                Failure::Usage(format!(
+                    "--metrics {addr}: cannot listen there: {e} (name a free HOST:PORT, such as 127.0.0.1:9464)"
+                ))
+            })?;
+            let at = server.local_addr();
+            Some((server, at))
+        }
+        None => None,
+    };
+    let mut lines = lines;
+    if let Some((_, at)) = &exporter {
+        lines.push(format!("metrics at http://{at}/metrics: btl stats {at}"));
+    }
     announce(&lines);
-    let served = serve_until(&mut m, &args, &stop)?;
+    let served = serve_until(&mut m, &args, &stop, |m| {
+        if let Some((server, _)) = exporter.as_mut() {
+            server.offer(m);
+        }
+    })?;
     let usage = m.usage();
     let summary = serde_json::json!({
         "runs": served.runs(),
@@ -1162,13 +1200,26 @@ fn serve_until<B: Driven>(
     server: &mut B,
     args: &ServeArgs,
     stop: &AtomicBool,
+    mut each_turn: impl FnMut(&B),
 ) -> Result<Side, Failure> {
     let mut side = Side::new(server.btl(), args.max_size, 1).map_err(|e| e.to_string())?;
     let wait: Waiting = args.wait.into();
     while !stop.load(Ordering::Relaxed) {
         side.serve_once(server, wait);
+        each_turn(server);
     }
     Ok(side)
+}
+
+/// `btl stats`: reads a process's metrics endpoint and prints its peers.
+fn stats(args: StatsArgs) -> Result<(), Failure> {
+    let text = btl_cli::stats::fetch(&args.addr).map_err(|e| Failure::Run(e.to_string()))?;
+    if args.raw {
+        print!("{text}");
+    } else {
+        print!("{}", btl_cli::stats::table(&btl_cli::stats::parse(&text)));
+    }
+    Ok(())
 }
 
 /// `btl serve --tap`: the same service on the engine over smoltcp,
@@ -1216,7 +1267,7 @@ fn serve_driven<B: Driven>(
     args: &ServeArgs,
     stop: &AtomicBool,
 ) -> Result<(), Failure> {
-    let side = serve_until(&mut server, args, stop)?;
+    let side = serve_until(&mut server, args, stop, |_| {})?;
     let summary = serde_json::json!({ "runs": side.runs(), "dropped": side.dropped() });
     server.btl().finalize();
     for _ in 0..100 {

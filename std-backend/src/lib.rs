@@ -27,6 +27,9 @@
 //!   parameter file), for tools that list parameters as a module sees them;
 //! - [`register_all`]: every component of the build, with its parameters,
 //!   as a service lists them;
+//! - [`capture`]: btl's frames written to pcapng files for Wireshark;
+//! - [`metrics`]: each module's and each peer's counters, served to
+//!   Prometheus;
 //! - with the `logging` feature, its log turned on in one call
 //!   (`logging::init`).
 // Unsafe code only where a system call or a mapping needs it:
@@ -40,10 +43,12 @@
 pub mod bml;
 pub mod bootstrap;
 mod builder;
+pub mod capture;
 pub mod config;
 pub mod driver;
 #[cfg(feature = "logging")]
 pub mod logging;
+pub mod metrics;
 pub mod transports;
 
 // What the `Btl` methods take and give, so that a service needs no

@@ -266,6 +266,29 @@ fn heavy_faults_deliver_everything_once_in_order() {
         let stats = pair.stats();
         assert!(stats.lost > 0 && stats.duplicated > 0 && stats.reordered > 0);
         assert_eq!(stats.oversized, 0);
+        // What each side counted of the other: every message and byte
+        // once, however often the network lost or repeated it.
+        let at_a = pair.a().peer_metrics().next().expect("B").metrics;
+        let at_b = pair.b().peer_metrics().next().expect("A").metrics;
+        let bytes: u64 = want.iter().map(|m| m.len() as u64).sum::<u64>() + 40_000;
+        for (side, m) in [("A", &at_a), ("B", &at_b)] {
+            assert_eq!(
+                (m.messages_sent, m.messages_received),
+                (60, 60),
+                "seed {seed}: {side}"
+            );
+            assert_eq!(
+                (m.bytes_sent, m.bytes_received),
+                (bytes, bytes),
+                "seed {seed}: {side}: its put or the answer to the get, and messages"
+            );
+            assert!(m.srtt.is_some(), "seed {seed}: {side}");
+        }
+        assert!(
+            at_a.retransmissions + at_b.retransmissions > 0,
+            "seed {seed}"
+        );
+        assert!(at_a.duplicates + at_b.duplicates > 0, "seed {seed}");
     }
 }
 

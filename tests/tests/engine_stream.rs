@@ -103,6 +103,7 @@ fn credits_hold_a_sender_back_until_the_receiver_polls() {
     }
     pump(&mut pair);
     assert_eq!(pair.b().progress(), 4, "no more than the credits arrived");
+    pair.advance(Duration::from_millis(5));
     let mut received = 0;
     for _ in 0..20 {
         while let Some(ev) = pair.b().poll_event() {
@@ -113,6 +114,13 @@ fn credits_hold_a_sender_back_until_the_receiver_polls() {
         pump(&mut pair);
     }
     assert_eq!(received, 20);
+    let waited = pair.a().peer_metrics().next().expect("B").metrics;
+    assert!(
+        waited.credit_starved >= Duration::from_millis(5),
+        "A waited for credit while B polled nothing: {:?}",
+        waited.credit_starved
+    );
+    assert_eq!(waited.messages_sent, 20);
 }
 
 #[test]

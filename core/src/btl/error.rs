@@ -76,6 +76,47 @@ pub enum LostReason {
 }
 
 impl LostReason {
+    /// Every reason, in the order their counts are kept
+    /// ([`Losses`](crate::engine::metrics::Losses)).
+    pub const ALL: [LostReason; 15] = [
+        LostReason::Timeout,
+        LostReason::HandshakeTimeout,
+        LostReason::ProtocolViolation,
+        LostReason::VersionMismatch,
+        LostReason::AuthFailed,
+        LostReason::Closed,
+        LostReason::Left,
+        LostReason::Removed,
+        LostReason::Restarted,
+        LostReason::Refused,
+        LostReason::Unreachable,
+        LostReason::NoRoom,
+        LostReason::Stalled,
+        LostReason::Exited,
+        LostReason::Duplicate,
+    ];
+
+    /// A short name in snake case, for a metric's label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            LostReason::Timeout => "timeout",
+            LostReason::HandshakeTimeout => "handshake_timeout",
+            LostReason::ProtocolViolation => "protocol_violation",
+            LostReason::VersionMismatch => "version_mismatch",
+            LostReason::AuthFailed => "auth_failed",
+            LostReason::Closed => "closed",
+            LostReason::Left => "left",
+            LostReason::Removed => "removed",
+            LostReason::Restarted => "restarted",
+            LostReason::Refused => "refused",
+            LostReason::Unreachable => "unreachable",
+            LostReason::NoRoom => "no_room",
+            LostReason::Stalled => "stalled",
+            LostReason::Exited => "exited",
+            LostReason::Duplicate => "duplicate",
+        }
+    }
+
     /// The loss a CLOSE with `reason` means for its peer, when the CLOSE
     /// ends the peer and not only one of its links (a `Normal` close is
     /// one link's end).

@@ -15,6 +15,7 @@
 //! (TCP's handshake), does not need this: it is what btl-std's UDP
 //! transport calls before [`Engine::handle_accepted`].
 
+use super::metrics::Refused;
 use crate::time::Instant;
 use crate::wire::{self, COOKIE_LEN, CookieRepr, HEADER_LEN, Limits, PacketRepr, WireError};
 
@@ -71,6 +72,20 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
     /// exists: whether to admit the address, answer it with the COOKIE
     /// written into `answer`, or drop it. Keeps nothing either way.
     pub fn handle_stranger(
+        &mut self,
+        address: &[u8],
+        datagram: &[u8],
+        now: Instant,
+        answer: &mut [u8; COOKIE_FRAME_LEN],
+    ) -> Stranger {
+        let answer = self.answer_stranger(address, datagram, now, answer);
+        if let Stranger::Refuse(refusal) = &answer {
+            self.refusals.count(Refused::of_stranger(refusal));
+        }
+        answer
+    }
+
+    fn answer_stranger(
         &self,
         address: &[u8],
         datagram: &[u8],

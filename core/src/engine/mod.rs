@@ -43,6 +43,7 @@ mod inbound;
 mod interface;
 mod keys;
 pub mod link;
+pub mod metrics;
 pub mod mover;
 mod ops;
 mod outbox;
@@ -92,6 +93,7 @@ use events::Events;
 use forgotten::Forgotten;
 use handshake::LocalHello;
 use link::{Dropped, Link, LinkState};
+use metrics::{ModuleMetrics, PeerMetrics, PeerReport, Refusals, Refused};
 use ops::{Mail, Ops};
 use peer::{Hello, Opened, Peer};
 use shared::Shared;
@@ -279,6 +281,10 @@ pub struct Engine<S: Storage, F: Framing = Stream, const W: usize = 64> {
     /// Links made so far: their order of age.
     serial: u32,
     finalized: bool,
+    /// The traffic of peers whose records were freed, summed.
+    departed: PeerMetrics,
+    /// What was refused before a link opened.
+    refusals: Refusals,
 }
 
 impl<S: Storage, F: Framing, const W: usize> core::fmt::Debug for Engine<S, F, W> {
@@ -372,6 +378,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             ready_round: false,
             serial: 0,
             finalized: false,
+            departed: PeerMetrics::default(),
+            refusals: Refusals::default(),
         }
     }
 
@@ -490,10 +498,13 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             .source_share_of(self.links.capacity())
             .is_some_and(|share| self.links_from(source) >= share)
         {
+            self.refusals.count(Refused::SourceFull);
             return Err(LinkError::SourceFull);
         }
         self.make_room_for_stranger(source);
-        let id = self.new_link(None, None, Some(source), nonce, 0)?;
+        let id = self
+            .new_link(None, None, Some(source), nonce, 0)
+            .inspect_err(|_| self.refusals.count(Refused::TooManyLinks))?;
         self.queue_handshake(id);
         self.settle();
         Ok(id)
@@ -815,6 +826,30 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             events: self.shared.events.len(),
             events_owed: self.shared.events.owed(),
         }
+    }
+
+    /// The module's traffic: the counters of every peer it has known
+    /// summed, those forgotten since included, and what it refused.
+    pub fn metrics(&self) -> ModuleMetrics {
+        let mut peers = self.departed;
+        for (_, _, peer) in self.peers.iter() {
+            peers.add(&peer.metrics(self.shared.now));
+        }
+        ModuleMetrics {
+            peers,
+            refusals: self.refusals,
+        }
+    }
+
+    /// Each peer on record, with its traffic: at most the peer table's
+    /// capacity, however many peers came and went.
+    pub fn peer_metrics(&self) -> impl Iterator<Item = PeerReport> + '_ {
+        self.peers.iter().map(|(endpoint, proc, peer)| PeerReport {
+            endpoint,
+            proc,
+            state: peer.state(),
+            metrics: peer.metrics(self.shared.now),
+        })
     }
 
     /// Peers on record: what [`usage`](Self::usage) counts first, without
@@ -1187,9 +1222,16 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let Some(l) = self.links.get_mut(link.0) else {
             return;
         };
+        let refused = l
+            .is_handshaking()
+            .then(|| Refused::of_close(reason))
+            .flatten();
         let Some(dropped) = l.fail(reason) else {
             return;
         };
+        if let Some(why) = refused {
+            self.refusals.count(why);
+        }
         let peer = l.peer();
         self.close_hint = true;
         self.release_dropped(peer, dropped);
@@ -1434,10 +1476,11 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// forget nothing.
     #[inline(never)]
     fn forget_peer(&mut self, p: EndpointId) {
-        if let Some(peer) = self.peers.get(p)
-            && let Some(epoch) = peer.epoch()
-        {
-            self.forgotten.remember(peer.proc(), epoch);
+        if let Some(peer) = self.peers.get(p) {
+            self.departed.add(&peer.metrics(self.shared.now));
+            if let Some(epoch) = peer.epoch() {
+                self.forgotten.remember(peer.proc(), epoch);
+            }
         }
         for i in 0..self.links.len() {
             let Some(key) = self.links.key_at(i) else {

@@ -46,6 +46,7 @@ use super::events::Pending;
 use super::framing::Framing;
 use super::keys::KeyCache;
 use super::link::Receiving;
+use super::metrics::{PeerCounters, PeerMetrics};
 use super::ops::{GET_REPLY, Next, OpKind, Path};
 use super::outbox::Retained;
 use super::packet::{
@@ -208,6 +209,8 @@ pub struct Peer<const W: usize> {
     /// What the upper layer was refused for it, to be told when there is
     /// room ([`room`](super::room)).
     room_wanted: Option<Wanted>,
+    /// Its traffic, for the people running the job.
+    counters: PeerCounters,
 }
 
 impl<const W: usize> Peer<W> {
@@ -232,7 +235,13 @@ impl<const W: usize> Peer<W> {
             busy_retry: None,
             ack_due: false,
             room_wanted: None,
+            counters: PeerCounters::default(),
         }
+    }
+
+    /// Its traffic as of `now` ([`metrics`](super::metrics)).
+    pub fn metrics(&self, now: Instant) -> PeerMetrics {
+        self.counters.read(now, &self.rtt)
     }
 
     // ----- what it is ---------------------------------------------------
@@ -415,6 +424,7 @@ impl<const W: usize> Peer<W> {
             // A reconnection: tell the peer at once what arrived, so it
             // resends no more than it must.
             self.acks.owe(now, true);
+            self.counters.reconnected();
         }
         self.credits.open(hello.initial_credits);
         self.hello = Some(hello);
@@ -438,6 +448,9 @@ impl<const W: usize> Peer<W> {
     /// been open, is lost.
     pub fn link_gone<S: Storage>(&mut self, index: u8, shared: &mut Shared<S>) {
         let now = shared.now;
+        if self.state == PeerState::Open {
+            self.counters.link_flapped();
+        }
         match self.state {
             PeerState::Open if self.carried_without(index) => {
                 self.out.resend_all(now);
@@ -593,6 +606,10 @@ impl<const W: usize> Peer<W> {
             return;
         }
         self.state = PeerState::Lost(reason);
+        if error != BtlError::Finalized {
+            self.counters.lost(reason);
+        }
+        self.counters.credit_back(shared.now);
         self.links.stop_asking();
         self.liveness.stop();
         self.ack_due = false;
@@ -629,9 +646,11 @@ impl<const W: usize> Peer<W> {
         } else {
             self.lose(LostReason::Restarted, shared);
         }
-        let listed_as = self.listed_as;
+        let (listed_as, mut counters) = (self.listed_as, core::mem::take(&mut self.counters));
+        counters.restarted();
         *self = Peer::new(self.id, self.proc, shared.config.rtt);
         self.listed_as = listed_as;
+        self.counters = counters;
         self.links = opening;
         old
     }
@@ -949,6 +968,7 @@ impl<const W: usize> Peer<W> {
                         continue;
                     }
                     self.credits.spend();
+                    self.counters.sent_message(payload as usize);
                     return self.push(
                         Outgoing::Send {
                             desc,
@@ -963,7 +983,8 @@ impl<const W: usize> Peer<W> {
                     };
                     return self.push(Outgoing::control(ControlRepr::Get(get)), shared);
                 }
-                _ => {}
+                Some(Queued::Send(_)) => self.counters.out_of_credit(shared.now),
+                None => {}
             }
             let chunk = self.put_chunk(shared);
             match shared.ops.next_put(self.id, chunk)? {
@@ -973,6 +994,7 @@ impl<const W: usize> Peer<W> {
                     let seq = self.out.push(out, shared.now, |_| {
                         ops.unput(usize::from(op), data.len);
                     })?;
+                    self.counters.sent_data(data.len);
                     self.progress.on_sent(shared.now);
                     return Some((seq, self.links.next_to_carry(true)));
                 }
@@ -986,6 +1008,7 @@ impl<const W: usize> Peer<W> {
                 // takes a place at the peer until it is polled.
                 Next::Notice { op, .. } if !self.credits.has_credit() => {
                     shared.ops.unnotice(usize::from(op));
+                    self.counters.out_of_credit(shared.now);
                     return None;
                 }
                 Next::Notice { notify, .. } => {
@@ -993,6 +1016,9 @@ impl<const W: usize> Peer<W> {
                     return self.push(Outgoing::control(ControlRepr::Notify(notify)), shared);
                 }
             }
+        }
+        if !self.out.queue.is_empty() {
+            self.counters.window_full();
         }
         None
     }
@@ -1019,6 +1045,9 @@ impl<const W: usize> Peer<W> {
     pub fn stamp<S: Storage>(&mut self, seq: u64, shared: &Shared<S>) {
         let (ack, credits) = (self.ack_to_send().cumulative, self.credits.granted());
         self.acks.sent();
+        if self.out.window.transmits(seq).is_some_and(|n| n > 1) {
+            self.counters.retransmitted();
+        }
         if let Some(out) = self.out.window.get_mut(seq) {
             let trailers = Hello::trailers(self.hello.as_ref());
             out.stamp(seq, ack, credits, trailers, shared.pools());
@@ -1147,6 +1176,9 @@ impl<const W: usize> Peer<W> {
         shared: &mut Shared<S>,
     ) -> Result<(), CloseReason> {
         self.credits.on_grant(credits);
+        if self.credits.has_credit() {
+            self.counters.credit_back(shared.now);
+        }
         if ack.cumulative == 0 {
             return Ok(());
         }
@@ -1158,6 +1190,9 @@ impl<const W: usize> Peer<W> {
             .map_err(|_| CloseReason::ProtocolError)?;
         self.progress
             .on_acked(now, acked.released, self.out.window.len());
+        if acked.released > 0 {
+            self.counters.window_moved();
+        }
         match acked.rtt {
             Some(rtt) => self.rtt.on_sample(rtt),
             None if acked.released > 0 => self.rtt.on_progress(),
@@ -1188,7 +1223,11 @@ impl<const W: usize> Peer<W> {
         }
         // A keepalive or credit probe, or a packet the peer sent before
         // (it missed the acknowledgement): answer.
-        if header.flags.contains(Flags::ACK_REQUEST) || matches!(receiving, Receiving::Duplicate) {
+        let duplicate = matches!(receiving, Receiving::Duplicate);
+        if duplicate {
+            self.counters.duplicate();
+        }
+        if header.flags.contains(Flags::ACK_REQUEST) || duplicate {
             self.acks.owe(now, true);
         }
         let sack = match &receiving {
@@ -1243,7 +1282,10 @@ impl<const W: usize> Peer<W> {
                 return Err(CloseReason::ProtocolError);
             }
             Ok(()) => {}
-            Err(refused) => drop_held(refused, shared),
+            Err(refused) => {
+                self.counters.duplicate();
+                drop_held(refused, shared);
+            }
         }
         self.acks.owe(now, false);
         let mut delivered = 0;
@@ -1260,8 +1302,12 @@ impl<const W: usize> Peer<W> {
     /// Acts on a packet delivered in order.
     fn deliver<S: Storage>(&mut self, item: Held, shared: &mut Shared<S>) {
         match item {
-            Held::Send { tag, frag, len } => shared.deliver(self.id, tag, frag, len),
+            Held::Send { tag, frag, len } => {
+                self.counters.received_message(len);
+                shared.deliver(self.id, tag, frag, len);
+            }
             Held::Put { xfer_id, len } if xfer_id & GET_REPLY != 0 => {
+                self.counters.received_data(len);
                 let id = xfer_id & !GET_REPLY;
                 if let Some(i) = shared.ops.find(OpKind::Get, self.id, id) {
                     shared
@@ -1269,7 +1315,7 @@ impl<const W: usize> Peer<W> {
                         .credit(i, self.id, id, len, Ok(()), &mut shared.events);
                 }
             }
-            Held::Put { .. } => {}
+            Held::Put { len, .. } => self.counters.received_data(len),
             Held::Refused { xfer_id, code } => {
                 if self.recv.reject_once(xfer_id) {
                     self.answer(Answer::Reject(RejectRepr { xfer_id, code }), shared);

@@ -9,6 +9,7 @@ use super::testkit::{config, engine};
 use super::*;
 use crate::time::Duration;
 use crate::wire::{AckRepr, Flags, HeaderRepr, PacketRepr, PacketType, emit, parse};
+use metrics::Refused;
 
 fn ms(ms: u64) -> Instant {
     Instant::from_millis(ms)
@@ -67,6 +68,7 @@ fn a_stranger_whose_first_packet_is_no_hello_loses_its_link() {
         (end.reason, end.by_peer, end.verified),
         (CloseReason::ProtocolError, false, false)
     );
+    assert_eq!(e.metrics().refusals.get(Refused::ProtocolError), 1);
     e.handle_closed(link, ms(2));
     assert_eq!(
         e.handle_stream(link, &ack, ms(3)),
@@ -136,6 +138,7 @@ fn strangers_beyond_the_budget_of_their_source_push_out_the_oldest_silent_one() 
     for kept in [first, other, third] {
         assert_eq!(e.link_end(kept), None);
     }
+    assert_eq!(e.metrics().refusals.get(Refused::ResourceExhausted), 1);
 }
 
 #[test]
@@ -156,6 +159,7 @@ fn a_handshake_that_does_not_finish_in_time_fails_its_link() {
         Some(CloseReason::Timeout)
     );
     assert_eq!(e.poll_close(), Some(link));
+    assert_eq!(e.metrics().refusals.get(Refused::Timeout), 1);
 }
 
 #[test]
@@ -223,7 +227,7 @@ fn a_hello(rank: u32) -> StdVec<u8> {
 
 #[test]
 fn a_strangers_hello_is_answered_with_a_smaller_cookie_and_only_its_echo_admits_it() {
-    let e = engine(
+    let mut e = engine(
         EngineConfig {
             cookie_secret: [9; 16],
             ..config()
@@ -269,7 +273,16 @@ fn a_strangers_hello_is_answered_with_a_smaller_cookie_and_only_its_echo_admits_
         e.handle_stranger(here, &[0xff; 40], ms(10), &mut answer),
         Stranger::Refuse(Refusal::Garbage(_))
     ));
-    let other = engine(
+    let refusals = e.metrics().refusals;
+    assert_eq!(refusals.get(Refused::BadCookie), 2);
+    assert_eq!(refusals.get(Refused::NotAHandshake), 1);
+    assert_eq!(refusals.get(Refused::Garbage), 1);
+    assert_eq!(
+        refusals.total(),
+        4,
+        "an admitted or answered one is no refusal"
+    );
+    let mut other = engine(
         EngineConfig {
             cookie_secret: [8; 16],
             ..config()
@@ -528,6 +541,51 @@ fn a_process_that_acknowledges_before_it_finalizes_completes_its_peers_last_send
             "acknowledged first: {acknowledged}"
         );
     }
+}
+
+#[test]
+fn each_side_counts_a_peers_messages_link_flaps_reconnections_and_loss() {
+    use crate::btl::Btl;
+    let (mut client, mut server) = client_and_server();
+    let to_server = reach(&mut client, SERVER, ms(1));
+    let req = client.poll_connect().expect("a connection asked for");
+    let (la, lb) = connect(&mut client, &mut server, req, ms(1));
+    assert_eq!(events(&mut server), (1, std::vec![]));
+    let sent = client.peer_metrics().next().expect("the server");
+    assert_eq!((sent.endpoint, sent.proc), (to_server, SERVER));
+    assert_eq!(sent.state, peer::PeerState::Open);
+    let m = sent.metrics;
+    assert_eq!((m.messages_sent, m.bytes_sent), (1, 8));
+    assert_eq!(
+        (m.messages_received, m.link_flaps, m.reconnections),
+        (0, 0, 0)
+    );
+    let got = server.peer_metrics().next().expect("the client").metrics;
+    assert_eq!((got.messages_received, got.bytes_received), (1, 8));
+    // The server's acknowledgement gives the client a round trip.
+    server.acknowledge_now();
+    pump(&mut client, la, &mut server, lb, ms(3));
+    let m = client.peer_metrics().next().expect("the server").metrics;
+    assert_eq!(m.srtt, Some(Duration::from_millis(2)));
+
+    // The connection breaks under both; the client connects again.
+    client.handle_closed(la, ms(4));
+    server.handle_closed(lb, ms(4));
+    let req = client.poll_connect().expect("asked again");
+    let _ = connect(&mut client, &mut server, req, ms(5));
+    let m = client.peer_metrics().next().expect("the server").metrics;
+    assert_eq!((m.link_flaps, m.reconnections), (1, 1));
+
+    // Removed: its counters stay in the module's sums.
+    let before = client.metrics().peers;
+    let _ = client.del_procs(&[to_server]);
+    assert_eq!(client.peer_metrics().count(), 0, "no record is kept");
+    let after = client.metrics().peers;
+    assert_eq!(after.losses.get(LostReason::Removed), 1);
+    assert_eq!(
+        (after.messages_sent, after.bytes_sent, after.link_flaps),
+        (before.messages_sent, before.bytes_sent, before.link_flaps)
+    );
 }
 
 #[test]

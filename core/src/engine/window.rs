@@ -616,6 +616,16 @@ impl<T, const W: usize> SendWindow<T, W> {
         self.slots[slot_of::<W>(seq)].as_ref().map(|s| &s.item)
     }
 
+    /// How many times the retained packet numbered `seq` was picked to go
+    /// out: more than once for a packet going again.
+    pub fn transmits(&self, seq: u64) -> Option<u32> {
+        let offset = seq.checked_sub(self.base)?;
+        if offset >= W as u64 || self.present & (1 << offset) == 0 {
+            return None;
+        }
+        self.slots[slot_of::<W>(seq)].as_ref().map(|s| s.transmits)
+    }
+
     /// The retained packet numbered `seq`, writable (to refresh its header
     /// before it goes out again).
     pub fn get_mut(&mut self, seq: u64) -> Option<&mut T> {

@@ -14,6 +14,7 @@ use crate::ReachError;
 use crate::builder::SharedSelf;
 use crate::driver::directory::Directory;
 use crate::driver::module::{Module, Transport, Unflushed};
+use crate::metrics::Snapshot;
 #[cfg(not(loom))]
 use crate::transports::sm::SmModule;
 
@@ -61,6 +62,11 @@ pub(crate) trait Member: Btl<Memory = Shared> + Send {
         None
     }
 
+    /// Its metrics now, for a module with an engine of its own.
+    fn snapshot(&self) -> Option<Snapshot> {
+        None
+    }
+
     /// Makes dropping the module close it without a goodbye, as a killed
     /// process's is (for tests that play a crash); nothing where peers
     /// learn of a crash by other means.
@@ -105,6 +111,10 @@ where
 
     fn usage(&self) -> Option<Usage> {
         Some(Module::usage(self))
+    }
+
+    fn snapshot(&self) -> Option<Snapshot> {
+        Some(Module::snapshot(self))
     }
 
     fn abort_on_drop(&mut self) {

@@ -47,6 +47,7 @@ pub(crate) use region::Shared;
 use crate::ReachError;
 use crate::bootstrap::Contact;
 use crate::driver::module::{Unflushed, WaitError, wait_for_event};
+use crate::metrics::{Observed, Snapshot};
 
 /// The most modules one `Bml` holds: its place must fit in 3 bits.
 pub const MAX_MEMBERS: usize = 8;
@@ -211,6 +212,12 @@ pub struct Bml {
     passes: u32,
     /// The module whose events are polled first.
     next: usize,
+}
+
+impl Observed for Bml {
+    fn snapshots(&self, out: &mut Vec<Snapshot>) {
+        out.extend(self.members.0.iter().filter_map(|m| m.snapshot()));
+    }
 }
 
 impl std::fmt::Debug for Bml {

@@ -31,6 +31,7 @@ use btl_core::btl::{
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::driver::Io;
 use btl_core::engine::framing::Framing;
+use btl_core::engine::metrics::{ModuleMetrics, PeerReport};
 use btl_core::engine::{Capacities, ConnectRequest, LinkId, Source, Usage};
 use btl_core::time;
 
@@ -39,6 +40,7 @@ use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, Heap, HeapEngine};
 use crate::driver::net::{Net, Poller, Readiness, RegistryOf, WAKE};
 use crate::driver::refusals::Refusals;
+use crate::metrics::{Observed, Snapshot};
 /// How often a busy-polling module asks the engine for its next timer:
 /// finding it scans every peer and link, and the finest timer (the
 /// acknowledgement delay) is coarser than this.
@@ -713,6 +715,27 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         self.engine.peer_count()
     }
 
+    /// The module's traffic: every peer's counters summed (those gone
+    /// included) and what it refused, as its engine counts them.
+    pub fn metrics(&self) -> ModuleMetrics {
+        self.engine.metrics()
+    }
+
+    /// Each peer on record and its traffic.
+    pub fn peer_metrics(&self) -> impl Iterator<Item = PeerReport> + '_ {
+        self.engine.peer_metrics()
+    }
+
+    /// The module's metrics now, for a [`MetricsServer`](crate::metrics::MetricsServer).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            component: self.engine.attributes().name,
+            module: self.metrics(),
+            usage: self.usage(),
+            peers: self.peer_metrics().collect(),
+        }
+    }
+
     /// The refusals of strangers so far, by reason.
     pub fn refusals(&self) -> &Refusals {
         self.directory.refusals()
@@ -1155,6 +1178,12 @@ impl<T: Transport, M: Buffer> Btl for Module<T, M> {
             let _ = self.flush(Duration::from_nanos(linger.as_nanos()));
         }
         self.finalize_now()
+    }
+}
+
+impl<T: Transport, M: Buffer> Observed for Module<T, M> {
+    fn snapshots(&self, out: &mut Vec<Snapshot>) {
+        out.push(self.snapshot());
     }
 }
 

@@ -51,6 +51,10 @@ enum Command {
     /// Print a running process's peers and their traffic, read from its
     /// metrics endpoint (`btl serve --metrics ADDR`).
     Stats(StatsArgs),
+    /// Replay a flight record (written by a module with
+    /// `btl_<component>_record` set when a peer was lost) into a fresh
+    /// engine, and say whether it did the same.
+    Replay(ReplayArgs),
     /// Run a measurement against `btl serve` on HOST:PORT.
     Connect(ConnectArgs),
     /// The second process of a local run (started by the first).
@@ -278,6 +282,15 @@ struct ServeArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// The record file.
+    file: PathBuf,
+    /// Print the first N calls of the record, as the engine took them.
+    #[arg(long, value_name = "N")]
+    list: Option<usize>,
+}
+
+#[derive(Debug, clap::Args)]
 struct StatsArgs {
     /// The metrics endpoint: HOST:PORT, as `--metrics` was given.
     addr: String,
@@ -438,6 +451,7 @@ fn main() -> ExitCode {
         Command::Alltoall(args) => alltoall(args),
         Command::Serve(args) => serve(args),
         Command::Stats(args) => stats(args),
+        Command::Replay(args) => replay(args),
         Command::Connect(args) => connect(args),
         Command::Peer(args) => peer(args).map_err(Failure::Run),
         Command::Idle(args) => btl_cli::idle::serve(
@@ -1209,6 +1223,49 @@ fn serve_until<B: Driven>(
         each_turn(server);
     }
     Ok(side)
+}
+
+/// `btl replay`: replays a flight record and says whether it matched.
+fn replay(args: ReplayArgs) -> Result<(), Failure> {
+    use btl_std::driver::recorder::Record;
+    let record = Record::load(&args.file).map_err(|e| Failure::Run(e.to_string()))?;
+    let s = &record.setup;
+    println!(
+        "record of {} process {} ({}): {} bytes of journal{}",
+        s.component,
+        s.config.me,
+        record.why,
+        record.journal.len(),
+        if record.full {
+            ", cut at its bound (btl_<component>_record)"
+        } else {
+            ""
+        }
+    );
+    if let Some(n) = args.list {
+        let mut offset = 0;
+        for i in 0..n {
+            let Ok((entry, len)) =
+                btl_core::engine::journal::Entry::decode(&record.journal[offset..])
+            else {
+                break;
+            };
+            let text = format!("{:?}", entry.call);
+            let text: String = text.chars().take(160).collect();
+            println!("{i:>8} {text} -> {:016x}", entry.out);
+            offset += len;
+        }
+    }
+    match record.replay() {
+        Ok(done) => {
+            println!(
+                "matched: {} calls replayed, {} transmits and {} events the same",
+                done.entries, done.transmits, done.events
+            );
+            Ok(())
+        }
+        Err(e) => Err(Failure::Run(format!("did not match: {e}"))),
+    }
 }
 
 /// `btl stats`: reads a process's metrics endpoint and prints its peers.

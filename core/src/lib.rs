@@ -14,7 +14,7 @@
 #[cfg(any(test, feature = "arbitrary"))]
 extern crate std;
 
-#[cfg(feature = "alloc")]
+#[cfg(any(test, feature = "alloc"))]
 extern crate alloc;
 
 pub mod addr;

@@ -443,6 +443,9 @@ impl<S: StreamSocket> StreamSocket for Registered<S> {
     fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.socket.peer_addr()
     }
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
     fn connected(&mut self) -> io::Result<bool> {
         self.socket.connected()
     }

@@ -96,6 +96,16 @@ impl LostReason {
         LostReason::Duplicate,
     ];
 
+    /// Whether the peer went as peers go in order: it left with a goodbye,
+    /// this side removed it, or it was a second name for a peer still
+    /// reached.
+    pub const fn is_clean(self) -> bool {
+        matches!(
+            self,
+            LostReason::Left | LostReason::Removed | LostReason::Duplicate
+        )
+    }
+
     /// A short name in snake case, for a metric's label.
     pub const fn label(self) -> &'static str {
         match self {

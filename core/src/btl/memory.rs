@@ -87,7 +87,7 @@ impl RemoteKey {
         }
     }
 
-    fn handle(self) -> Option<MemHandle> {
+    pub(crate) fn handle(self) -> Option<MemHandle> {
         let generation = u32::try_from(self.0 >> 16).ok()?;
         Some(MemHandle {
             index: (self.0 & 0xFFFF) as u16,

@@ -15,6 +15,7 @@
 //! (TCP's handshake), does not need this: it is what btl-std's UDP
 //! transport calls before [`Engine::handle_accepted`].
 
+use super::journal::{self, journal_call, journal_out};
 use super::metrics::Refused;
 use crate::time::Instant;
 use crate::wire::{self, COOKIE_LEN, CookieRepr, HEADER_LEN, Limits, PacketRepr, WireError};
@@ -78,11 +79,27 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
         now: Instant,
         answer: &mut [u8; COOKIE_FRAME_LEN],
     ) -> Stranger {
-        let answer = self.answer_stranger(address, datagram, now, answer);
-        if let Stranger::Refuse(refusal) = &answer {
+        let result = self.answer_stranger(address, datagram, now, answer);
+        if let Stranger::Refuse(refusal) = &result {
             self.refusals.count(Refused::of_stranger(refusal));
         }
-        answer
+        journal_call!(
+            self,
+            journal::Call::Stranger {
+                address,
+                data: datagram,
+                now,
+            }
+        );
+        journal_out!(self, {
+            let mut d = journal::Digest::default();
+            d.debug(&result);
+            if let Stranger::Answer(n) = result {
+                d.bytes(&answer[..n]);
+            }
+            d.get()
+        });
+        result
     }
 
     fn answer_stranger(

@@ -11,10 +11,13 @@ use crate::wire::{
 };
 
 use super::framing::{Datagram, Framing, Stream};
+use super::journal::{self, Journal, journal_call, journal_out};
 use super::link::{Handshaken, LinkState, Receiving};
 use super::mover::{PayloadTarget, ReadStep};
 use super::packet::Trailers;
+use super::scheduled::Links;
 use super::share::fair_share;
+use super::shared::Shared;
 use super::storage::Storage;
 use super::window::Ack;
 use super::{Engine, LinkError, LinkId, Peers};
@@ -30,6 +33,13 @@ impl<S: Storage, const W: usize> Engine<S, Stream, W> {
         data: &[u8],
         now: Instant,
     ) -> Result<usize, LinkError> {
+        let result = self.read_stream(link, data, now);
+        journal_call!(self, journal::Call::Stream { link, data, now });
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn read_stream(&mut self, link: LinkId, data: &[u8], now: Instant) -> Result<usize, LinkError> {
         self.shared.now = now;
         let l = self.links.get_mut(link.0).ok_or(LinkError::UnknownLink)?;
         if !data.is_empty() {
@@ -53,12 +63,7 @@ impl<S: Storage, const W: usize> Engine<S, Stream, W> {
     /// [`handle_payload_read`]: Self::handle_payload_read
     pub fn payload_buffer(&mut self, link: LinkId) -> Option<&mut [u8]> {
         let Engine { shared, links, .. } = self;
-        let (reader, receiving) = links.get_mut(link.0)?.reader_mut();
-        if !reader.in_payload() {
-            return None;
-        }
-        let left = usize::try_from(reader.payload_left()).ok()?;
-        payload_target(shared, receiving, left)
+        payload_room(shared, links, link)
     }
 
     /// `n` bytes were read into the front of
@@ -71,6 +76,26 @@ impl<S: Storage, const W: usize> Engine<S, Stream, W> {
         n: usize,
         now: Instant,
     ) -> Result<(), LinkError> {
+        if self.journal.is_on() {
+            // The bytes the driver read into the payload's place, which
+            // the engine never saw go by.
+            let Engine {
+                shared,
+                links,
+                journal,
+                journal_clock,
+                ..
+            } = self;
+            journal::clock(journal, journal_clock, shared.now);
+            let data = payload_room(shared, links, link).map_or(&[][..], |b| &b[..n.min(b.len())]);
+            journal.call(&journal::Call::PayloadRead { link, data, now });
+        }
+        let result = self.payload_read(link, n, now);
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn payload_read(&mut self, link: LinkId, n: usize, now: Instant) -> Result<(), LinkError> {
         self.shared.now = now;
         let Engine { shared, links, .. } = self;
         let l = links.get_mut(link.0).ok_or(LinkError::UnknownLink)?;
@@ -106,6 +131,25 @@ impl<S: Storage, const W: usize> Engine<S, Datagram, W> {
     /// dropped as well, whatever it says: someone else sent it from the
     /// peer's address ([`Seal`](crate::wire::Seal)).
     pub fn handle_datagram(
+        &mut self,
+        link: LinkId,
+        datagram: &[u8],
+        now: Instant,
+    ) -> Result<(), LinkError> {
+        let result = self.take_datagram(link, datagram, now);
+        journal_call!(
+            self,
+            journal::Call::Datagram {
+                link,
+                data: datagram,
+                now
+            }
+        );
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn take_datagram(
         &mut self,
         link: LinkId,
         datagram: &[u8],
@@ -554,6 +598,21 @@ fn may_claim<S: Storage, const W: usize>(
     p.and_then(|p| peers.get(p)).is_none_or(|peer| {
         peer.may_hold(seq, || fair_share(shared.events.claimable(), peers.len()))
     })
+}
+
+/// Where `link`'s next bytes may be read straight to
+/// ([`Engine::payload_buffer`]).
+fn payload_room<'a, S: Storage, const W: usize>(
+    shared: &'a mut Shared<S>,
+    links: &'a mut Links<S, W>,
+    link: LinkId,
+) -> Option<&'a mut [u8]> {
+    let (reader, receiving) = links.peek_mut(link.0)?.reader_mut();
+    if !reader.in_payload() {
+        return None;
+    }
+    let left = usize::try_from(reader.payload_left()).ok()?;
+    payload_target(shared, receiving, left)
 }
 
 /// The next `len` bytes of the payload being received, where they go: in

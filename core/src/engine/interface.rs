@@ -14,6 +14,7 @@ use crate::wire::GetRepr;
 
 use super::events::Pending;
 use super::framing::Framing;
+use super::journal::{self, Journal, journal_call, journal_out};
 use super::ops::{Op, OpKind, get_request};
 use super::packet::HEADER_RESERVE;
 use super::rdma::Route;
@@ -39,35 +40,23 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         endpoints: &mut [Option<EndpointId>],
         reachable: &mut Reachability<'_>,
     ) -> Result<(), BtlError> {
-        if self.finalized {
-            return Err(BtlError::Finalized);
-        }
-        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
-            *ep = None;
-            if *proc == self.shared.config.me {
-                continue;
-            }
-            let p = self
-                .find_or_add_peer(*proc)
-                .ok_or(BtlError::OutOfResource)?;
-            let _ = self.peers.add_ref(p);
-            if reachable.set(i) {
-                *ep = Some(p);
-            }
-        }
-        Ok(())
+        let result = self.add_peers(procs, endpoints, reachable);
+        journal_call!(
+            self,
+            journal::Call::AddProcs(journal::ProcList::Names(procs))
+        );
+        journal_out!(self, journal::Digest::of(&(&result, &*endpoints)));
+        result
     }
 
     fn del_procs(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
-        for &ep in endpoints {
-            let refs = self.peers.release(ep).map_err(|_| BtlError::Unreachable)?;
-            if refs == 0 {
-                self.lose_peer(ep, LostReason::Removed);
-                self.forget_peer(ep);
-            }
-        }
-        self.settle();
-        Ok(())
+        let result = self.remove_peers(endpoints);
+        journal_call!(
+            self,
+            journal::Call::DelProcs(journal::EndpointList::Ids(endpoints))
+        );
+        journal_out!(self, journal::Digest::of(&result));
+        result
     }
 
     fn alloc(
@@ -77,25 +66,25 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         size: usize,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        let p = self.check_endpoint(endpoint)?;
-        self.check_send_size(size)?;
-        let desc = self.check_send_room(p, size).and_then(|()| {
-            Descriptor::alloc(
-                self.shared.pools(),
-                HEADER_RESERVE as u16,
-                0,
-                size,
+        let result = self.alloc_desc(endpoint, order, size, flags);
+        journal_call!(
+            self,
+            journal::Call::Alloc {
+                endpoint,
                 order,
+                size,
                 flags,
-            )
-            .map_err(BtlError::from)
-        });
-        self.note_fragment_refusal(p, size, desc)
+            }
+        );
+        journal_out!(self, desc_digest(&result));
+        result
     }
 
     fn free(&mut self, desc: Descriptor) -> Result<(), BtlError> {
-        desc.free(self.shared.pools())
-            .map_err(|_| BtlError::Memory(MemError::UnknownRegion))
+        journal_call!(self, journal::Call::Free(journal::DescId::of(&desc)));
+        let result = self.free_desc(desc);
+        journal_out!(self, journal::Digest::of(&result));
+        result
     }
 
     fn prepare_src(
@@ -106,21 +95,19 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         order: Order,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        let p = self.check_endpoint(endpoint)?;
-        let len = data.len().saturating_add(reserve);
-        self.check_send_size(len)?;
-        let desc = self.check_send_room(p, len).and_then(|()| {
-            Descriptor::prepare_src(
-                self.shared.pools(),
-                HEADER_RESERVE as u16,
-                reserve,
+        let result = self.copy_in(endpoint, data, reserve, order, flags);
+        journal_call!(
+            self,
+            journal::Call::PrepareSrc {
+                endpoint,
                 data,
+                reserve,
                 order,
                 flags,
-            )
-            .map_err(BtlError::from)
-        });
-        self.note_fragment_refusal(p, len, desc)
+            }
+        );
+        journal_out!(self, desc_digest(&result));
+        result
     }
 
     fn prepare_src_registered(
@@ -131,6 +118,8 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         order: Order,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
+        journal_call!(self, journal::Call::Unreplayable("prepare_src_registered"));
+        journal_out!(self, 0);
         let p = self.check_endpoint(endpoint)?;
         self.shared.regs.slice(data)?;
         let len = data.len as usize + reserve;
@@ -165,6 +154,335 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
     }
 
     fn send(
+        &mut self,
+        endpoint: EndpointId,
+        desc: Descriptor,
+        tag: Tag,
+    ) -> Result<SendStatus, SendError> {
+        journal_call!(
+            self,
+            journal::Call::Send {
+                endpoint,
+                desc: journal::DescId::of(&desc),
+                bytes: desc.fragment_bytes(self.shared.pools()).unwrap_or(&[]),
+                tag,
+            }
+        );
+        let result = self.queue_send(endpoint, desc, tag);
+        journal_out!(self, {
+            let mut d = journal::Digest::default();
+            match &result {
+                Ok(SendStatus::Queued) => d.debug(&"queued"),
+                Ok(SendStatus::Completed(None)) => d.debug(&"completed"),
+                Ok(SendStatus::Completed(Some(desc))) => d.debug(&"completed").desc(desc),
+                Err(e) => d.debug(&e.error).desc(&e.desc),
+            };
+            d.get()
+        });
+        result
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: EndpointId,
+        header: &[u8],
+        payload: &[u8],
+        tag: Tag,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<(), BtlError> {
+        let result = self.send_inline(endpoint, header, payload, tag, order, flags);
+        journal_call!(
+            self,
+            journal::Call::Sendi {
+                endpoint,
+                header,
+                payload,
+                tag,
+                order,
+                flags,
+            }
+        );
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn register_mem(
+        &mut self,
+        region: S::Memory,
+        access: Access,
+    ) -> Result<MemHandle, RegisterError<S::Memory>> {
+        journal_call!(
+            self,
+            journal::Call::RegisterMem {
+                data: region.as_ref(),
+                access,
+            }
+        );
+        let result = self.register(region, access);
+        journal_out!(
+            self,
+            journal::Digest::of(&result.as_ref().map_err(|e| e.error))
+        );
+        result
+    }
+
+    fn deregister_mem(&mut self, handle: MemHandle) -> Result<S::Memory, BtlError> {
+        let result = self.deregister(handle);
+        journal_call!(self, journal::Call::DeregisterMem(handle));
+        journal_out!(self, journal::Digest::of(&result.as_ref().map(|_| ())));
+        result
+    }
+
+    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
+        Ok(self.shared.regs.region(handle)?)
+    }
+
+    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
+        journal_call!(self, journal::Call::Unreplayable("region_mut"));
+        journal_out!(self, 0);
+        Ok(self.shared.regs.region_mut(handle)?)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        journal_call!(self, journal::Call::Unreplayable("put"));
+        journal_out!(self, 0);
+        let p = self.check_endpoint(endpoint)?;
+        let started = self.start_op(OpKind::Put, p, local, remote, ctx, None);
+        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
+        Ok(id)
+    }
+
+    fn put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        journal_call!(self, journal::Call::Unreplayable("put_notify"));
+        journal_out!(self, 0);
+        let p = self.check_endpoint(endpoint)?;
+        if !self.peers.get(p).is_some_and(|peer| peer.takes_notices()) {
+            return Err(BtlError::NotSupported);
+        }
+        let started = self.start_op(OpKind::Put, p, local, remote, ctx, Some(imm));
+        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
+        Ok(id)
+    }
+
+    fn get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        journal_call!(self, journal::Call::Unreplayable("get"));
+        journal_out!(self, 0);
+        let p = self.check_endpoint(endpoint)?;
+        let started = self.start_op(OpKind::Get, p, local, remote, ctx, None);
+        let (op, under_way) = self.note_refusal(p, Wanted::OP, started)?;
+        if !under_way {
+            // Ended at once (empty, or refused), or going by the device:
+            // nothing to ask the peer.
+            return Ok(op);
+        }
+        let get = get_request(op.0, remote, self.shared.config.me);
+        let queued = self.queue_get(p, op, get);
+        self.note_refusal(p, Wanted::QUEUE, queued)?;
+        Ok(op)
+    }
+
+    fn progress(&mut self) -> usize {
+        let idle = !self.peers.has_touched()
+            && !self.links.has_touched()
+            && !self.lost_unheld
+            && !self.shared.ops.has_mail()
+            && !self.room_hint
+            && !self.room_ready;
+        let result = self.settle_turn();
+        if !idle {
+            journal_call!(self, journal::Call::Progress);
+            journal_out!(self, journal::Digest::of(&result));
+        }
+        result
+    }
+
+    fn poll_event(&mut self) -> Option<Event<'_>> {
+        let idle = self.delivered.is_none() && !self.room_hint;
+        let next = self.next_event();
+        if self.journal.is_on() && (next.is_some() || !idle) {
+            let digest = match &next {
+                Some(Next::Received { from, tag, len }) => {
+                    let data = self.delivered_bytes(*len).unwrap_or(&[]);
+                    journal::Digest::of_event(&Event::Received(Incoming {
+                        from: *from,
+                        tag: *tag,
+                        data,
+                    }))
+                }
+                Some(Next::Other(event)) => journal::Digest::of_event(event),
+                None => journal::Digest::of(&None::<()>),
+            };
+            journal_call!(self, journal::Call::PollEvent);
+            journal_out!(self, digest);
+        }
+        match next? {
+            Next::Received { from, tag, len } => Some(Event::Received(Incoming {
+                from,
+                tag,
+                data: self.delivered_bytes(len)?,
+            })),
+            Next::Other(event) => Some(event),
+        }
+    }
+
+    fn finalize(&mut self) -> crate::btl::Undelivered {
+        let result = self.finalize_all();
+        journal_call!(self, journal::Call::Finalize);
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+}
+
+/// The upper layer's calls as they act, unrecorded: the [`Btl`] methods
+/// record each in the journal around them.
+impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
+    /// The next event, the upper layer's last message freed first: a
+    /// message is told by where its bytes are ([`delivered_bytes`](Self::delivered_bytes)).
+    fn next_event(&mut self) -> Option<Next> {
+        self.release_delivered();
+        let Some(pending) = self.shared.events.pop() else {
+            return self.poll_room().map(Next::Other);
+        };
+        match pending {
+            Pending::Received {
+                from,
+                tag,
+                frag,
+                len,
+            } => {
+                self.delivered = Some((from, frag));
+                Some(Next::Received { from, tag, len })
+            }
+            Pending::Done(c) => {
+                // A notice's credit goes back as a message's does, once the
+                // upper layer has seen it.
+                if let Completion::PutArrived { from, .. } = c
+                    && let Some(peer) = self.peers.get_mut(from)
+                {
+                    peer.give_back_credit(self.shared.now);
+                }
+                Some(Next::Other(c.into()))
+            }
+        }
+    }
+
+    /// The first `len` bytes of the message handed out last.
+    fn delivered_bytes(&self, len: usize) -> Option<&[u8]> {
+        let (_, frag) = self.delivered.as_ref()?;
+        self.shared.pools.view().bytes(frag).ok()?.get(..len)
+    }
+
+    fn add_peers(
+        &mut self,
+        procs: &[ProcName],
+        endpoints: &mut [Option<EndpointId>],
+        reachable: &mut Reachability<'_>,
+    ) -> Result<(), BtlError> {
+        if self.finalized {
+            return Err(BtlError::Finalized);
+        }
+        for (i, (proc, ep)) in procs.iter().zip(endpoints.iter_mut()).enumerate() {
+            *ep = None;
+            if *proc == self.shared.config.me {
+                continue;
+            }
+            let p = self
+                .find_or_add_peer(*proc)
+                .ok_or(BtlError::OutOfResource)?;
+            let _ = self.peers.add_ref(p);
+            if reachable.set(i) {
+                *ep = Some(p);
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_peers(&mut self, endpoints: &[EndpointId]) -> Result<(), BtlError> {
+        for &ep in endpoints {
+            let refs = self.peers.release(ep).map_err(|_| BtlError::Unreachable)?;
+            if refs == 0 {
+                self.lose_peer(ep, LostReason::Removed);
+                self.forget_peer(ep);
+            }
+        }
+        self.settle();
+        Ok(())
+    }
+
+    fn alloc_desc(
+        &mut self,
+        endpoint: EndpointId,
+        order: Order,
+        size: usize,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        self.check_send_size(size)?;
+        let desc = self.check_send_room(p, size).and_then(|()| {
+            Descriptor::alloc(
+                self.shared.pools(),
+                HEADER_RESERVE as u16,
+                0,
+                size,
+                order,
+                flags,
+            )
+            .map_err(BtlError::from)
+        });
+        self.note_fragment_refusal(p, size, desc)
+    }
+
+    fn free_desc(&mut self, desc: Descriptor) -> Result<(), BtlError> {
+        desc.free(self.shared.pools())
+            .map_err(|_| BtlError::Memory(MemError::UnknownRegion))
+    }
+
+    fn copy_in(
+        &mut self,
+        endpoint: EndpointId,
+        data: &[u8],
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        let len = data.len().saturating_add(reserve);
+        self.check_send_size(len)?;
+        let desc = self.check_send_room(p, len).and_then(|()| {
+            Descriptor::prepare_src(
+                self.shared.pools(),
+                HEADER_RESERVE as u16,
+                reserve,
+                data,
+                order,
+                flags,
+            )
+            .map_err(BtlError::from)
+        });
+        self.note_fragment_refusal(p, len, desc)
+    }
+
+    fn queue_send(
         &mut self,
         endpoint: EndpointId,
         mut desc: Descriptor,
@@ -216,7 +534,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         })
     }
 
-    fn sendi(
+    fn send_inline(
         &mut self,
         endpoint: EndpointId,
         header: &[u8],
@@ -260,7 +578,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         Ok(())
     }
 
-    fn register_mem(
+    fn register(
         &mut self,
         region: S::Memory,
         access: Access,
@@ -274,7 +592,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         Ok(self.shared.regs.register(region, access)?)
     }
 
-    fn deregister_mem(&mut self, handle: MemHandle) -> Result<S::Memory, BtlError> {
+    fn deregister(&mut self, handle: MemHandle) -> Result<S::Memory, BtlError> {
         // A frame that reads the region must keep its length: a region
         // taken away mid-send would shorten the frame and desynchronise
         // the stream.
@@ -287,103 +605,14 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         Ok(self.shared.regs.deregister(handle)?)
     }
 
-    fn region(&self, handle: MemHandle) -> Result<&[u8], BtlError> {
-        Ok(self.shared.regs.region(handle)?)
-    }
-
-    fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
-        Ok(self.shared.regs.region_mut(handle)?)
-    }
-
-    fn put(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        let p = self.check_endpoint(endpoint)?;
-        let started = self.start_op(OpKind::Put, p, local, remote, ctx, None);
-        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
-        Ok(id)
-    }
-
-    fn put_notify(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        imm: u64,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        let p = self.check_endpoint(endpoint)?;
-        if !self.peers.get(p).is_some_and(|peer| peer.takes_notices()) {
-            return Err(BtlError::NotSupported);
-        }
-        let started = self.start_op(OpKind::Put, p, local, remote, ctx, Some(imm));
-        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
-        Ok(id)
-    }
-
-    fn get(
-        &mut self,
-        endpoint: EndpointId,
-        local: MemSlice,
-        remote: RemoteSlice,
-        ctx: u64,
-    ) -> Result<OpId, BtlError> {
-        let p = self.check_endpoint(endpoint)?;
-        let started = self.start_op(OpKind::Get, p, local, remote, ctx, None);
-        let (op, under_way) = self.note_refusal(p, Wanted::OP, started)?;
-        if !under_way {
-            // Ended at once (empty, or refused), or going by the device:
-            // nothing to ask the peer.
-            return Ok(op);
-        }
-        let get = get_request(op.0, remote, self.shared.config.me);
-        let queued = self.queue_get(p, op, get);
-        self.note_refusal(p, Wanted::QUEUE, queued)?;
-        Ok(op)
-    }
-
-    fn progress(&mut self) -> usize {
+    fn settle_turn(&mut self) -> usize {
         self.settle();
         // Once a turn, not once an input: a scan of the waiting peers.
         self.room_ready = self.room_hint && self.any_room();
         self.pending_events()
     }
 
-    fn poll_event(&mut self) -> Option<Event<'_>> {
-        self.release_delivered();
-        let Some(pending) = self.shared.events.pop() else {
-            return self.poll_room();
-        };
-        match pending {
-            Pending::Received {
-                from,
-                tag,
-                frag,
-                len,
-            } => {
-                self.delivered = Some((from, frag));
-                let (_, frag) = self.delivered.as_ref()?;
-                let data = self.shared.pools.view().bytes(frag).ok()?.get(..len)?;
-                Some(Event::Received(Incoming { from, tag, data }))
-            }
-            Pending::Done(c) => {
-                // A notice's credit goes back as a message's does, once the
-                // upper layer has seen it.
-                if let Completion::PutArrived { from, .. } = c
-                    && let Some(peer) = self.peers.get_mut(from)
-                {
-                    peer.give_back_credit(self.shared.now);
-                }
-                Some(c.into())
-            }
-        }
-    }
-
-    fn finalize(&mut self) -> crate::btl::Undelivered {
+    fn finalize_all(&mut self) -> crate::btl::Undelivered {
         if self.finalized {
             return crate::btl::Undelivered::default();
         }
@@ -412,6 +641,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// operations ended, or it would wait for them and never read. A
     /// received message's bytes stay valid as before.
     pub fn poll_completion(&mut self) -> Option<Completion> {
+        journal_call!(self, journal::Call::Unreplayable("poll_completion"));
+        journal_out!(self, 0);
         let own = |p: &Pending| {
             matches!(
                 p,
@@ -452,6 +683,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         dst: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
+        journal_call!(self, journal::Call::Unreplayable("get_third_party"));
+        journal_out!(self, 0);
         if target == self.shared.config.me {
             let local = self.shared.regs.check_remote(dst, Access::REMOTE_WRITE)?;
             return self.get(source, local, src, ctx);
@@ -643,4 +876,23 @@ fn same_length(len: u64, remote: RemoteSlice) -> Result<(), BtlError> {
         }));
     }
     Ok(())
+}
+
+/// The digest of a call's descriptor, or of why there is none.
+fn desc_digest(result: &Result<Descriptor, BtlError>) -> u64 {
+    match result {
+        Ok(desc) => journal::Digest::of_desc(desc),
+        Err(e) => journal::Digest::of(e),
+    }
+}
+
+/// What [`Btl::poll_event`] hands out next: a message (its bytes are the
+/// fragment delivered last), or any other event.
+enum Next {
+    Received {
+        from: EndpointId,
+        tag: Tag,
+        len: usize,
+    },
+    Other(Event<'static>),
 }

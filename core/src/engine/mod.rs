@@ -41,6 +41,7 @@ pub mod framing;
 pub mod handshake;
 mod inbound;
 mod interface;
+pub mod journal;
 mod keys;
 pub mod link;
 pub mod metrics;
@@ -51,6 +52,8 @@ mod packet;
 pub mod peer;
 mod progress;
 pub mod rdma;
+#[cfg(any(test, feature = "alloc"))]
+pub mod replay;
 mod room;
 pub mod rtt;
 mod schedule;
@@ -92,6 +95,7 @@ use config::EngineConfig;
 use events::Events;
 use forgotten::Forgotten;
 use handshake::LocalHello;
+use journal::{Journal, journal_call, journal_out};
 use link::{Dropped, Link, LinkState};
 use metrics::{ModuleMetrics, PeerMetrics, PeerReport, Refusals, Refused};
 use ops::{Mail, Ops};
@@ -281,6 +285,10 @@ pub struct Engine<S: Storage, F: Framing = Stream, const W: usize = 64> {
     /// Links made so far: their order of age.
     serial: u32,
     finalized: bool,
+    /// Where its calls are recorded ([`journal`]).
+    journal: S::Journal,
+    /// The clock as the journal last recorded it.
+    journal_clock: Instant,
     /// The traffic of peers whose records were freed, summed.
     departed: PeerMetrics,
     /// What was refused before a link opened.
@@ -365,6 +373,7 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
                 events: Events::new(tables.events),
                 peers: 0,
                 now,
+                unclean_losses: (0, None),
             },
             peers: Peers::new(tables.peers, tables.peer_order, tables.peer_schedule),
             links,
@@ -378,6 +387,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             ready_round: false,
             serial: 0,
             finalized: false,
+            journal: tables.journal,
+            journal_clock: now,
             departed: PeerMetrics::default(),
             refusals: Refusals::default(),
         }
@@ -399,6 +410,16 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
 
     /// A connection the engine wants opened, if any.
     pub fn poll_connect(&mut self) -> Option<ConnectRequest> {
+        if !self.connect_hint {
+            return None;
+        }
+        let result = self.next_connection();
+        journal_call!(self, journal::Call::PollConnect);
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn next_connection(&mut self) -> Option<ConnectRequest> {
         if !self.connect_hint {
             return None;
         }
@@ -430,6 +451,16 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         if !self.close_hint {
             return None;
         }
+        let result = self.next_close();
+        journal_call!(self, journal::Call::PollClose);
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn next_close(&mut self) -> Option<LinkId> {
+        if !self.close_hint {
+            return None;
+        }
         for i in 0..self.links.len() {
             let Some(key) = self.links.key_at(i) else {
                 continue;
@@ -451,6 +482,18 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// The driver opened the connection `req` asked for; `nonce` is 16
     /// fresh random bytes for its handshake.
     pub fn handle_connected(
+        &mut self,
+        req: ConnectRequest,
+        nonce: [u8; NONCE_LEN],
+        now: Instant,
+    ) -> Result<LinkId, LinkError> {
+        let result = self.open_connected(req, nonce, now);
+        journal_call!(self, journal::Call::Connected { req, nonce, now });
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn open_connected(
         &mut self,
         req: ConnectRequest,
         nonce: [u8; NONCE_LEN],
@@ -493,6 +536,18 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         nonce: [u8; NONCE_LEN],
         now: Instant,
     ) -> Result<LinkId, LinkError> {
+        let result = self.open_accepted(source, nonce, now);
+        journal_call!(self, journal::Call::Accepted { source, nonce, now });
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn open_accepted(
+        &mut self,
+        source: Source,
+        nonce: [u8; NONCE_LEN],
+        now: Instant,
+    ) -> Result<LinkId, LinkError> {
         self.shared.now = now;
         if self
             .source_share_of(self.links.capacity())
@@ -522,6 +577,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         why: ConnectFailure,
         now: Instant,
     ) {
+        self.connection_failed(req, why, now);
+        journal_call!(self, journal::Call::ConnectFailed { req, why, now });
+        journal_out!(self, 0);
+    }
+
+    fn connection_failed(&mut self, req: ConnectRequest, why: ConnectFailure, now: Instant) {
         self.shared.now = now;
         if let Some(peer) = self.peers.get_mut(req.endpoint) {
             peer.connect_failed(req.link_index, why, &mut self.shared);
@@ -531,6 +592,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
 
     /// The connection `link` broke or was closed by the peer.
     pub fn handle_closed(&mut self, link: LinkId, now: Instant) {
+        self.link_closed(link, now);
+        journal_call!(self, journal::Call::Closed { link, now });
+        journal_out!(self, 0);
+    }
+
+    fn link_closed(&mut self, link: LinkId, now: Instant) {
         self.shared.now = now;
         if let Some((peer, index)) = self.drop_link(link)
             && let Some(peer) = self.peers.get_mut(peer)
@@ -549,9 +616,15 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// until its refusals have lasted [`EngineConfig::refused_timeout`],
     /// as a TCP peer whose host resets every reconnection.
     pub fn handle_refused(&mut self, link: LinkId, now: Instant) {
+        self.link_refused(link, now);
+        journal_call!(self, journal::Call::Refused { link, now });
+        journal_out!(self, 0);
+    }
+
+    fn link_refused(&mut self, link: LinkId, now: Instant) {
         let handshaking = self.links.get(link.0).is_some_and(|l| l.is_handshaking());
         if !handshaking {
-            return self.handle_closed(link, now);
+            return self.link_closed(link, now);
         }
         self.shared.now = now;
         if let Some((peer, index)) = self.drop_link(link)
@@ -585,6 +658,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             shared,
             peers,
             links,
+            journal,
+            journal_clock,
             ..
         } = self;
         // Asking about a link with nothing to write touches nothing: a
@@ -614,13 +689,32 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         let peer = p.and_then(|p| peers.get(p));
         let segments =
             l.outbox()
-                .poll_transmit::<F, Peer<W>>(peer, shared.pools.view(), &shared.regs)?;
-        Some(Transmit { link, segments })
+                .poll_transmit::<F, Peer<W>>(peer, shared.pools.view(), &shared.regs);
+        if journal.is_on() {
+            // What goes out is the call's result: its bytes' digest.
+            journal::clock(journal, journal_clock, shared.now);
+            let mut digest = journal::Digest::default();
+            for segment in segments.iter().flatten() {
+                digest.bytes(segment);
+            }
+            journal.call(&journal::Call::Transmit(link));
+            journal.out(digest.get());
+        }
+        Some(Transmit {
+            link,
+            segments: segments?,
+        })
     }
 
     /// `n` bytes of what [`poll_transmit`](Self::poll_transmit) handed out
     /// were written (over datagrams: the datagram was sent, whatever `n`).
     pub fn handle_written(&mut self, link: LinkId, n: usize) {
+        self.written(link, n);
+        journal_call!(self, journal::Call::Written { link, n });
+        journal_out!(self, 0);
+    }
+
+    fn written(&mut self, link: LinkId, n: usize) {
         let Engine {
             shared,
             peers,
@@ -652,6 +746,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// Time passed: handshakes and silent peers time out, keepalives go
     /// out, and over datagrams lost packets and handshakes go again.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.time_passed(now);
+        journal_call!(self, journal::Call::Timeout(now));
+        journal_out!(self, 0);
+    }
+
+    fn time_passed(&mut self, now: Instant) {
         self.shared.now = now;
         while let Some(key) = self.links.pop_due(now) {
             self.on_link_timeout(LinkId(key));
@@ -686,6 +786,16 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// ends the round: links touched meanwhile (by the writes themselves)
     /// come in the next.
     pub fn poll_ready_link(&mut self) -> Option<LinkId> {
+        let idle = !self.ready_round && !self.links.has_touched();
+        let result = self.next_ready_link();
+        if result.is_some() || !idle {
+            journal_call!(self, journal::Call::PollReadyLink);
+            journal_out!(self, journal::Digest::of(&result));
+        }
+        result
+    }
+
+    fn next_ready_link(&mut self) -> Option<LinkId> {
         if !core::mem::replace(&mut self.ready_round, true) {
             self.retime_links();
         }
@@ -746,6 +856,13 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// waiting for a first message to it: for a caller that wants to know
     /// the peer is there before it sends anything.
     pub fn connect(&mut self, endpoint: EndpointId) -> Result<(), BtlError> {
+        let result = self.reach_endpoint(endpoint);
+        journal_call!(self, journal::Call::Connect(endpoint));
+        journal_out!(self, journal::Digest::of(&result));
+        result
+    }
+
+    fn reach_endpoint(&mut self, endpoint: EndpointId) -> Result<(), BtlError> {
         self.check_endpoint(endpoint).map(|_| ())
     }
 
@@ -770,6 +887,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// learn that their last messages arrived, instead of failing them
     /// when the CLOSE comes.
     pub fn acknowledge_now(&mut self) {
+        self.acknowledge_all();
+        journal_call!(self, journal::Call::AcknowledgeNow);
+        journal_out!(self, 0);
+    }
+
+    fn acknowledge_all(&mut self) {
         let now = self.shared.now;
         for i in 0..self.peers.len() {
             let Some(p) = self.peers.id_at(i) else {
@@ -826,6 +949,24 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
             events: self.shared.events.len(),
             events_owed: self.shared.events.owed(),
         }
+    }
+
+    /// How many peers were lost for a reason other than a clean close
+    /// ([`LostReason::is_clean`]), and the last of them: what a flight
+    /// recorder writes its record for.
+    pub fn unclean_losses(&self) -> (u64, Option<(ProcName, LostReason)>) {
+        self.shared.unclean_losses
+    }
+
+    /// Where its calls are recorded ([`journal`]).
+    pub fn journal(&self) -> &S::Journal {
+        &self.journal
+    }
+
+    /// Where its calls are recorded, to turn recording on before the first
+    /// call or to take what was recorded.
+    pub fn journal_mut(&mut self) -> &mut S::Journal {
+        &mut self.journal
     }
 
     /// The module's traffic: the counters of every peer it has known

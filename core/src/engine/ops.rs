@@ -396,6 +396,11 @@ impl<C: BorrowMut<[OpSlot]>> Ops<C> {
         }
     }
 
+    /// Whether mail waits to be taken.
+    pub fn has_mail(&self) -> bool {
+        self.mail != 0
+    }
+
     /// Takes a mail left, freeing its slot (the one in the first slot).
     pub fn take_mail(&mut self) -> Option<Mail> {
         if self.mail == 0 {

@@ -608,6 +608,10 @@ impl<const W: usize> Peer<W> {
         self.state = PeerState::Lost(reason);
         if error != BtlError::Finalized {
             self.counters.lost(reason);
+            if !reason.is_clean() {
+                let (n, _) = shared.unclean_losses;
+                shared.unclean_losses = (n + 1, Some((self.proc, reason)));
+            }
         }
         self.counters.credit_back(shared.now);
         self.links.stop_asking();

@@ -34,6 +34,7 @@
 //! any other transport.
 
 use super::framing::Framing;
+use super::journal::{self, journal_call, journal_out};
 use super::ops::{Op, OpKind, Path};
 use super::storage::Storage;
 use super::{Engine, LinkId};
@@ -149,6 +150,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         handle: MemHandle,
         device: Option<DeviceKey>,
     ) -> Result<(), BtlError> {
+        journal_call!(self, journal::Call::Unreplayable("set_device_key"));
+        journal_out!(self, 0);
         Ok(self.shared.regs.set_device(handle, device)?)
     }
 
@@ -164,6 +167,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// longer touch its memory: it is then handed out again on another
     /// link.
     pub fn poll_rdma(&mut self, link: LinkId) -> Option<Rdma> {
+        journal_call!(self, journal::Call::Unreplayable("poll_rdma"));
+        journal_out!(self, 0);
         let l = self.links.get(link.0)?;
         let p = l.peer().filter(|_| l.is_open())?;
         if !self.peers.get(p).is_some_and(|peer| peer.is_open()) {
@@ -194,6 +199,8 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// did not ([`RdmaFailure`]). A report for a transfer handed out again
     /// since, or already ended, changes nothing.
     pub fn handle_rdma(&mut self, token: RdmaToken, result: Result<(), RdmaFailure>) {
+        journal_call!(self, journal::Call::Unreplayable("handle_rdma"));
+        journal_out!(self, 0);
         let i = usize::from(token.slot);
         let Some(op) = self.shared.ops.get(i).copied() else {
             return;

@@ -120,6 +120,11 @@ impl<T: BorrowMut<[Slot]>> Schedule<T> {
         self.push(TOUCHED, i);
     }
 
+    /// Whether any slot is listed as touched.
+    pub fn has_touched(&self) -> bool {
+        self.heads[TOUCHED] != NONE
+    }
+
     /// Takes the whole touched list: its first slot, if any. Walk it with
     /// [`next_detached`](Self::next_detached); slots touched meanwhile
     /// start a new list.

@@ -44,6 +44,11 @@ impl<S: Storage, const W: usize> Peers<S, W> {
         self.table.len()
     }
 
+    /// Whether a call touched one since they were last settled.
+    pub fn has_touched(&self) -> bool {
+        self.schedule.has_touched()
+    }
+
     /// Whether every slot is taken.
     pub fn is_full(&self) -> bool {
         self.table.is_full()
@@ -214,6 +219,11 @@ impl<S: Storage, const W: usize> Links<S, W> {
     /// Links held.
     pub fn len(&self) -> usize {
         self.table.len()
+    }
+
+    /// Whether a call touched one since they were last settled.
+    pub fn has_touched(&self) -> bool {
+        self.schedule.has_touched()
     }
 
     /// Holds `link`; touched. `None` when every slot is taken.

@@ -5,7 +5,8 @@
 //! and its event's place are taken and given back together).
 
 use crate::btl::{
-    BtlError, Completion, ErrorEvent, MemSlice, Registrations, RejectCode, RemoteSlice, Tag,
+    BtlError, Completion, ErrorEvent, LostReason, MemSlice, Registrations, RejectCode, RemoteSlice,
+    Tag,
 };
 use crate::desc::{DescFlags, Descriptor};
 use crate::endpoint::{EndpointId, ProcName};
@@ -31,6 +32,8 @@ pub struct Shared<S: Storage> {
     pub(crate) peers: usize,
     /// The time of the call being served.
     pub(crate) now: Instant,
+    /// Peers lost for a reason other than a clean close, and the last.
+    pub(crate) unclean_losses: (u64, Option<(ProcName, LostReason)>),
 }
 
 impl<S: Storage> Shared<S> {

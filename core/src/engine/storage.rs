@@ -11,6 +11,7 @@
 use core::borrow::BorrowMut;
 use core::marker::PhantomData;
 
+use super::journal::Journal;
 use crate::btl::RegSlot;
 use crate::pool::{PoolCell, Region};
 
@@ -25,6 +26,9 @@ pub trait Storage {
     type Registrations: BorrowMut<[RegSlot<Self::Memory>]>;
     /// The region the fragment pools are carved from.
     type Region: Region;
+    /// Where the engine's calls are recorded
+    /// ([`journal`](super::journal)): `()` for none.
+    type Journal: Journal;
 }
 
 /// Storage lent for `'a`: every table a slice borrowed from the caller,
@@ -37,4 +41,5 @@ impl<'a, M: AsRef<[u8]> + AsMut<[u8]> + 'a> Storage for Lent<'a, M> {
     type Memory = M;
     type Registrations = &'a mut [RegSlot<M>];
     type Region = &'a [PoolCell];
+    type Journal = ();
 }

@@ -40,6 +40,8 @@ pub struct Tables<S: Storage, const W: usize> {
     pub forgotten: S::Table<Start>,
     /// Registered memory.
     pub registrations: S::Registrations,
+    /// Where the engine records its calls.
+    pub journal: S::Journal,
 }
 
 /// How many of each thing an engine holds: the lengths of its [`Tables`].
@@ -162,6 +164,7 @@ impl<
             events: &mut self.events,
             forgotten: &mut self.forgotten,
             registrations: &mut self.registrations,
+            journal: (),
         }
     }
 }

@@ -30,6 +30,29 @@ impl Storage for Boxed {
     type Memory = Vec<u8>;
     type Registrations = Box<[RegSlot<Vec<u8>>]>;
     type Region = Pin<Box<[PoolCell]>>;
+    type Journal = Tape;
+}
+
+/// A journal the tests read back: every entry's bytes, once turned on.
+#[derive(Debug, Default)]
+pub(crate) struct Tape(pub(crate) Option<Vec<u8>>);
+
+impl super::journal::Journal for Tape {
+    fn is_on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn call(&mut self, call: &super::journal::Call<'_>) {
+        if let Some(bytes) = &mut self.0 {
+            call.encode(&mut |b| bytes.extend_from_slice(b));
+        }
+    }
+
+    fn out(&mut self, digest: u64) {
+        if let Some(bytes) = &mut self.0 {
+            bytes.extend_from_slice(&digest.to_le_bytes());
+        }
+    }
 }
 
 /// `n` empty slots.
@@ -85,6 +108,7 @@ pub(crate) fn shared(config: EngineConfig) -> Shared<Boxed> {
         events: Events::new(slots(32)),
         peers: 1,
         now: Instant::ZERO,
+        unclean_losses: (0, None),
     }
 }
 
@@ -206,6 +230,7 @@ pub(crate) fn engine<F: Framing>(config: EngineConfig, framing: F) -> Engine<Box
         events: slots(32),
         forgotten: slots(4),
         registrations: slots(4),
+        journal: Tape::default(),
     };
     Engine::new(config, framing, tables, pools, Instant::ZERO)
 }

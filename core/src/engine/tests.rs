@@ -664,3 +664,80 @@ fn a_connection_closed_as_the_loser_of_a_crossing_waits_for_the_peers_own() {
     assert_eq!(events(&mut a), (1, std::vec![]));
     assert_eq!(events(&mut b), (1, std::vec![]));
 }
+
+/// Plays a short life of a client: it reaches the server, sends, takes
+/// the server's answer, loses its connection, reconnects, and finalizes.
+fn a_clients_life(client: &mut StreamEngine, server: &mut StreamEngine) {
+    use crate::btl::Btl;
+    let to_server = reach(client, SERVER, ms(1));
+    let req = client.poll_connect().expect("a connection asked for");
+    let (la, lb) = connect(client, server, req, ms(1));
+    let _ = events(server);
+    let to_client = server.peer_metrics().next().expect("the client").endpoint;
+    send_eight_bytes(server, to_client);
+    server.acknowledge_now();
+    pump(client, la, server, lb, ms(3));
+    let _ = events(client);
+    client.handle_closed(la, ms(4));
+    server.handle_closed(lb, ms(4));
+    send_eight_bytes(client, to_server);
+    client.handle_timeout(ms(200));
+    if let Some(req) = client.poll_connect() {
+        let (la, lb) = connect(client, server, req, ms(300));
+        pump(client, la, server, lb, ms(301));
+        let _ = events(client);
+        let _ = client.finalize();
+        pump(client, la, server, lb, ms(302));
+    }
+}
+
+#[test]
+fn a_recorded_engine_replays_to_the_same_bytes_and_events() {
+    let (mut client, mut server) = client_and_server();
+    client.journal.0 = Some(StdVec::new());
+    a_clients_life(&mut client, &mut server);
+    let tape = client.journal.0.take().expect("recorded");
+    let (mut fresh, _) = client_and_server();
+    let replayed = replay::replay(&mut fresh, &tape, <[u8]>::to_vec).expect("the same results");
+    assert!(replayed.entries > 20, "{replayed:?}");
+    assert!(
+        replayed.transmits > 3 && replayed.events > 1,
+        "{replayed:?}"
+    );
+    assert_eq!(fresh.metrics(), client.metrics(), "the same counts");
+
+    // One byte of what came in changed: the replay says where it went
+    // another way.
+    let mut offset = 0;
+    let mut bent = tape.clone();
+    while offset < tape.len() {
+        let (entry, len) = journal::Entry::decode(&tape[offset..]).expect("entries");
+        if let journal::Call::Stream { data, .. } = entry.call
+            && data.len() > 40
+        {
+            // A byte of the first frame's header: its type.
+            bent[offset + len - 8 - 8 - data.len()] ^= 0xff;
+            break;
+        }
+        offset += len;
+    }
+    let (mut fresh, _) = client_and_server();
+    let err = replay::replay(&mut fresh, &bent, <[u8]>::to_vec).expect_err("another result");
+    assert!(matches!(err, replay::ReplayError::Diverged { .. }), "{err}");
+}
+
+#[test]
+fn an_idle_engine_records_nothing_however_often_it_is_served() {
+    use crate::btl::Btl;
+    let (mut client, _) = client_and_server();
+    client.journal.0 = Some(StdVec::new());
+    for t in 1..1000 {
+        client.shared.now = ms(t);
+        let _ = client.progress();
+        let _ = client.poll_event();
+        let _ = client.poll_connect();
+        let _ = client.poll_close();
+        let _ = client.poll_ready_link();
+    }
+    assert_eq!(client.journal.0.as_ref().map(StdVec::len), Some(0));
+}

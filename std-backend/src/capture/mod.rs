@@ -17,13 +17,20 @@
 //!
 //! Over a stream, a driver that sees bytes rather than frames cuts them
 //! back into frames with a [`FrameCutter`] per direction of a connection.
+//!
+//! The TCP and UDP modules capture when `btl_<c>_capture` names a path
+//! (with `btl_<c>_capture_file_size`, `_files` and `_snaplen`): their
+//! transports feed a `Tap`, which stamps each frame with its time and
+//! stops, with a warning, if the files cannot be written.
 
 mod block;
 mod cutter;
 mod ring;
+mod tap;
 
 #[cfg(test)]
 mod tests;
 
 pub use cutter::FrameCutter;
 pub use ring::{Capture, CaptureConfig, Direction};
+pub(crate) use tap::{NO_LINK, Tap, describe, link_key};

@@ -1,7 +1,8 @@
 //! Parameters every socket component has, under its own name: where it
-//! listens (`btl_tcp_if_include`, `btl_udp_port_min`, ...), and the
-//! engine's timers and checks (`btl_tcp_peer_timeout`, ...), since a job
-//! may want UDP's to differ from TCP's.
+//! listens (`btl_tcp_if_include`, `btl_udp_port_min`, ...), the engine's
+//! timers and checks (`btl_tcp_peer_timeout`, ...), since a job may want
+//! UDP's to differ from TCP's, and where it captures its frames
+//! (`btl_tcp_capture`, ...).
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
@@ -11,7 +12,9 @@ use btl_core::mca::{
 };
 use btl_core::pool::{FragmentPoolsConfig, PoolParams};
 use btl_core::time::Duration;
+use btl_core::wire::MAX_PREFIX_LEN;
 
+use crate::capture::CaptureConfig;
 use crate::transports::Ports;
 use crate::transports::interfaces::Selection;
 
@@ -19,6 +22,8 @@ use crate::transports::interfaces::Selection;
 pub const SOCKET_PARAMS: usize = 5;
 /// Parameters [`engine_param_specs`] makes.
 pub const ENGINE_PARAMS: usize = 10;
+/// Parameters [`capture_param_specs`] makes.
+pub const CAPTURE_PARAMS: usize = 6;
 
 /// Where `component` listens (interfaces and ports), and how long it looks
 /// for a peer's address.
@@ -43,13 +48,40 @@ pub const fn socket_param_specs(component: &'static str) -> [ParamSpec; SOCKET_P
     ]
 }
 
+/// Where `component` captures the frames it sends and receives, for
+/// Wireshark (off unless `capture` names a path), and how much of its
+/// engine's input its flight recorder keeps (off unless `record` is set).
+pub const fn capture_param_specs(component: &'static str) -> [ParamSpec; CAPTURE_PARAMS] {
+    [
+        ParamSpec::new(BTL_FRAMEWORK, component, "capture", ParamKind::Str, "")
+            .help("Captures every frame the module sends and receives to pcapng files at this path, for Wireshark or tshark with the repository's wireshark/btl.lua: `dir/btl.pcapng` writes dir/btl.0.pcapng, dir/btl.1.pcapng, ... (a ring: see capture_files), one interface per link, no privileges needed; `{job}` and `{rank}` in the path become the process's, so the processes of a job write apart. Empty captures nothing. A file that cannot be created keeps the module from opening")
+            .level(3),
+        ParamSpec::new(BTL_FRAMEWORK, component, "capture_file_size", ParamKind::Size { min: 4 << 10, max: 1 << 40 }, "64M")
+            .help("Bytes a capture file holds before the next one is started; each file is readable alone")
+            .level(4),
+        ParamSpec::new(BTL_FRAMEWORK, component, "capture_files", ParamKind::Int { min: 1, max: 1000 }, "4")
+            .help("Capture files kept: starting one more deletes the oldest, so a capture takes at most capture_files times capture_file_size of disk, however long the module runs")
+            .level(4),
+        ParamSpec::new(BTL_FRAMEWORK, component, "capture_snaplen", ParamKind::Size { min: MAX_PREFIX_LEN as u64, max: 1 << 20 }, "256")
+            .help("Bytes kept of each frame: at least the header and the longest fixed body (96), so that every field shows; of a larger payload only the start is kept and the frame's length recorded, which keeps captures small and data out of them")
+            .level(4),
+        ParamSpec::new(BTL_FRAMEWORK, component, "record", ParamKind::Size { min: 0, max: 1 << 40 }, "0")
+            .help("Keeps up to this many bytes of what the module's engine takes in (bytes from links, the time, the calls made to it) from its start, and writes them with how the engine was made to a file in record_dir when a peer is lost for a reason other than a clean close (4 times at most): `btl replay FILE` feeds it to a fresh engine and says whether it did the same. 0 keeps nothing. A record holds messages' bytes and the job key: it is written readable by its owner only")
+            .level(3),
+        ParamSpec::new(BTL_FRAMEWORK, component, "record_dir", ParamKind::Str, "")
+            .help("Where flight records are written (see record); empty: the system's temporary directory")
+            .level(4),
+    ]
+}
+
 /// The parameters every socket component has, registered: where it
-/// listens, its pools and its engine.
+/// listens, its pools, its engine and its capture.
 #[derive(Debug, Clone, Copy)]
 pub struct SocketParams {
     socket: Registered<SOCKET_PARAMS>,
     pools: PoolParams,
     engine: EngineParams,
+    capture: Registered<CAPTURE_PARAMS>,
 }
 
 /// What [`SocketParams`] read.
@@ -69,21 +101,37 @@ pub struct SocketSettings {
     pub engine: EngineConfig,
     /// How many peers, links, operations and events the engine holds.
     pub capacities: Capacities,
+    /// Where its frames are captured, if they are.
+    pub capture: Option<CaptureConfig>,
+    /// What its flight recorder keeps, if anything.
+    pub record: Option<RecordConfig>,
+}
+
+/// A module's flight recorder as its parameters set it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordConfig {
+    /// Bytes of journal kept at most.
+    pub limit: usize,
+    /// Where records are written.
+    pub dir: std::path::PathBuf,
 }
 
 impl SocketParams {
     /// Registers one component's specs, made by [`socket_param_specs`],
-    /// `pool_param_specs` and [`engine_param_specs`].
+    /// `pool_param_specs`, [`engine_param_specs`] and
+    /// [`capture_param_specs`].
     pub fn register(
         params: &mut dyn Params,
         socket: &'static [ParamSpec; SOCKET_PARAMS],
         pools: &'static [ParamSpec; 6],
         engine: &'static [ParamSpec; ENGINE_PARAMS],
+        capture: &'static [ParamSpec; CAPTURE_PARAMS],
     ) -> Result<Self, RegisterError> {
         Ok(SocketParams {
             socket: Registered::register(params, socket)?,
             pools: PoolParams::register(params, pools)?,
             engine: EngineParams::register(params, engine)?,
+            capture: Registered::register(params, capture)?,
         })
     }
 
@@ -118,7 +166,49 @@ impl SocketParams {
             chosen_sizes: self.pools.chosen_sizes(params),
             engine: self.engine.read(params).map_err(|e| e.to_string())?,
             capacities: self.engine.capacities(params).map_err(|e| e.to_string())?,
+            capture: self.capture(params)?,
+            record: self.record(params)?,
         })
+    }
+
+    /// The flight recorder the parameters ask for: none while `record` is
+    /// 0.
+    fn record(&self, params: &dyn Params) -> Result<Option<RecordConfig>, String> {
+        let ids = &self.capture;
+        let limit = params.size(ids.id("record")).map_err(|e| e.to_string())?;
+        if limit == 0 {
+            return Ok(None);
+        }
+        let dir = params
+            .str(ids.id("record_dir"))
+            .map_err(|e| e.to_string())?;
+        Ok(Some(RecordConfig {
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            dir: if dir.trim().is_empty() {
+                std::env::temp_dir()
+            } else {
+                dir.into()
+            },
+        }))
+    }
+
+    /// The capture the parameters ask for: none while the path is empty.
+    fn capture(&self, params: &dyn Params) -> Result<Option<CaptureConfig>, String> {
+        let ids = &self.capture;
+        let path = params.str(ids.id("capture")).map_err(|e| e.to_string())?;
+        if path.trim().is_empty() {
+            return Ok(None);
+        }
+        let size = |name| params.size(ids.id(name)).map_err(|e| e.to_string());
+        let files = params
+            .int(ids.id("capture_files"))
+            .map_err(|e| e.to_string())?;
+        Ok(Some(CaptureConfig {
+            path: path.into(),
+            file_bytes: size("capture_file_size")?,
+            files: u32::try_from(files).unwrap_or(1),
+            snaplen: u32::try_from(size("capture_snaplen")?).unwrap_or(u32::MAX),
+        }))
     }
 }
 

@@ -3,6 +3,7 @@
 //! memory owned buffers. Allocated once, when a module opens; nothing
 //! grows after.
 
+use super::recorder::Recorder;
 use std::marker::PhantomData;
 use std::pin::Pin;
 
@@ -28,6 +29,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Storage for Heap<M> {
     type Memory = M;
     type Registrations = Box<[RegSlot<M>]>;
     type Region = Pin<Box<[PoolCell]>>;
+    type Journal = Recorder;
 }
 
 /// The engine of a module over `F` framing, with a window of `W`.
@@ -47,6 +49,7 @@ impl<M: AsRef<[u8]> + AsMut<[u8]>> Heap<M> {
             events: boxed(capacities.events),
             forgotten: boxed(capacities.peers),
             registrations: boxed(capacities.registrations),
+            journal: Recorder::off(),
         }
     }
 

@@ -18,6 +18,7 @@ pub mod module;
 pub mod net;
 pub mod progress_thread;
 pub mod read_queue;
+pub mod recorder;
 pub mod refusals;
 #[allow(unsafe_code)]
 pub mod udp_offload;

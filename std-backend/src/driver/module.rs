@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use btl_core::btl::{
@@ -31,6 +32,7 @@ use btl_core::btl::{
 use btl_core::endpoint::{EndpointId, ProcName, Reachability};
 use btl_core::engine::driver::Io;
 use btl_core::engine::framing::Framing;
+use btl_core::engine::journal::Journal;
 use btl_core::engine::metrics::{ModuleMetrics, PeerReport};
 use btl_core::engine::{Capacities, ConnectRequest, LinkId, Source, Usage};
 use btl_core::time;
@@ -39,6 +41,7 @@ use crate::bootstrap::{Contact, LookupError};
 use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, Heap, HeapEngine};
 use crate::driver::net::{Net, Poller, Readiness, RegistryOf, WAKE};
+use crate::driver::recorder::{AsFramed, Record, RecordError, Recorder, Setup};
 use crate::driver::refusals::Refusals;
 use crate::metrics::{Observed, Snapshot};
 /// How often a busy-polling module asks the engine for its next timer:
@@ -65,7 +68,7 @@ pub trait Transport: Sized {
     type Net: Net;
 
     /// How its links carry frames: a stream over TCP, datagrams over UDP.
-    type Framing: Framing;
+    type Framing: Framing + AsFramed;
 
     /// The framing of its engine.
     fn framing(&self) -> Self::Framing;
@@ -251,7 +254,26 @@ pub struct Module<T: Transport, M: Buffer = Vec<u8>> {
     unreachable: HashMap<ProcName, LookupError>,
     /// Whether dropping the module finalizes it (see [`Drop`]).
     finalize_on_drop: bool,
+    /// How its engine was made, for a record of it.
+    setup: Box<Setup>,
+    /// Where its flight record goes, once recording is on.
+    recording: Option<Recording>,
 }
+
+/// Where a module's flight record goes, and when.
+#[derive(Debug)]
+struct Recording {
+    /// The directory records are written to.
+    dir: PathBuf,
+    /// Records it may still write when peers are lost.
+    dumps_left: u32,
+    /// Peers lost uncleanly so far, as last looked at.
+    losses_seen: u64,
+}
+
+/// Records a module writes of itself when peers are lost, at most: a flood
+/// of losses fills no disk.
+pub const RECORD_DUMPS: u32 = 4;
 
 /// Why [`Module::reach`] could not reach a process.
 #[derive(Debug, thiserror::Error)]
@@ -464,12 +486,15 @@ impl<T: Transport, M: Buffer> Module<T, M> {
     /// registered with `poller`, and `directory`, whose card is published.
     pub fn new(
         engine: StdEngine<T, M>,
+        setup: Setup,
         transport: T,
         directory: Directory,
         poller: <T::Net as Net>::Poller,
         spin: Duration,
     ) -> io::Result<Self> {
         Ok(Module {
+            setup: Box::new(setup),
+            recording: None,
             engine,
             transport,
             directory,
@@ -523,10 +548,18 @@ impl<T: Transport, M: Buffer> Module<T, M> {
                 config.me
             );
         }
+        let setup = Setup {
+            component: name.to_owned(),
+            framing: transport.framing().framed(),
+            config: config.clone(),
+            capacities,
+            pools,
+            start: now,
+        };
         let mut engine = Heap::engine(config, transport.framing(), capacities, pools, now)
             .map_err(|e| io::Error::other(format!("fragment pools: {e}")))?;
         engine.set_name(name);
-        Module::new(engine, transport, directory, poller, spin)
+        Module::new(engine, setup, transport, directory, poller, spin)
     }
 
     /// The transport, to inspect it (its addresses, its connections).
@@ -736,6 +769,96 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         }
     }
 
+    /// Starts the flight recorder: up to `limit` bytes of what the engine
+    /// takes in are kept in memory, and written to a file in `dir` when a
+    /// peer is lost for a reason other than a clean close (at most
+    /// [`RECORD_DUMPS`] times), or by [`write_record`](Self::write_record).
+    /// Only a module not used yet can start it (a replay starts from a
+    /// fresh engine): what its component's `btl_<c>_record` parameter does
+    /// as the module opens.
+    pub fn start_recording(&mut self, limit: usize, dir: PathBuf) -> Result<(), RecordError> {
+        if self.engine.journal().is_on() || self.passes != 0 || self.engine.peer_count() != 0 {
+            return Err(RecordError::Damaged(
+                "recording starts only before a module is first used",
+            ));
+        }
+        *self.engine.journal_mut() = Recorder::with_limit(limit);
+        self.recording = Some(Recording {
+            dir,
+            dumps_left: RECORD_DUMPS,
+            losses_seen: 0,
+        });
+        Ok(())
+    }
+
+    /// The flight record so far, with `why` it is taken; `None` unless
+    /// recording is on.
+    pub fn record(&self, why: &str) -> Option<Record> {
+        self.recording.as_ref()?;
+        let recorder = self.engine.journal();
+        Some(Record {
+            setup: (*self.setup).clone(),
+            why: why.to_owned(),
+            full: recorder.is_full(),
+            journal: recorder.bytes().to_vec(),
+        })
+    }
+
+    /// Writes the flight record so far to a new file in the recording's
+    /// directory, saying `why`: its path. Replay it with `btl replay FILE`.
+    pub fn write_record(&mut self, why: &str) -> Result<PathBuf, RecordError> {
+        let record = self.record(why).ok_or(RecordError::Damaged(
+            "this module does not record (set btl_<component>_record)",
+        ))?;
+        let dir = self
+            .recording
+            .as_ref()
+            .map(|r| r.dir.clone())
+            .unwrap_or_default();
+        static WRITTEN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let me = self.engine.config().me;
+        let path = dir.join(format!(
+            "btl-{}-{}.{}-{}-{n}.record",
+            self.setup.component,
+            me.job,
+            me.rank,
+            std::process::id()
+        ));
+        record.save(&path)?;
+        Ok(path)
+    }
+
+    /// Writes the flight record if a peer was lost uncleanly since the last
+    /// look, and the module may still write one.
+    fn record_losses(&mut self) {
+        let (lost, last) = self.engine.unclean_losses();
+        let Some(recording) = self.recording.as_mut() else {
+            return;
+        };
+        if lost == recording.losses_seen {
+            return;
+        }
+        recording.losses_seen = lost;
+        if recording.dumps_left == 0 {
+            return;
+        }
+        recording.dumps_left -= 1;
+        let why = match last {
+            Some((proc, reason)) => format!("peer {proc} lost: {reason:?}"),
+            None => "a peer lost".to_owned(),
+        };
+        let name = self.setup.component.clone();
+        match self.write_record(&why) {
+            Ok(path) => tracing::warn!(
+                "{name}: {why}: flight record written to {}; `btl replay {}` replays it",
+                path.display(),
+                path.display()
+            ),
+            Err(e) => tracing::warn!("{name}: {why}: the flight record could not be written: {e}"),
+        }
+    }
+
     /// The refusals of strangers so far, by reason.
     pub fn refusals(&self) -> &Refusals {
         self.directory.refusals()
@@ -819,6 +942,15 @@ impl<T: Transport, M: Buffer> Module<T, M> {
     /// One pass over sockets and timers, the poller waiting up to `wait`
     /// for a socket; returns whether a socket event came.
     fn pass(&mut self, wait: Option<Duration>) -> io::Result<bool> {
+        let moved = self.serve_pass(wait);
+        if self.recording.is_some() {
+            self.record_losses();
+        }
+        moved
+    }
+
+    /// One pass of [`pass`](Self::pass).
+    fn serve_pass(&mut self, wait: Option<Duration>) -> io::Result<bool> {
         if self.poller.is_none() {
             self.serve_queued();
             return Ok(false);

@@ -230,6 +230,11 @@ pub trait StreamSocket {
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
     /// The address of the other end.
     fn peer_addr(&self) -> io::Result<SocketAddr>;
+    /// The address of this end, where the network tells it (for a
+    /// capture's description of the connection).
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// Whether a connect begun by [`Net::connect`] finished: `Ok(true)`
     /// connected, `Ok(false)` not yet, an error if it failed.
     fn connected(&mut self) -> io::Result<bool>;
@@ -462,6 +467,9 @@ impl StreamSocket for TcpStream {
     }
     fn peer_addr(&self) -> io::Result<SocketAddr> {
         TcpStream::peer_addr(self)
+    }
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        TcpStream::local_addr(self)
     }
     fn connected(&mut self) -> io::Result<bool> {
         if let Some(e) = self.take_error()? {

@@ -9,6 +9,8 @@ use btl_core::time::Instant;
 
 use btl_core::engine::Stream;
 
+use super::capture::ConnCapture;
+use crate::capture::Tap;
 use crate::driver::heap::{Buffer, HeapEngine};
 use crate::driver::net::StreamSocket;
 
@@ -144,6 +146,9 @@ pub struct Conn<S> {
     /// on until they find it (a short read is not taken for drained),
     /// over as many passes as the budget makes them.
     end_seen: bool,
+    /// What the module's capture needs of it, once it carries a link, if
+    /// the module captures.
+    pub capture: Option<Box<ConnCapture>>,
 }
 
 impl<S: StreamSocket> Conn<S> {
@@ -159,6 +164,7 @@ impl<S: StreamSocket> Conn<S> {
             bulk: false,
             peeked: false,
             end_seen: false,
+            capture: None,
         }
     }
 
@@ -193,12 +199,16 @@ impl<S: StreamSocket> Conn<S> {
     /// ([`RX_PEEK`]), for the next frame's header, so that its payload too
     /// is read in place; once the frames behind are small, reads take all
     /// there is again.
+    ///
+    /// Every read, to either place, goes to the capture `tap`, if the
+    /// module captures.
     pub fn read<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
         link: LinkId,
         now: Instant,
         budget: usize,
+        mut tap: Option<&mut Tap>,
     ) -> ReadOutcome {
         let closing = self.end_seen;
         let budget_ends = self.received.saturating_add(budget as u64);
@@ -226,7 +236,13 @@ impl<S: StreamSocket> Conn<S> {
             let at_boundary = match target {
                 Some(target) if target.len() >= DIRECT_MIN => {
                     let want = target.len();
-                    let n = match self.stream.read(target) {
+                    let got = self.stream.read(target);
+                    if let (Ok(n), Some(tap), Some(capture)) =
+                        (&got, tap.as_deref_mut(), self.capture.as_deref_mut())
+                    {
+                        capture.read(tap, &target[..*n]);
+                    }
+                    let n = match got {
                         Ok(0) => return ReadOutcome::Closed,
                         Ok(n) => n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -254,7 +270,13 @@ impl<S: StreamSocket> Conn<S> {
                 self.rx.buf.len()
             };
             self.peeked = self.bulk && at_boundary;
-            match self.stream.read(&mut self.rx.buf[..limit]) {
+            let got = self.stream.read(&mut self.rx.buf[..limit]);
+            if let (Ok(n), Some(tap), Some(capture)) =
+                (&got, tap.as_deref_mut(), self.capture.as_deref_mut())
+            {
+                capture.read(tap, &self.rx.buf[..*n]);
+            }
+            match got {
                 Ok(0) => return ReadOutcome::Closed,
                 // A short read drained the socket: the next bytes bring a
                 // new readiness event, so no read to learn it would block.
@@ -289,11 +311,13 @@ impl<S: StreamSocket> Conn<S> {
 
     /// Writes what the engine has for `link` until it has nothing more or
     /// the socket would block; returns whether bytes still wait, or an
-    /// error when the connection broke.
+    /// error when the connection broke. What each write took goes to the
+    /// capture `tap`, if the module captures.
     pub fn write<M: Buffer>(
         &mut self,
         engine: &mut HeapEngine<Stream, M>,
         link: LinkId,
+        mut tap: Option<&mut Tap>,
     ) -> io::Result<bool> {
         loop {
             let (n, total) = {
@@ -302,7 +326,14 @@ impl<S: StreamSocket> Conn<S> {
                 };
                 let (slices, total) = one_write(&t.segments, WRITE_MAX);
                 match self.stream.write_vectored(&slices) {
-                    Ok(n) => (n, total),
+                    Ok(n) => {
+                        if let (Some(tap), Some(capture)) =
+                            (tap.as_deref_mut(), self.capture.as_deref_mut())
+                        {
+                            capture.written(tap, &slices, n);
+                        }
+                        (n, total)
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => (0, total),
                     Err(e) => return Err(e),

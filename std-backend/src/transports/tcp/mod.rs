@@ -1,6 +1,7 @@
 //! The TCP component (`btl_tcp_*`): its parameters, and modules that run
 //! the engine in stream framing over TCP connections.
 
+mod capture;
 mod conn;
 mod transport;
 
@@ -19,8 +20,10 @@ use btl_core::pool::{PoolDefaults, pool_param_specs};
 pub use transport::{BytesRead, LOOKUP_TIMEOUT, NAME, Tcp};
 
 use crate::bootstrap::Bootstrap;
+use crate::capture::CaptureConfig;
 use crate::config::socket_params::{
-    ENGINE_PARAMS, Registered, SOCKET_PARAMS, SocketParams, engine_param_specs, socket_param_specs,
+    CAPTURE_PARAMS, ENGINE_PARAMS, RecordConfig, Registered, SOCKET_PARAMS, SocketParams,
+    capture_param_specs, engine_param_specs, socket_param_specs,
 };
 use crate::driver::directory::Directory;
 use crate::driver::heap::Buffer;
@@ -50,6 +53,9 @@ pub static TCP_ENGINE_PARAMS: [ParamSpec; ENGINE_PARAMS] = engine_param_specs(NA
 
 /// Where the TCP component listens (`btl_tcp_if_include`, ...).
 pub static TCP_SOCKET_PARAMS: [ParamSpec; SOCKET_PARAMS] = socket_param_specs(NAME);
+
+/// Where the TCP component captures its frames (`btl_tcp_capture`, ...).
+pub static TCP_CAPTURE_PARAMS: [ParamSpec; CAPTURE_PARAMS] = capture_param_specs(NAME);
 
 /// The TCP component's own parameters.
 pub static TCP_PARAMS: [ParamSpec; 5] = [
@@ -95,6 +101,12 @@ pub struct TcpConfig {
     pub lookup_timeout: Duration,
     /// How long [`Module::wait`] spins before it blocks.
     pub spin: Duration,
+    /// Where the module's frames are captured (`btl_tcp_capture`), if
+    /// they are.
+    pub capture: Option<CaptureConfig>,
+    /// What the module's flight recorder keeps (`btl_tcp_record`), if
+    /// anything.
+    pub record: Option<RecordConfig>,
 }
 
 impl Default for TcpConfig {
@@ -110,6 +122,8 @@ impl Default for TcpConfig {
             connect_timeout: Duration::from_secs(5),
             lookup_timeout: LOOKUP_TIMEOUT,
             spin: Duration::from_micros(50),
+            capture: None,
+            record: None,
         }
     }
 }
@@ -164,7 +178,7 @@ impl TcpSetup {
         config.me = me;
         config.job_key = crate::config::socket_params::job_key(job_key)?;
         config.links = self.tcp.links;
-        Module::open(
+        let mut module = Module::open(
             NAME,
             config,
             self.pools,
@@ -175,7 +189,13 @@ impl TcpSetup {
             |net, registry, directory| {
                 Tcp::start(me, self.tcp.clone(), directory.bootstrap(), net, registry)
             },
-        )
+        )?;
+        if let Some(record) = &self.tcp.record {
+            module
+                .start_recording(record.limit, record.dir.clone())
+                .map_err(std::io::Error::other)?;
+        }
+        Ok(module)
     }
 }
 
@@ -191,6 +211,7 @@ impl Component for TcpComponent {
                 &TCP_SOCKET_PARAMS,
                 &TCP_POOL_PARAMS,
                 &TCP_ENGINE_PARAMS,
+                &TCP_CAPTURE_PARAMS,
             )?,
             own: Registered::register(params, &TCP_PARAMS)?,
         });
@@ -209,6 +230,8 @@ impl Component for TcpComponent {
             selection: settings.selection,
             ports: settings.ports,
             lookup_timeout: settings.lookup_timeout,
+            capture: settings.capture,
+            record: settings.record,
             links: u8::try_from(int("links")?).unwrap_or(1),
             sndbuf: usize::try_from(size("sndbuf")?).unwrap_or(0),
             rcvbuf: usize::try_from(size("rcvbuf")?).unwrap_or(0),

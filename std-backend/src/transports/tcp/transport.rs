@@ -12,8 +12,10 @@ use btl_core::wire::{self, CloseReason};
 use ipnet::IpNet;
 
 use super::TcpConfig;
+use super::capture::ConnCapture;
 use super::conn::{Conn, ConnState, READ_BUDGET, ReadOutcome};
 use crate::bootstrap::{Bootstrap, Contact, LookupError};
+use crate::capture::{Direction, NO_LINK, Tap, describe, link_key};
 use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, HeapEngine};
 use crate::driver::link_map::LinkMap;
@@ -72,11 +74,15 @@ pub struct Tcp<N: Net> {
     /// Connections holding bytes the engine had no room for: read again
     /// at each flush.
     held: Vec<usize>,
+    /// The module's capture, if `btl_tcp_capture` asks for one: each
+    /// open connection cuts what it writes and reads into frames for it.
+    capture: Option<Tap>,
 }
 
 impl<N: Net> Tcp<N> {
     /// Listens on the addresses `config` selects (or those `bootstrap`
-    /// assigns `me`) and registers the listeners with `registry`.
+    /// assigns `me`) and registers the listeners with `registry`; starts
+    /// the capture `config` asks for, whose file must be created.
     pub fn start(
         me: ProcName,
         config: TcpConfig,
@@ -84,6 +90,18 @@ impl<N: Net> Tcp<N> {
         net: N,
         registry: &RegistryOf<N>,
     ) -> io::Result<Self> {
+        let capture = match config.capture.clone() {
+            Some(wanted) => {
+                let mut tap = Tap::open(NAME, me, wanted)?;
+                tap.add_link(
+                    NO_LINK,
+                    "tcp refused",
+                    "connections refused before they carried a link: the CLOSE each was told",
+                );
+                Some(tap)
+            }
+            None => None,
+        };
         let mut listeners =
             listen_all(me, NAME, bootstrap, &config.selection, config.ports, |at| {
                 net.listen(at)
@@ -102,6 +120,7 @@ impl<N: Net> Tcp<N> {
             accepting: ReadQueue::default(),
             connecting: Vec::new(),
             held: Vec::new(),
+            capture,
         })
     }
 
@@ -178,8 +197,36 @@ impl<N: Net> Tcp<N> {
         let _ = conn.stream.unwatch(registry);
         if let Some(link) = conn.link() {
             self.by_link.remove(link);
+            if let Some(tap) = self.capture.as_mut()
+                && conn.capture.is_some()
+            {
+                tap.remove_link(link_key(link));
+            }
         }
         Some(conn)
+    }
+
+    /// Connection `i` carries `link` from now on: if the module captures,
+    /// the link gets its interface, described by the connection's ends
+    /// and its peer, if known (`local` where the socket cannot tell it).
+    fn capture_link(
+        &mut self,
+        i: usize,
+        link: LinkId,
+        local: Option<SocketAddr>,
+        peer: Option<ProcName>,
+    ) {
+        let (Some(tap), Some(Some(conn))) = (self.capture.as_mut(), self.conns.get_mut(i)) else {
+            return;
+        };
+        let key = link_key(link);
+        let local = conn.stream.local_addr().ok().or(local);
+        let description = match conn.stream.peer_addr() {
+            Ok(remote) => describe(local, remote, peer),
+            Err(_) => String::from("a connection whose peer address is unknown"),
+        };
+        tap.add_link(key, &format!("tcp link {}", link.slot()), &description);
+        conn.capture = Some(Box::new(ConnCapture::new(key, tap)));
     }
 
     /// A connection that broke or was closed by its peer (`why`, if it was
@@ -245,7 +292,11 @@ impl<N: Net> Tcp<N> {
                     // are held to the handshake budget). The peer is told
                     // why, so that it fails at once and says so.
                     let reason = CloseReason::ResourceExhausted;
-                    let _ = stream.write_vectored(&[io::IoSlice::new(&wire::close_frame(reason))]);
+                    let close = wire::close_frame(reason);
+                    let written = stream.write_vectored(&[io::IoSlice::new(&close)]);
+                    if let (Ok(n), Some(tap)) = (written, self.capture.as_mut()) {
+                        tap.frame_prefix(NO_LINK, Direction::Out, &[&close[..n]], close.len());
+                    }
                     let what = match e {
                         LinkError::TooManyLinks => {
                             "every link slot in use (btl_tcp_max_peers sizes them)"
@@ -267,6 +318,8 @@ impl<N: Net> Tcp<N> {
             match self.insert(Conn::new(stream, ConnState::Open(link)), cx.registry) {
                 Ok(i) => {
                     self.by_link.insert(link, i);
+                    let local = self.listeners.get(l).map(|(_, contact)| contact.addr);
+                    self.capture_link(i, link, local, None);
                 }
                 Err(e) => {
                     tracing::warn!("tcp: registering an accepted connection: {e}");
@@ -306,6 +359,7 @@ impl<N: Net> Tcp<N> {
             Ok(link) => {
                 conn.state = ConnState::Open(link);
                 self.by_link.insert(link, i);
+                self.capture_link(i, link, None, Some(req.proc));
             }
             Err(e) => {
                 tracing::debug!(
@@ -335,7 +389,7 @@ impl<N: Net> Tcp<N> {
             return false;
         };
         let before = conn.received;
-        let outcome = conn.read(engine, link, now, READ_BUDGET);
+        let outcome = conn.read(engine, link, now, READ_BUDGET, self.capture.as_mut());
         let came = conn.received != before;
         match outcome {
             ReadOutcome::Budgeted => self.readable.push(i),
@@ -363,7 +417,7 @@ impl<N: Net> Tcp<N> {
         let Some(link) = conn.link() else {
             return;
         };
-        match conn.write(engine, link) {
+        match conn.write(engine, link, self.capture.as_mut()) {
             Ok(waiting) => {
                 if waiting != conn.write_interest
                     && conn.stream.rewatch(registry, i, waiting).is_ok()

@@ -28,8 +28,10 @@ use btl_core::pool::{FragmentPoolsConfig, PoolDefaults, pool_param_specs};
 use btl_core::time::Instant;
 
 use crate::bootstrap::{Bootstrap, Contact, LookupError};
+use crate::capture::{CaptureConfig, Direction, NO_LINK, Tap, describe, link_key};
 use crate::config::socket_params::{
-    ENGINE_PARAMS, Registered, SOCKET_PARAMS, SocketParams, engine_param_specs, socket_param_specs,
+    CAPTURE_PARAMS, ENGINE_PARAMS, RecordConfig, Registered, SOCKET_PARAMS, SocketParams,
+    capture_param_specs, engine_param_specs, socket_param_specs,
 };
 use crate::driver::directory::Directory;
 use crate::driver::heap::{Buffer, HeapEngine};
@@ -86,6 +88,9 @@ pub static UDP_ENGINE_PARAMS: [ParamSpec; ENGINE_PARAMS] = engine_param_specs(NA
 /// Where the UDP component listens (`btl_udp_if_include`, ...).
 pub static UDP_SOCKET_PARAMS: [ParamSpec; SOCKET_PARAMS] = socket_param_specs(NAME);
 
+/// Where the UDP component captures its frames (`btl_udp_capture`, ...).
+pub static UDP_CAPTURE_PARAMS: [ParamSpec; CAPTURE_PARAMS] = capture_param_specs(NAME);
+
 /// The UDP component's own parameter.
 pub static UDP_PARAMS: [ParamSpec; 1] = [
     ParamSpec::new(BTL_FRAMEWORK, NAME, "mtu", ParamKind::Int { min: 0, max: 65507 }, "0")
@@ -108,6 +113,12 @@ pub struct UdpConfig {
     pub lookup_timeout: Duration,
     /// How long [`Module::wait`] spins before it blocks.
     pub spin: Duration,
+    /// Where the module's frames are captured (`btl_udp_capture`), if
+    /// they are.
+    pub capture: Option<CaptureConfig>,
+    /// What the module's flight recorder keeps (`btl_udp_record`), if
+    /// anything.
+    pub record: Option<RecordConfig>,
     /// The eager limit and max send size where a user set them: a module
     /// whose datagrams hold less says so once, when it opens.
     pub chosen_sizes: [Option<(ParamName, u64)>; 2],
@@ -121,6 +132,8 @@ impl Default for UdpConfig {
             mtu: None,
             lookup_timeout: crate::transports::tcp::LOOKUP_TIMEOUT,
             spin: Duration::from_micros(50),
+            capture: None,
+            record: None,
             chosen_sizes: [None; 2],
         }
     }
@@ -154,11 +167,16 @@ pub struct Udp<N: Net> {
     /// Links a blocked socket kept from writing all they had: the next
     /// flush tries them first.
     deferred: Vec<LinkId>,
+    /// The module's capture, if `btl_udp_capture` asks for one: every
+    /// datagram sent and received, one frame each, on its link's
+    /// interface or on the strangers' ([`NO_LINK`]).
+    capture: Option<Tap>,
 }
 
 impl<N: Net> Udp<N> {
     /// Binds the addresses `config` selects (or those `bootstrap` assigns
-    /// `me`) and registers the sockets with `registry`.
+    /// `me`) and registers the sockets with `registry`; starts the capture
+    /// `config` asks for, whose file must be created.
     pub fn start(
         me: ProcName,
         config: UdpConfig,
@@ -166,6 +184,18 @@ impl<N: Net> Udp<N> {
         net: N,
         registry: &RegistryOf<N>,
     ) -> io::Result<Self> {
+        let capture = match config.capture.clone() {
+            Some(wanted) => {
+                let mut tap = Tap::open(NAME, me, wanted)?;
+                tap.add_link(
+                    NO_LINK,
+                    "udp strangers",
+                    "datagrams from and to addresses without a link: handshakes' HELLOs and COOKIEs, and what is dropped",
+                );
+                Some(tap)
+            }
+            None => None,
+        };
         let mut sockets = listen_all(me, NAME, bootstrap, &config.selection, config.ports, |at| {
             net.bind(at)
         })?;
@@ -199,6 +229,7 @@ impl<N: Net> Udp<N> {
             scratch_links: Vec::new(),
             deferred: Vec::new(),
             scratch_blocked: vec![false; n],
+            capture,
         })
     }
 
@@ -227,10 +258,29 @@ impl<N: Net> Udp<N> {
         Some((socket, remote))
     }
 
+    /// Knows `link` as the one of remote address `addr`, on socket `s`,
+    /// to `peer` if this side knows who it is; declares its interface if
+    /// the module captures.
+    fn adopt(&mut self, link: LinkId, s: usize, addr: SocketAddr, peer: Option<ProcName>) {
+        self.by_addr.insert(addr, link);
+        self.by_link.insert(link, (s, addr));
+        if let Some(tap) = self.capture.as_mut() {
+            let local = self.sockets.get(s).map(|(_, contact)| contact.addr);
+            tap.add_link(
+                link_key(link),
+                &format!("udp link {}", link.slot()),
+                &describe(local, addr, peer),
+            );
+        }
+    }
+
     /// Forgets `link`; the address it was with, if it was current.
     fn forget(&mut self, link: LinkId) -> Option<SocketAddr> {
         let (_, addr) = self.by_link.remove(link)?;
         self.by_addr.remove(&addr);
+        if let Some(tap) = self.capture.as_mut() {
+            tap.remove_link(link_key(link));
+        }
         Some(addr)
     }
 
@@ -271,6 +321,10 @@ impl<N: Net> Udp<N> {
             // is looked up once, and again only after a stranger's.
             let mut known = self.by_addr.get(&from).copied();
             for datagram in recv[..len].chunks(segment.max(1)) {
+                if let Some(tap) = self.capture.as_mut() {
+                    let key = known.map_or(NO_LINK, link_key);
+                    tap.frame(key, Direction::In, &[datagram]);
+                }
                 let Some(link) = known else {
                     self.stranger(engine, refusals, s, from, datagram, now);
                     known = self.by_addr.get(&from).copied();
@@ -333,15 +387,17 @@ impl<N: Net> Udp<N> {
             Stranger::Answer(n) => {
                 if let Some((socket, _)) = self.sockets.get(s) {
                     // Lost if the socket has no room: the HELLO comes again.
-                    let _ = socket.send_to_vectored(&[io::IoSlice::new(&answer[..n])], from);
+                    let sent = socket.send_to_vectored(&[io::IoSlice::new(&answer[..n])], from);
+                    if let (Ok(_), Some(tap)) = (sent, self.capture.as_mut()) {
+                        tap.frame(NO_LINK, Direction::Out, &[&answer[..n]]);
+                    }
                 }
                 return;
             }
             Stranger::Admit => {
                 match engine.handle_accepted(source_of(from), self.net.random(), now) {
                     Ok(link) => {
-                        self.by_addr.insert(from, link);
-                        self.by_link.insert(link, (s, from));
+                        self.adopt(link, s, from, None);
                         return;
                     }
                     // Its address holds its share of the link slots, or
@@ -373,6 +429,15 @@ impl<N: Net> Udp<N> {
         let reported = &mut self.reported[s];
         match send_past_reports(reported, || socket.send_segments(bytes, segment, to)) {
             Ok(sent) => {
+                if let Some(tap) = self.capture.as_mut() {
+                    let key = self
+                        .by_addr
+                        .get(&to)
+                        .map_or(NO_LINK, |&link| link_key(link));
+                    for datagram in bytes[..sent.min(bytes.len())].chunks(segment.max(1)) {
+                        tap.frame(key, Direction::Out, &[datagram]);
+                    }
+                }
                 batch.sent(sent);
                 batch.is_empty()
             }
@@ -447,10 +512,7 @@ impl<N: Net> Transport for Udp<N> {
             return;
         }
         match engine.handle_connected(req, self.net.random(), now) {
-            Ok(link) => {
-                self.by_addr.insert(remote, link);
-                self.by_link.insert(link, (s, remote));
-            }
+            Ok(link) => self.adopt(link, s, remote, Some(req.proc)),
             Err(_) => engine.handle_connect_failed(req, ConnectFailure::Unreachable, now),
         }
     }
@@ -560,7 +622,12 @@ impl<N: Net> Transport for Udp<N> {
                         let reported = &mut self.reported[s];
                         match send_past_reports(reported, || socket.send_to_vectored(&slices, addr))
                         {
-                            Ok(_) => Step::Written(size),
+                            Ok(_) => {
+                                if let Some(tap) = self.capture.as_mut() {
+                                    tap.frame(link_key(link), Direction::Out, &t.segments);
+                                }
+                                Step::Written(size)
+                            }
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Blocked,
                             // Too large, unreachable, ...: dropped, as the
                             // network may drop any datagram.
@@ -683,7 +750,7 @@ impl UdpSetup {
         let mut config = self.engine.clone();
         config.me = me;
         config.job_key = crate::config::socket_params::job_key(job_key)?;
-        let module = Module::open(
+        let mut module = Module::open(
             NAME,
             config,
             self.pools,
@@ -695,6 +762,11 @@ impl UdpSetup {
                 Udp::start(me, self.udp.clone(), directory.bootstrap(), net, registry)
             },
         )?;
+        if let Some(record) = &self.udp.record {
+            module
+                .start_recording(record.limit, record.dir.clone())
+                .map_err(io::Error::other)?;
+        }
         let [eager, max_send] = self.udp.chosen_sizes;
         let attributes = btl_core::btl::Btl::attributes(&module);
         for (chosen, applies) in [
@@ -726,6 +798,7 @@ impl Component for UdpComponent {
                 &UDP_SOCKET_PARAMS,
                 &UDP_POOL_PARAMS,
                 &UDP_ENGINE_PARAMS,
+                &UDP_CAPTURE_PARAMS,
             )?,
             own: Registered::register(params, &UDP_PARAMS)?,
         });
@@ -743,6 +816,8 @@ impl Component for UdpComponent {
             selection: settings.selection,
             ports: settings.ports,
             lookup_timeout: settings.lookup_timeout,
+            capture: settings.capture,
+            record: settings.record,
             chosen_sizes: settings.chosen_sizes,
             mtu: match usize::try_from(mtu) {
                 Ok(0) => None,

@@ -1256,6 +1256,14 @@ fn replay(args: ReplayArgs) -> Result<(), Failure> {
             offset += len;
         }
     }
+    if record.journal.is_empty() {
+        return Err(Failure::Run(if record.full {
+            "the record holds no call: its first did not fit btl_<component>_record; raise it"
+                .into()
+        } else {
+            "the record holds no call: the module was not used".into()
+        }));
+    }
     match record.replay() {
         Ok(done) => {
             println!(

@@ -197,7 +197,7 @@ pub fn table(samples: &[Sample]) -> String {
             }
         };
         out.push_str(&format!(
-            "{component}: {} peers on record{}; refused {}; lost {}\n",
+            "{component}: {} peers on record{}; refused {}; gone {}\n",
             m.on_record,
             if m.summed > 0.0 {
                 format!(", {} of them summed as `other`", m.summed)
@@ -207,8 +207,9 @@ pub fn table(samples: &[Sample]) -> String {
             by_reason(&m.refusals),
             by_reason(&m.losses),
         ));
+        let w = m.peers.keys().map(String::len).max().unwrap_or(0).max(14);
         out.push_str(&format!(
-            "  {:<14} {:<10} {:>9} {:>11} {:>9} {:>11} {:>7} {:>6} {:>10} {:>5} {:>6}\n",
+            "  {:<w$} {:<10} {:>9} {:>11} {:>9} {:>11} {:>7} {:>6} {:>10} {:>5} {:>6}\n",
             "peer",
             "state",
             "sent",
@@ -219,14 +220,14 @@ pub fn table(samples: &[Sample]) -> String {
             "dups",
             "rtt",
             "flaps",
-            "losses"
+            "gone"
         ));
         for (peer, r) in &m.peers {
             let rtt = r
                 .rtt
                 .map_or("-".to_owned(), |s| format!("{:.1} us", s * 1e6));
             out.push_str(&format!(
-                "  {:<14} {:<10} {:>9} {:>11} {:>9} {:>11} {:>7} {:>6} {:>10} {:>5} {:>6}\n",
+                "  {:<w$} {:<10} {:>9} {:>11} {:>9} {:>11} {:>7} {:>6} {:>10} {:>5} {:>6}\n",
                 peer,
                 if r.state.is_empty() { "-" } else { &r.state },
                 r.sent,
@@ -272,7 +273,7 @@ btl_peer_state{component=\"tcp\",peer=\"7.1\",state=\"open\"} 1
 ";
         let t = table(&parse(text));
         assert!(
-            t.starts_with("tcp: 1 peers on record; refused 3 (bad_cookie 3); lost 0\n"),
+            t.starts_with("tcp: 1 peers on record; refused 3 (bad_cookie 3); gone 0\n"),
             "{t}"
         );
         let line = t.lines().nth(2).expect("the peer's line");

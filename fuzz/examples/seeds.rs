@@ -627,9 +627,493 @@ fn sm_input() -> Seeds {
     ]
 }
 
+/// The engines of the recorded lives: each side's process, the recorded
+/// engine made as `journal_replay`'s (`btl_fuzz::engine_input::engine`).
+mod lives {
+    use btl_core::btl::{Access, Btl, Tag, add_proc};
+    use btl_core::desc::{DescFlags, Order};
+    use btl_core::endpoint::ProcName;
+    use btl_core::engine::config::EngineConfig;
+    use btl_core::engine::{
+        COOKIE_FRAME_LEN, Capacities, Engine, Framing, LinkId, Source, Storage, Stranger,
+    };
+    use btl_core::time::{Duration, Instant};
+    use btl_fuzz::engine_input::{self, CAPACITIES, KEY, NONCE};
+    use btl_std::driver::heap::{Heap, HeapEngine};
+    use btl_std::driver::recorder::Recorder;
+
+    /// The other side of a recorded life, which nothing records.
+    const PEER: ProcName = ProcName::new(1, 1);
+
+    /// The recorded engine: as the target's, window `W`, with its journal
+    /// on.
+    pub fn recorded<F: Framing, const W: usize>(
+        framing: F,
+        keyed: bool,
+    ) -> HeapEngine<F, Vec<u8>, W> {
+        let mut e = Heap::engine(
+            engine_input::config(keyed),
+            framing,
+            CAPACITIES,
+            engine_input::pools(),
+            Instant::ZERO,
+        )
+        .expect("pools");
+        *e.journal_mut() = Recorder::with_limit(1 << 20);
+        e
+    }
+
+    /// The engine the recorded one talks to.
+    fn peer<F: Framing>(framing: F, keyed: bool) -> HeapEngine<F> {
+        let config = EngineConfig {
+            job_key: keyed.then(|| heapless::Vec::from_slice(KEY).expect("a short key")),
+            ..EngineConfig::new(PEER)
+        };
+        Heap::engine(
+            config,
+            framing,
+            Capacities::for_peers(4),
+            engine_input::pools(),
+            Instant::ZERO,
+        )
+        .expect("pools")
+    }
+
+    fn ms(n: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(n)
+    }
+
+    /// What `e` has for `link`, each transmit written whole.
+    fn drain<S: Storage, F: Framing, const W: usize>(
+        e: &mut Engine<S, F, W>,
+        link: LinkId,
+    ) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Some(bytes) = e.poll_transmit(link).map(|t| t.segments.concat()) {
+            e.handle_written(link, bytes.len());
+            out.push(bytes);
+        }
+        out
+    }
+
+    /// Polls `e`'s events, its closes and its connects (each refused).
+    fn serve<S: Storage, F: Framing, const W: usize>(e: &mut Engine<S, F, W>, now: Instant)
+    where
+        Engine<S, F, W>: Btl,
+    {
+        let _ = e.progress();
+        while e.poll_event().is_some() {}
+        while let Some(link) = e.poll_close() {
+            e.handle_closed(link, now);
+        }
+    }
+
+    /// Queues messages to `endpoint` every way the upper layer sends: a
+    /// descriptor allocated and one prepared, and an inline send.
+    fn send_each_way<S: Storage, F: Framing, const W: usize>(
+        e: &mut Engine<S, F, W>,
+        endpoint: btl_core::endpoint::EndpointId,
+    ) where
+        Engine<S, F, W>: Btl,
+    {
+        if let Ok(mut desc) = e.alloc(endpoint, Order::ANY, 8, DescFlags::empty()) {
+            desc.set_tag(Tag(1));
+            let _ = e.send(endpoint, desc, Tag(1));
+        }
+        if let Ok(desc) = e.prepare_src(endpoint, b"prepared", 0, Order::ANY, DescFlags::empty()) {
+            let _ = e.send(endpoint, desc, Tag(2));
+        }
+        let _ = e.sendi(
+            endpoint,
+            b"hdr",
+            b"inline",
+            Tag(3),
+            Order::ANY,
+            DescFlags::empty(),
+        );
+    }
+
+    /// A client's life over a stream, the recorded engine `e` the client:
+    /// it registers memory, reaches the peer and sends to it every way,
+    /// takes the peer's answer, times out, and finalizes.
+    pub fn stream_client<const W: usize>(
+        e: &mut HeapEngine<btl_core::engine::Stream, Vec<u8>, W>,
+        keyed: bool,
+    ) {
+        let framing = btl_core::engine::Stream;
+        let mut p = peer(framing, keyed);
+        let handle = e.register_mem(vec![7; 64], Access::REMOTE_READ).ok();
+        let to_peer = add_proc(e, PEER).expect("room").expect("reached");
+        send_each_way(e, to_peer);
+        let req = e.poll_connect().expect("a connection asked for");
+        let le = e.handle_connected(req, NONCE, ms(1)).expect("a link");
+        let lp = p
+            .handle_accepted(Source(1), [2; 16], ms(1))
+            .expect("a link");
+        let pump = |e: &mut HeapEngine<_, Vec<u8>, W>, p: &mut HeapEngine<_>, now| loop {
+            let (ep, pe) = (drain(e, le).concat(), drain(p, lp).concat());
+            if ep.is_empty() && pe.is_empty() {
+                return;
+            }
+            let _ = p.handle_stream(lp, &ep, now);
+            let _ = e.handle_stream(le, &pe, now);
+        };
+        pump(e, &mut p, ms(2));
+        serve(&mut p, ms(2));
+        let to_me = p.peer_metrics().next().expect("the client").endpoint;
+        send_each_way(&mut p, to_me);
+        p.acknowledge_now();
+        pump(e, &mut p, ms(3));
+        serve(e, ms(3));
+        e.acknowledge_now();
+        pump(e, &mut p, ms(4));
+        if let Some(t) = e.poll_timeout() {
+            e.handle_timeout(t);
+            pump(e, &mut p, t);
+        }
+        if let Some(handle) = handle {
+            let _ = e.deregister_mem(handle);
+        }
+        let _ = e.finalize();
+        pump(e, &mut p, ms(500));
+        serve(e, ms(500));
+        e.handle_closed(le, ms(501));
+        serve(e, ms(501));
+    }
+
+    /// A server's life over datagrams, the recorded engine `e` the
+    /// server: a stranger's HELLO is answered with a cookie, its echo
+    /// admitted; the peer sends every way, and is answered; the link
+    /// closes.
+    pub fn datagram_server<const W: usize>(
+        e: &mut HeapEngine<btl_core::engine::Datagram, Vec<u8>, W>,
+        keyed: bool,
+    ) {
+        let framing = btl_fuzz::journal_replay::DATAGRAM;
+        let mut p = peer(framing, keyed);
+        let to_server = add_proc(&mut p, engine_input::ME)
+            .expect("room")
+            .expect("reached");
+        send_each_way(&mut p, to_server);
+        let req = p.poll_connect().expect("a connection asked for");
+        let lp = p.handle_connected(req, [2; 16], ms(1)).expect("a link");
+        let address = [127, 0, 0, 1, 0, 9];
+        let mut le = None;
+        for _ in 0..8 {
+            for datagram in drain(&mut p, lp) {
+                if let Some(le) = le {
+                    let _ = e.handle_datagram(le, &datagram, ms(1));
+                    continue;
+                }
+                let mut answer = [0; COOKIE_FRAME_LEN];
+                match e.handle_stranger(&address, &datagram, ms(1), &mut answer) {
+                    Stranger::Answer(n) => {
+                        let _ = p.handle_datagram(lp, &answer[..n], ms(1));
+                    }
+                    Stranger::Admit => {
+                        le = Some(e.handle_accepted(Source(9), NONCE, ms(1)).expect("a link"));
+                    }
+                    Stranger::Refuse(why) => panic!("refused: {why:?}"),
+                }
+            }
+            if let Some(le) = le {
+                for datagram in drain(e, le) {
+                    let _ = p.handle_datagram(lp, &datagram, ms(1));
+                }
+            }
+        }
+        let le = le.expect("the peer admitted");
+        let pump = |e: &mut HeapEngine<_, Vec<u8>, W>, p: &mut HeapEngine<_>, now| loop {
+            let (ep, pe) = (drain(e, le), drain(p, lp));
+            if ep.is_empty() && pe.is_empty() {
+                return;
+            }
+            for d in ep {
+                let _ = p.handle_datagram(lp, &d, now);
+            }
+            for d in pe {
+                let _ = e.handle_datagram(le, &d, now);
+            }
+        };
+        pump(e, &mut p, ms(2));
+        serve(e, ms(2));
+        let to_peer = e.peer_metrics().next().expect("the client").endpoint;
+        send_each_way(e, to_peer);
+        pump(e, &mut p, ms(3));
+        serve(&mut p, ms(3));
+        p.acknowledge_now();
+        pump(e, &mut p, ms(4));
+        serve(e, ms(4));
+        let _ = p.finalize();
+        pump(e, &mut p, ms(5));
+        serve(e, ms(5));
+        e.handle_closed(le, ms(6));
+        serve(e, ms(6));
+    }
+
+    /// The journal `e` recorded.
+    pub fn journal<F: Framing, const W: usize>(e: &HeapEngine<F, Vec<u8>, W>) -> Vec<u8> {
+        assert!(!e.journal().is_full(), "the whole life recorded");
+        e.journal().bytes().to_vec()
+    }
+}
+
+/// Every call, once: what a journal can hold that the recorded lives do
+/// not (a stranger's datagram to a stream engine's journal, a payload
+/// read, a refusal, an unreplayable call).
+fn every_call() -> Vec<u8> {
+    use btl_core::btl::{Access, Tag};
+    use btl_core::desc::{DescFlags, Order};
+    use btl_core::endpoint::{EndpointId, ProcName};
+    use btl_core::engine::journal::{Call, DescId, EndpointList, Entry, ProcList};
+    use btl_core::engine::{ConnectFailure, ConnectRequest, Source, Stream};
+    use btl_core::time::Instant;
+    // The first link an engine opens.
+    let link = {
+        let mut region = vec![0u8; 64 * 1024];
+        let mut tables: engine_input::Tables = engine_input::Tables::new();
+        let mut e = engine_input::engine(&mut region, &mut tables, Stream, false);
+        e.handle_accepted(Source(1), engine_input::NONCE, Instant::ZERO)
+            .expect("a link")
+    };
+    let req = ConnectRequest {
+        endpoint: EndpointId(0),
+        proc: ProcName::new(1, 1),
+        listed_as: ProcName::new(1, 1),
+        link_index: 0,
+    };
+    let now = Instant::from_millis(1);
+    let procs = [ProcName::new(1, 1)];
+    let calls = [
+        Call::Clock(now),
+        Call::PollConnect,
+        Call::Connected {
+            req,
+            nonce: [1; NONCE_LEN],
+            now,
+        },
+        Call::Accepted {
+            source: Source(1),
+            nonce: [2; NONCE_LEN],
+            now,
+        },
+        Call::ConnectFailed {
+            req,
+            why: ConnectFailure::Refused,
+            now,
+        },
+        Call::Closed { link, now },
+        Call::Refused { link, now },
+        Call::PollClose,
+        Call::Transmit(link),
+        Call::Written { link, n: 9 },
+        Call::Timeout(now),
+        Call::PollReadyLink,
+        Call::Stream {
+            link,
+            data: b"stream",
+            now,
+        },
+        Call::PayloadRead {
+            link,
+            data: b"payload",
+            now,
+        },
+        Call::Datagram {
+            link,
+            data: b"datagram",
+            now,
+        },
+        Call::Stranger {
+            address: &[127, 0, 0, 1, 0, 9],
+            data: b"stranger",
+            now,
+        },
+        Call::AcknowledgeNow,
+        Call::Connect(EndpointId(0)),
+        Call::AddProcs(ProcList::Names(&procs)),
+        Call::DelProcs(EndpointList::Ids(&[EndpointId(0)])),
+        Call::Alloc {
+            endpoint: EndpointId(0),
+            order: Order::ANY,
+            size: 8,
+            flags: DescFlags::empty(),
+        },
+        Call::Free(DescId { class: 0, index: 0 }),
+        Call::PrepareSrc {
+            endpoint: EndpointId(0),
+            data: b"prepared",
+            reserve: 0,
+            order: Order::ANY,
+            flags: DescFlags::BTL_OWNERSHIP,
+        },
+        Call::Send {
+            endpoint: EndpointId(0),
+            desc: DescId { class: 0, index: 1 },
+            bytes: b"sent",
+            tag: Tag(1),
+        },
+        Call::Sendi {
+            endpoint: EndpointId(0),
+            header: b"hdr",
+            payload: b"inline",
+            tag: Tag(3),
+            order: Order::ANY,
+            flags: DescFlags::empty(),
+        },
+        Call::Progress,
+        Call::PollEvent,
+        Call::Finalize,
+        Call::RegisterMem {
+            data: &[7; 16],
+            access: Access::REMOTE_READ | Access::REMOTE_WRITE,
+        },
+        Call::Unreplayable("poll_rdma"),
+    ];
+    let mut out = Vec::new();
+    for call in calls {
+        Entry { call, out: 0 }.encode(&mut |b: &[u8]| out.extend_from_slice(b));
+    }
+    out
+}
+
+/// The recorded lives' journals, by name, and the settings that replay
+/// each.
+fn recorded_journals() -> Vec<(&'static str, btl_fuzz::journal_replay::Settings, Vec<u8>)> {
+    use btl_core::engine::Stream;
+    use btl_fuzz::journal_replay::{DATAGRAM, Settings};
+    let mut out = Vec::new();
+    for keyed in [false, true] {
+        let mut e = lives::recorded::<_, 8>(Stream, keyed);
+        lives::stream_client(&mut e, keyed);
+        out.push((
+            if keyed {
+                "keyed-stream-client"
+            } else {
+                "stream-client"
+            },
+            Settings {
+                datagram: false,
+                keyed,
+                mend: false,
+            },
+            lives::journal(&e),
+        ));
+        let mut e = lives::recorded::<_, 8>(DATAGRAM, keyed);
+        lives::datagram_server(&mut e, keyed);
+        out.push((
+            if keyed {
+                "keyed-datagram-server"
+            } else {
+                "datagram-server"
+            },
+            Settings {
+                datagram: true,
+                keyed,
+                mend: false,
+            },
+            lives::journal(&e),
+        ));
+    }
+    out
+}
+
+/// Journals as the flight recorder writes them: the recorded lives, and
+/// one entry of every call.
+fn journal_decode() -> Seeds {
+    let mut seeds: Seeds = recorded_journals()
+        .into_iter()
+        .map(|(name, _, journal)| (name.to_owned(), journal))
+        .collect();
+    seeds.push(("every-call".to_owned(), every_call()));
+    seeds
+}
+
+/// The recorded lives, each with the settings of the engine that recorded
+/// it (they replay to the end), and again with a byte of the first
+/// stream's or datagram's data changed and the mend bit set, so that the
+/// replay goes on past where it goes another way.
+fn journal_replay() -> Seeds {
+    use btl_core::engine::journal::{Call, Entry};
+    use btl_fuzz::journal_replay::{self as jr, Settings};
+    let mut seeds = Vec::new();
+    for (name, settings, journal) in recorded_journals() {
+        let replayed = jr::replay_fresh(settings, &journal)
+            .unwrap_or_else(|e| panic!("{name} replays to its end: {e}"));
+        assert!(replayed.entries > 20, "{name}: {replayed:?}");
+        seeds.push((name.to_owned(), jr::input(settings, &journal)));
+        let mut bent = journal.clone();
+        let mut offset = 0;
+        while offset < journal.len() {
+            let (entry, len) = Entry::decode(&journal[offset..]).expect("entries");
+            if let Call::Stream { data, .. } | Call::Datagram { data, .. } = entry.call
+                && data.len() > 40
+            {
+                // The last byte of its data: in the body of its last frame.
+                bent[offset + len - 8 - 8 - 1] ^= 0x5a;
+                break;
+            }
+            offset += len;
+        }
+        let mended = Settings {
+            mend: true,
+            ..settings
+        };
+        seeds.push((format!("{name}-bent-mended"), jr::input(mended, &bent)));
+    }
+    seeds
+}
+
+/// Record files as a module writes them: each recorded life, from an
+/// engine made as a module makes it (a window of 64), which
+/// `Record::replay` replays to the end.
+fn record_read() -> Seeds {
+    use btl_core::engine::Stream;
+    use btl_core::time::Instant;
+    use btl_fuzz::engine_input::{self, CAPACITIES};
+    use btl_fuzz::journal_replay::DATAGRAM;
+    use btl_std::driver::recorder::{Framed, Record, Setup};
+    let record = |component: &str, framing, keyed, journal| Record {
+        setup: Setup {
+            component: component.to_owned(),
+            framing,
+            config: engine_input::config(keyed),
+            capacities: CAPACITIES,
+            pools: engine_input::pools(),
+            start: Instant::ZERO,
+        },
+        why: "peer 1.1 lost: timeout".to_owned(),
+        full: false,
+        journal,
+    };
+    let mut seeds = Vec::new();
+    for keyed in [false, true] {
+        let mut e = lives::recorded::<_, 64>(Stream, keyed);
+        lives::stream_client(&mut e, keyed);
+        let tcp = record("tcp", Framed::Stream, keyed, lives::journal(&e));
+        let mut e = lives::recorded::<_, 64>(DATAGRAM, keyed);
+        lives::datagram_server(&mut e, keyed);
+        let udp = record(
+            "udp",
+            Framed::Datagram { mtu: DATAGRAM.mtu },
+            keyed,
+            lives::journal(&e),
+        );
+        let key = if keyed { "keyed-" } else { "" };
+        for (name, r) in [("tcp", tcp), ("udp", udp)] {
+            let replayed = r
+                .replay()
+                .unwrap_or_else(|e| panic!("the {name} record replays to its end: {e}"));
+            assert!(replayed.entries > 20, "{name}: {replayed:?}");
+            seeds.push((format!("{key}{name}"), r.to_bytes()));
+        }
+    }
+    seeds
+}
+
 fn main() -> std::io::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
-    let targets: [(&str, Seeds); 8] = [
+    let targets: [(&str, Seeds); 11] = [
         ("sm_input", sm_input()),
         ("ring_input", ring_input()),
         ("cpc_message", cpc_message()),
@@ -638,6 +1122,9 @@ fn main() -> std::io::Result<()> {
         ("xfer_message", xfer_message()),
         ("bench_message", bench_message()),
         ("handshake", handshake()),
+        ("journal_decode", journal_decode()),
+        ("journal_replay", journal_replay()),
+        ("record_read", record_read()),
     ];
     for (target, seeds) in targets {
         let dir = root.join(target);

@@ -17,7 +17,7 @@
 
 use btl_core::endpoint::ProcName;
 use btl_core::engine::config::EngineConfig;
-use btl_core::engine::{Engine, Framing, Inline, Lent, Source};
+use btl_core::engine::{Capacities, Engine, Framing, Inline, Lent, Source};
 use btl_core::pool::{FragmentPoolConfig, FragmentPools, FragmentPoolsConfig};
 use btl_core::time::Instant;
 use btl_core::wire::{self, HelloRepr, Limits, PacketRepr};
@@ -30,44 +30,65 @@ pub const KEY: &[u8] = b"fuzz job key";
 pub const NONCE: [u8; 16] = [7; 16];
 
 /// Two peers, two links, a window of 8, 8 operations, 32 events, two
-/// registrations.
-pub type Tables<'a> = Inline<2, 2, 8, 8, 32, 2, &'a mut [u8]>;
-/// The engine the target feeds.
-pub type E<'a, F> = Engine<Lent<'a>, F, 8>;
+/// registrations of memory held as `M` (lent, or owned where a replay
+/// makes it: `journal_replay`).
+pub type Tables<'a, M = &'a mut [u8]> = Inline<2, 2, 8, 8, 32, 2, M>;
+/// The engine the target feeds, its registered memory held as `M`.
+pub type E<'a, F, M = &'a mut [u8]> = Engine<Lent<'a, M>, F, 8>;
 
-/// The target's engine over `framing`, in `region` and `tables`, holding
-/// [`KEY`] if `keyed`.
-pub fn engine<'a, F: Framing>(
-    region: &'a mut [u8],
-    tables: &'a mut Tables<'a>,
-    framing: F,
-    keyed: bool,
-) -> E<'a, F> {
+/// The lengths of [`Tables`], for an engine made as the target's with
+/// other storage (one that records its journal, for the seeds of
+/// `journal_replay`).
+pub const CAPACITIES: Capacities = Capacities {
+    peers: 2,
+    links: 2,
+    ops: 8,
+    events: 32,
+    registrations: 2,
+};
+
+/// The target's fragment pools: four fragments of each class, of 128,
+/// 1024 and 2048 bytes.
+pub fn pools() -> FragmentPoolsConfig {
     let pool = |fragment_size| FragmentPoolConfig {
         fragment_size,
         num: 4,
         max: 4,
         inc: 4,
     };
-    let cfg = FragmentPoolsConfig {
+    FragmentPoolsConfig {
         small: pool(128),
         eager: pool(1024),
         max: pool(2048),
-    };
-    let pools = FragmentPools::new(region, cfg).expect("pools fit the region");
-    let config = EngineConfig {
+    }
+}
+
+/// The target's engine configuration, holding [`KEY`] if `keyed`.
+pub fn config(keyed: bool) -> EngineConfig {
+    EngineConfig {
         initial_credits: 4,
         job_key: keyed.then(|| heapless::Vec::from_slice(KEY).expect("a short key")),
         ..EngineConfig::new(ME)
-    };
-    Engine::new(config, framing, tables.lend(), pools, Instant::ZERO)
+    }
+}
+
+/// The target's engine over `framing`, in `region` and `tables`, holding
+/// [`KEY`] if `keyed`.
+pub fn engine<'a, F: Framing, M: AsRef<[u8]> + AsMut<[u8]> + 'a>(
+    region: &'a mut [u8],
+    tables: &'a mut Tables<'a, M>,
+    framing: F,
+    keyed: bool,
+) -> E<'a, F, M> {
+    let pools = FragmentPools::new(region, pools()).expect("pools fit the region");
+    Engine::new(config(keyed), framing, tables.lend(), pools, Instant::ZERO)
 }
 
 /// The HELLO the target's engine sends first on its link, over `framing`,
 /// holding the key if `keyed`: what a peer's HELLO_ACK must prove it saw.
 pub fn engine_hello<F: Framing>(framing: F, keyed: bool) -> Option<HelloRepr> {
     let mut region = vec![0u8; 64 * 1024];
-    let mut tables = Tables::new();
+    let mut tables: Tables = Tables::new();
     let mut e = engine(&mut region, &mut tables, framing, keyed);
     let link = e.handle_accepted(Source(1), NONCE, Instant::ZERO).ok()?;
     let transmit = e.poll_transmit(link)?;

@@ -6,3 +6,4 @@ pub mod bench_message;
 pub mod cpc_message;
 pub mod engine_input;
 pub mod handshake;
+pub mod journal_replay;

@@ -28,6 +28,7 @@ use btl_core::engine::{Capacities, HEADER_RESERVE, Stream};
 use btl_core::pool::{FragmentPoolConfig, FragmentPoolsConfig};
 use btl_core::time::Instant;
 use btl_std::driver::heap::{Heap, HeapEngine};
+use btl_std::driver::recorder::Recorder;
 use btl_tests::pair::stream::StreamPair;
 use btl_tests::world::Side;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -58,6 +59,25 @@ fn config() -> FragmentPoolsConfig {
     }
 }
 
+/// Bytes of journal a recording engine keeps before it starts a new one,
+/// when `ENGINE_BENCH_RECORD` is set: the cost of the flight recorder.
+const RECORD: usize = 256 << 20;
+
+/// Whether the engines record (`ENGINE_BENCH_RECORD=1`).
+fn recording() -> bool {
+    std::env::var_os("ENGINE_BENCH_RECORD").is_some()
+}
+
+/// Starts a new journal on each engine of `pair` whose journal is full.
+fn keep_recording(pair: &mut Pair) {
+    for side in [Side::A, Side::B] {
+        let engine = pair.engine_mut(side);
+        if engine.journal().is_full() {
+            *engine.journal_mut() = Recorder::with_limit(RECORD);
+        }
+    }
+}
+
 fn engine(me: ProcName) -> Box<E> {
     let mut config = EngineConfig::new(me);
     config.initial_credits = 64;
@@ -66,9 +86,12 @@ fn engine(me: ProcName) -> Box<E> {
         links: 2,
         ..Capacities::SOCKET_MODULE
     };
-    Box::new(
-        Heap::engine(config, Stream, capacities, self::config(), Instant::ZERO).expect("pools"),
-    )
+    let mut engine =
+        Heap::engine(config, Stream, capacities, self::config(), Instant::ZERO).expect("pools");
+    if recording() {
+        *engine.journal_mut() = Recorder::with_limit(RECORD);
+    }
+    Box::new(engine)
 }
 
 /// One round, then `side` polls everything; returns the messages received.
@@ -212,6 +235,7 @@ fn bench(c: &mut Criterion) {
                 got += round_and_poll(&mut pair, Side::B);
             }
             receive(&mut pair, Side::B, BATCH.saturating_sub(got));
+            keep_recording(&mut pair);
         })
     });
 
@@ -242,6 +266,7 @@ fn bench(c: &mut Criterion) {
                 )
                 .expect("B has credits: every pong was answered");
             receive(&mut pair, Side::A, 1);
+            keep_recording(&mut pair);
         })
     });
     group.finish();

@@ -14,6 +14,7 @@ use btl_core::desc::{DescFlags, Order};
 use btl_core::endpoint::{EndpointId, ProcName};
 use btl_core::pool::FragmentClass;
 use btl_core::time::{Duration, Instant};
+use btl_std::driver::recorder::Recorder;
 use common::{E, drain, drain_all, engine, engine_with, in_use};
 
 const A: ProcName = ProcName::new(5, 0);
@@ -125,7 +126,10 @@ fn credits_hold_a_sender_back_until_the_receiver_polls() {
 
 #[test]
 fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
-    let (mut pair, ep_b, _) = new_pair(engine(A, None, 16), engine(B, None, 16));
+    // A records what it takes in: its puts and gets replay at the end.
+    let mut a = engine(A, None, 16);
+    *a.journal_mut() = Recorder::with_limit(64 << 20);
+    let (mut pair, ep_b, _) = new_pair(a, engine(B, None, 16));
     let src = (0..300_000u32).map(|x| (x % 251) as u8).collect::<Vec<_>>();
     let dst = vec![0u8; 300_000];
     let ro = vec![9u8; 1000];
@@ -237,6 +241,21 @@ fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
     }
     assert_eq!(drain(pair.a()), ["get 10 Ok(())"]);
     assert_eq!(pair.a().region(hb).expect("back"), &[9u8; 1000][..]);
+
+    let journal = pair.a().journal().bytes().to_vec();
+    assert!(!pair.a().journal().is_full());
+    let mut fresh = engine(A, None, 16);
+    let replayed = btl_core::engine::replay::replay(&mut fresh, &journal, <[u8]>::to_vec)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        replayed.transmits > 10 && replayed.events >= 3,
+        "{replayed:?}"
+    );
+    assert_eq!(
+        fresh.region(hb).expect("back"),
+        &[9u8; 1000][..],
+        "the get again"
+    );
 }
 
 #[test]

@@ -22,7 +22,8 @@ impl From<MemError> for RejectCode {
 /// Why a peer counts as lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LostReason {
-    /// It did not answer within `btl_peer_timeout`.
+    /// It did not answer within its module's peer timeout
+    /// (`btl_<component>_peer_timeout`).
     Timeout,
     /// No handshake with it completed within `btl_<c>_handshake_timeout`:
     /// nothing answered where its card said it listens (over datagrams a
@@ -61,7 +62,7 @@ pub enum LostReason {
     /// It refused this process for want of room (every peer or link slot
     /// in use).
     NoRoom,
-    /// It kept answering but stopped moving for `btl_peer_timeout`: it
+    /// It kept answering but stopped moving for its peer timeout: it
     /// acknowledged nothing this side sent, or never filled a gap in what
     /// it sent, while holding this side's fragments and event places.
     Stalled,

@@ -28,7 +28,7 @@ pub struct EngineConfig {
     /// A handshake not finished within this long fails its link.
     pub handshake_timeout: Duration,
     /// A peer not heard from within this long counts as lost
-    /// (`btl_peer_timeout`); the engine reconnects until then.
+    /// (`btl_<component>_peer_timeout`); the engine reconnects until then.
     pub peer_timeout: Duration,
     /// A peer silent this long is asked for an acknowledgement (a
     /// keepalive), so that a vanished peer is found even when nothing is

@@ -118,39 +118,20 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         order: Order,
         flags: DescFlags,
     ) -> Result<Descriptor, BtlError> {
-        journal_call!(self, journal::Call::Unreplayable("prepare_src_registered"));
-        journal_out!(self, 0);
-        let p = self.check_endpoint(endpoint)?;
-        self.shared.regs.slice(data)?;
-        let len = data.len as usize + reserve;
-        if len <= self.attributes.eager_limit {
-            let bytes = self.shared.regs.slice(data)?;
-            let desc = self.check_send_room(p, len).and_then(|()| {
-                Descriptor::prepare_src(
-                    self.shared.pools.view(),
-                    HEADER_RESERVE as u16,
-                    reserve,
-                    bytes,
-                    order,
-                    flags,
-                )
-                .map_err(BtlError::from)
-            });
-            return self.note_fragment_refusal(p, len, desc);
-        }
-        Limit::Here.admits(len, self.attributes.max_send_size)?;
-        let desc = self.check_send_room(p, reserve).and_then(|()| {
-            Descriptor::prepare_src_inplace(
-                self.shared.pools(),
-                HEADER_RESERVE as u16,
+        journal_call!(
+            self,
+            journal::Call::PrepareSrcRegistered {
+                endpoint,
+                slice: data,
+                bytes: self.shared.regs.slice(data).unwrap_or(&[]),
                 reserve,
-                data,
                 order,
                 flags,
-            )
-            .map_err(BtlError::from)
-        });
-        self.note_fragment_refusal(p, reserve, desc)
+            }
+        );
+        let result = self.prepare_registered(endpoint, data, reserve, order, flags);
+        journal_out!(self, desc_digest(&result));
+        result
     }
 
     fn send(
@@ -169,16 +150,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
             }
         );
         let result = self.queue_send(endpoint, desc, tag);
-        journal_out!(self, {
-            let mut d = journal::Digest::default();
-            match &result {
-                Ok(SendStatus::Queued) => d.debug(&"queued"),
-                Ok(SendStatus::Completed(None)) => d.debug(&"completed"),
-                Ok(SendStatus::Completed(Some(desc))) => d.debug(&"completed").desc(desc),
-                Err(e) => d.debug(&e.error).desc(&e.desc),
-            };
-            d.get()
-        });
+        journal_out!(self, journal::Digest::of_send(&result));
         result
     }
 
@@ -239,8 +211,6 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
     }
 
     fn region_mut(&mut self, handle: MemHandle) -> Result<&mut [u8], BtlError> {
-        journal_call!(self, journal::Call::Unreplayable("region_mut"));
-        journal_out!(self, 0);
         Ok(self.shared.regs.region_mut(handle)?)
     }
 
@@ -251,12 +221,21 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        journal_call!(self, journal::Call::Unreplayable("put"));
-        journal_out!(self, 0);
-        let p = self.check_endpoint(endpoint)?;
-        let started = self.start_op(OpKind::Put, p, local, remote, ctx, None);
-        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
-        Ok(id)
+        journal_call!(
+            self,
+            journal::Call::Rdma {
+                kind: journal::RdmaCall::Put,
+                endpoint,
+                local,
+                remote,
+                ctx,
+                imm: 0,
+                bytes: self.shared.regs.slice(local).unwrap_or(&[]),
+            }
+        );
+        let result = self.start_put(endpoint, local, remote, ctx);
+        journal_out!(self, journal::Digest::of(&result));
+        result
     }
 
     fn put_notify(
@@ -267,15 +246,21 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         imm: u64,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        journal_call!(self, journal::Call::Unreplayable("put_notify"));
-        journal_out!(self, 0);
-        let p = self.check_endpoint(endpoint)?;
-        if !self.peers.get(p).is_some_and(|peer| peer.takes_notices()) {
-            return Err(BtlError::NotSupported);
-        }
-        let started = self.start_op(OpKind::Put, p, local, remote, ctx, Some(imm));
-        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
-        Ok(id)
+        journal_call!(
+            self,
+            journal::Call::Rdma {
+                kind: journal::RdmaCall::PutNotify,
+                endpoint,
+                local,
+                remote,
+                ctx,
+                imm,
+                bytes: self.shared.regs.slice(local).unwrap_or(&[]),
+            }
+        );
+        let result = self.start_put_notify(endpoint, local, remote, imm, ctx);
+        journal_out!(self, journal::Digest::of(&result));
+        result
     }
 
     fn get(
@@ -285,20 +270,21 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         remote: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        journal_call!(self, journal::Call::Unreplayable("get"));
-        journal_out!(self, 0);
-        let p = self.check_endpoint(endpoint)?;
-        let started = self.start_op(OpKind::Get, p, local, remote, ctx, None);
-        let (op, under_way) = self.note_refusal(p, Wanted::OP, started)?;
-        if !under_way {
-            // Ended at once (empty, or refused), or going by the device:
-            // nothing to ask the peer.
-            return Ok(op);
-        }
-        let get = get_request(op.0, remote, self.shared.config.me);
-        let queued = self.queue_get(p, op, get);
-        self.note_refusal(p, Wanted::QUEUE, queued)?;
-        Ok(op)
+        journal_call!(
+            self,
+            journal::Call::Rdma {
+                kind: journal::RdmaCall::Get,
+                endpoint,
+                local,
+                remote,
+                ctx,
+                imm: 0,
+                bytes: &[],
+            }
+        );
+        let result = self.start_get(endpoint, local, remote, ctx);
+        journal_out!(self, journal::Digest::of(&result));
+        result
     }
 
     fn progress(&mut self) -> usize {
@@ -356,6 +342,159 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
 /// The upper layer's calls as they act, unrecorded: the [`Btl`] methods
 /// record each in the journal around them.
 impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
+    fn prepare_registered(
+        &mut self,
+        endpoint: EndpointId,
+        data: MemSlice,
+        reserve: usize,
+        order: Order,
+        flags: DescFlags,
+    ) -> Result<Descriptor, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        self.shared.regs.slice(data)?;
+        let len = data.len as usize + reserve;
+        if len <= self.attributes.eager_limit {
+            let bytes = self.shared.regs.slice(data)?;
+            let desc = self.check_send_room(p, len).and_then(|()| {
+                Descriptor::prepare_src(
+                    self.shared.pools.view(),
+                    HEADER_RESERVE as u16,
+                    reserve,
+                    bytes,
+                    order,
+                    flags,
+                )
+                .map_err(BtlError::from)
+            });
+            return self.note_fragment_refusal(p, len, desc);
+        }
+        Limit::Here.admits(len, self.attributes.max_send_size)?;
+        let desc = self.check_send_room(p, reserve).and_then(|()| {
+            Descriptor::prepare_src_inplace(
+                self.shared.pools(),
+                HEADER_RESERVE as u16,
+                reserve,
+                data,
+                order,
+                flags,
+            )
+            .map_err(BtlError::from)
+        });
+        self.note_fragment_refusal(p, reserve, desc)
+    }
+
+    fn start_put(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        let started = self.start_op(OpKind::Put, p, local, remote, ctx, None);
+        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
+        Ok(id)
+    }
+
+    fn start_put_notify(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        imm: u64,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        if !self.peers.get(p).is_some_and(|peer| peer.takes_notices()) {
+            return Err(BtlError::NotSupported);
+        }
+        let started = self.start_op(OpKind::Put, p, local, remote, ctx, Some(imm));
+        let (id, _) = self.note_refusal(p, Wanted::OP, started)?;
+        Ok(id)
+    }
+
+    fn start_get(
+        &mut self,
+        endpoint: EndpointId,
+        local: MemSlice,
+        remote: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        let p = self.check_endpoint(endpoint)?;
+        let started = self.start_op(OpKind::Get, p, local, remote, ctx, None);
+        let (op, under_way) = self.note_refusal(p, Wanted::OP, started)?;
+        if !under_way {
+            // Ended at once (empty, or refused), or going by the device:
+            // nothing to ask the peer.
+            return Ok(op);
+        }
+        let get = get_request(op.0, remote, self.shared.config.me);
+        let queued = self.queue_get(p, op, get);
+        self.note_refusal(p, Wanted::QUEUE, queued)?;
+        Ok(op)
+    }
+
+    fn next_completion(&mut self) -> Option<Completion> {
+        let own = |p: &Pending| {
+            matches!(
+                p,
+                Pending::Done(
+                    Completion::Send { .. } | Completion::Put { .. } | Completion::Get { .. }
+                )
+            )
+        };
+        match self.shared.events.take_first(own)? {
+            Pending::Done(c) => Some(c),
+            Pending::Received { .. } => None,
+        }
+    }
+
+    fn start_get_third_party(
+        &mut self,
+        source: EndpointId,
+        src: RemoteSlice,
+        target: ProcName,
+        dst: RemoteSlice,
+        ctx: u64,
+    ) -> Result<OpId, BtlError> {
+        if target == self.shared.config.me {
+            let local = self.shared.regs.check_remote(dst, Access::REMOTE_WRITE)?;
+            return self.start_get(source, local, src, ctx);
+        }
+        let p = self.check_endpoint(source)?;
+        same_length(src.len, dst)?;
+        let claimed = self.claim_op_slot();
+        let i = self.note_refusal(p, Wanted::OP, claimed)?;
+        let id = self.shared.ops.new_id();
+        let op = Op::new(OpKind::GetThirdParty, p, ctx, id, None, src, src.len, 1);
+        self.shared.ops.start(i, op);
+        if src.len == 0 {
+            self.shared.ops.finish(i, Ok(()), &mut self.shared.events);
+            return Ok(OpId(id));
+        }
+        if src.offset.checked_add(src.len).is_none() || dst.offset.checked_add(dst.len).is_none() {
+            self.shared.ops.finish(
+                i,
+                Err(BtlError::Rejected(RejectCode::OutOfBounds)),
+                &mut self.shared.events,
+            );
+            return Ok(OpId(id));
+        }
+        let get = GetRepr {
+            xfer_id: id,
+            src_handle: src.key.0,
+            src_offset: src.offset,
+            len: src.len,
+            target_job: target.job,
+            target_rank: target.rank,
+            dst_handle: dst.key.0,
+            dst_offset: dst.offset,
+        };
+        let queued = self.queue_get(p, OpId(id), get);
+        self.note_refusal(p, Wanted::QUEUE, queued)?;
+        Ok(OpId(id))
+    }
+
     /// The next event, the upper layer's last message freed first: a
     /// message is told by where its bytes are ([`delivered_bytes`](Self::delivered_bytes)).
     fn next_event(&mut self) -> Option<Next> {
@@ -641,20 +780,12 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
     /// operations ended, or it would wait for them and never read. A
     /// received message's bytes stay valid as before.
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        journal_call!(self, journal::Call::Unreplayable("poll_completion"));
-        journal_out!(self, 0);
-        let own = |p: &Pending| {
-            matches!(
-                p,
-                Pending::Done(
-                    Completion::Send { .. } | Completion::Put { .. } | Completion::Get { .. }
-                )
-            )
-        };
-        match self.shared.events.take_first(own)? {
-            Pending::Done(c) => Some(c),
-            Pending::Received { .. } => None,
+        let result = self.next_completion();
+        if result.is_some() {
+            journal_call!(self, journal::Call::PollCompletion);
+            journal_out!(self, journal::Digest::of(&result));
         }
+        result
     }
 
     /// Whether a put, a get or a send under way reads or writes
@@ -683,44 +814,19 @@ impl<S: Storage, F: Framing, const W: usize> Engine<S, F, W> {
         dst: RemoteSlice,
         ctx: u64,
     ) -> Result<OpId, BtlError> {
-        journal_call!(self, journal::Call::Unreplayable("get_third_party"));
-        journal_out!(self, 0);
-        if target == self.shared.config.me {
-            let local = self.shared.regs.check_remote(dst, Access::REMOTE_WRITE)?;
-            return self.get(source, local, src, ctx);
-        }
-        let p = self.check_endpoint(source)?;
-        same_length(src.len, dst)?;
-        let claimed = self.claim_op_slot();
-        let i = self.note_refusal(p, Wanted::OP, claimed)?;
-        let id = self.shared.ops.new_id();
-        let op = Op::new(OpKind::GetThirdParty, p, ctx, id, None, src, src.len, 1);
-        self.shared.ops.start(i, op);
-        if src.len == 0 {
-            self.shared.ops.finish(i, Ok(()), &mut self.shared.events);
-            return Ok(OpId(id));
-        }
-        if src.offset.checked_add(src.len).is_none() || dst.offset.checked_add(dst.len).is_none() {
-            self.shared.ops.finish(
-                i,
-                Err(BtlError::Rejected(RejectCode::OutOfBounds)),
-                &mut self.shared.events,
-            );
-            return Ok(OpId(id));
-        }
-        let get = GetRepr {
-            xfer_id: id,
-            src_handle: src.key.0,
-            src_offset: src.offset,
-            len: src.len,
-            target_job: target.job,
-            target_rank: target.rank,
-            dst_handle: dst.key.0,
-            dst_offset: dst.offset,
-        };
-        let queued = self.queue_get(p, OpId(id), get);
-        self.note_refusal(p, Wanted::QUEUE, queued)?;
-        Ok(OpId(id))
+        journal_call!(
+            self,
+            journal::Call::GetThirdParty {
+                source,
+                src,
+                target,
+                dst,
+                ctx,
+            }
+        );
+        let result = self.start_get_third_party(source, src, target, dst, ctx);
+        journal_out!(self, journal::Digest::of(&result));
+        result
     }
 
     /// Checks a put's or get's ranges and starts it, a put with the value

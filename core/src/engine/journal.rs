@@ -23,7 +23,9 @@
 
 use core::fmt;
 
-use crate::btl::{Access, Event, MemHandle, Tag};
+use crate::btl::{
+    Access, Event, MemHandle, MemSlice, RemoteKey, RemoteSlice, SendError, SendStatus, Tag,
+};
 use crate::desc::{DescFlags, Descriptor, Order};
 use crate::endpoint::{EndpointId, ProcName};
 use crate::time::Instant;
@@ -291,10 +293,68 @@ pub enum Call<'a> {
     },
     /// `deregister_mem`.
     DeregisterMem(MemHandle),
+    /// `prepare_src_registered`, with the bytes of the slice then.
+    PrepareSrcRegistered {
+        /// The peer.
+        endpoint: EndpointId,
+        /// The registered bytes sent.
+        slice: MemSlice,
+        /// Their contents.
+        bytes: &'a [u8],
+        /// Header bytes reserved before them.
+        reserve: usize,
+        /// Its order.
+        order: Order,
+        /// Its flags.
+        flags: DescFlags,
+    },
+    /// `put`, `put_notify` (with `imm`) or `get` (with no bytes), with the
+    /// local slice's contents for a put.
+    Rdma {
+        /// Which call.
+        kind: RdmaCall,
+        /// The peer.
+        endpoint: EndpointId,
+        /// The local slice.
+        local: MemSlice,
+        /// The peer's.
+        remote: RemoteSlice,
+        /// The caller's value.
+        ctx: u64,
+        /// A notice's value.
+        imm: u64,
+        /// The local slice's contents, for a put.
+        bytes: &'a [u8],
+    },
+    /// `get_third_party`.
+    GetThirdParty {
+        /// The peer that holds the data.
+        source: EndpointId,
+        /// Where, at the source.
+        src: RemoteSlice,
+        /// The process the data goes to.
+        target: ProcName,
+        /// Where, at the target.
+        dst: RemoteSlice,
+        /// The caller's value.
+        ctx: u64,
+    },
+    /// `poll_completion`: its digest is of the completion.
+    PollCompletion,
     /// A call this version records by name only, which a replay cannot
-    /// repeat: what moves registered memory (puts, gets, in-place sends,
-    /// writes through `region_mut`, a device's transfers).
+    /// repeat: a device's transfers into and out of registered memory.
     Unreplayable(&'a str),
+}
+
+/// Which of the calls that move registered memory an entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaCall {
+    /// `put`.
+    Put,
+    /// `put_notify`.
+    PutNotify,
+    /// `get`.
+    Get,
 }
 
 /// Process names as a call took them (encoded, or borrowed from the
@@ -418,18 +478,37 @@ impl Default for Digest {
 }
 
 impl Digest {
-    /// Adds `bytes`.
+    /// Adds `bytes`, eight at a time.
     pub fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let mut w = [0; 8];
+            w.copy_from_slice(word);
+            self.word(u64::from_le_bytes(w));
+        }
+        for &b in words.remainder() {
+            self.word(u64::from(b));
         }
         self
     }
 
-    /// Adds `value`'s debug form.
+    /// Adds one 64-bit value.
+    pub fn word(&mut self, value: u64) -> &mut Self {
+        self.0 ^= value;
+        self.0 = self.0.wrapping_mul(0x0100_0000_01b3).rotate_left(23);
+        self
+    }
+
+    /// Adds `value`'s debug form: for what is rare (errors), where the
+    /// cost of formatting does not matter.
     pub fn debug(&mut self, value: &impl fmt::Debug) -> &mut Self {
         let _ = fmt::write(self, format_args!("{value:?};"));
+        self
+    }
+
+    /// Adds `value`.
+    pub fn add(&mut self, value: &(impl Digestible + ?Sized)) -> &mut Self {
+        value.digest(self);
         self
     }
 
@@ -438,9 +517,9 @@ impl Digest {
         self.0
     }
 
-    /// The digest of `value`'s debug form alone.
-    pub fn of(value: &impl fmt::Debug) -> u64 {
-        Digest::default().debug(value).get()
+    /// The digest of `value` alone.
+    pub fn of(value: &(impl Digestible + ?Sized)) -> u64 {
+        Digest::default().add(value).get()
     }
 
     /// The digest of a descriptor's name and fields (not of the pool it
@@ -450,15 +529,27 @@ impl Digest {
     }
 
     pub(crate) fn desc(&mut self, desc: &Descriptor) -> &mut Self {
-        self.debug(&(
-            DescId::of(desc),
-            desc.len(),
-            desc.headroom(),
-            desc.reserve(),
-            desc.order(),
-            desc.flags(),
-            desc.tag(),
-        ))
+        let id = DescId::of(desc);
+        self.word(u64::from(id.class) << 32 | u64::from(id.index))
+            .word(desc.len() as u64)
+            .word(desc.headroom() as u64)
+            .word(desc.reserve() as u64)
+            .word(u64::from(desc.order().0))
+            .word(u64::from(desc.flags().bits()))
+            .word(u64::from(desc.tag().0))
+    }
+
+    /// The digest of a send's result: queued, completed, or refused with
+    /// the descriptor back.
+    pub fn of_send(result: &Result<SendStatus, SendError>) -> u64 {
+        let mut d = Digest::default();
+        match result {
+            Ok(SendStatus::Queued) => d.word(1),
+            Ok(SendStatus::Completed(None)) => d.word(2),
+            Ok(SendStatus::Completed(Some(desc))) => d.word(3).desc(desc),
+            Err(e) => d.word(4).debug(&e.error).desc(&e.desc),
+        };
+        d.get()
     }
 
     /// The digest of an event handed to the upper layer, `bytes` being a
@@ -467,7 +558,10 @@ impl Digest {
         let mut d = Digest::default();
         match event {
             Event::Received(m) => {
-                d.debug(&("received", m.from, m.tag)).bytes(m.data);
+                d.word(1)
+                    .word(u64::from(m.from.0))
+                    .word(u64::from(m.tag.0))
+                    .bytes(m.data);
             }
             Event::SendComplete {
                 endpoint,
@@ -475,7 +569,10 @@ impl Digest {
                 desc,
                 result,
             } => {
-                d.debug(&("sent", endpoint, tag, result));
+                d.word(2)
+                    .word(u64::from(endpoint.0))
+                    .word(u64::from(tag.0))
+                    .add(result);
                 if let Some(desc) = desc {
                     d.desc(desc);
                 }
@@ -492,6 +589,137 @@ impl fmt::Write for Digest {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.bytes(s.as_bytes());
         Ok(())
+    }
+}
+
+/// A call's result as a journal digests it: the common results by their
+/// values, without formatting (the journal takes one per call), the rare
+/// ones (errors) by their debug form.
+pub trait Digestible {
+    /// Adds the value to `d`.
+    fn digest(&self, d: &mut Digest);
+}
+
+impl Digestible for () {
+    fn digest(&self, d: &mut Digest) {
+        d.word(0x5eed);
+    }
+}
+
+impl Digestible for usize {
+    fn digest(&self, d: &mut Digest) {
+        d.word(*self as u64);
+    }
+}
+
+impl Digestible for LinkId {
+    fn digest(&self, d: &mut Digest) {
+        d.word(u64::from(self.0.index) << 16 | u64::from(self.0.generation));
+    }
+}
+
+impl Digestible for EndpointId {
+    fn digest(&self, d: &mut Digest) {
+        d.word(u64::from(self.0));
+    }
+}
+
+impl Digestible for crate::btl::OpId {
+    fn digest(&self, d: &mut Digest) {
+        d.word(self.0);
+    }
+}
+
+impl Digestible for MemHandle {
+    fn digest(&self, d: &mut Digest) {
+        d.word(self.remote_key().0);
+    }
+}
+
+impl Digestible for ConnectRequest {
+    fn digest(&self, d: &mut Digest) {
+        d.word(u64::from(self.endpoint.0))
+            .word(self.proc.job)
+            .word(u64::from(self.proc.rank))
+            .word(self.listed_as.job)
+            .word(u64::from(self.listed_as.rank))
+            .word(u64::from(self.link_index));
+    }
+}
+
+impl<T: Digestible> Digestible for Option<T> {
+    fn digest(&self, d: &mut Digest) {
+        match self {
+            None => _ = d.word(0),
+            Some(v) => v.digest(d.word(1)),
+        }
+    }
+}
+
+impl<T: Digestible, E: fmt::Debug> Digestible for Result<T, E> {
+    fn digest(&self, d: &mut Digest) {
+        match self {
+            Ok(v) => v.digest(d.word(2)),
+            Err(e) => _ = d.word(3).debug(e),
+        }
+    }
+}
+
+impl<T: Digestible> Digestible for [T] {
+    fn digest(&self, d: &mut Digest) {
+        d.word(self.len() as u64);
+        for v in self {
+            v.digest(d);
+        }
+    }
+}
+
+impl<A: Digestible + ?Sized, B: Digestible + ?Sized> Digestible for (&A, &B) {
+    fn digest(&self, d: &mut Digest) {
+        self.0.digest(d);
+        self.1.digest(d);
+    }
+}
+
+impl<T: Digestible + ?Sized> Digestible for &T {
+    fn digest(&self, d: &mut Digest) {
+        (**self).digest(d);
+    }
+}
+
+impl Digestible for crate::btl::BtlError {
+    fn digest(&self, d: &mut Digest) {
+        d.debug(self);
+    }
+}
+
+impl Digestible for crate::btl::Undelivered {
+    fn digest(&self, d: &mut Digest) {
+        d.debug(self);
+    }
+}
+
+impl Digestible for crate::btl::Completion {
+    fn digest(&self, d: &mut Digest) {
+        match self {
+            // As its event is, the descriptor by its name (its pool's
+            // number is another engine's).
+            crate::btl::Completion::Send {
+                endpoint,
+                tag,
+                desc,
+                result,
+            } => {
+                d.word(2)
+                    .word(u64::from(endpoint.0))
+                    .word(u64::from(tag.0))
+                    .add(result);
+                if let Some(desc) = desc {
+                    d.desc(desc);
+                }
+            }
+            other => _ = d.debug(other),
+        }
     }
 }
 
@@ -528,30 +756,47 @@ mod code {
     pub const REGISTER_MEM: u8 = 29;
     pub const DEREGISTER_MEM: u8 = 30;
     pub const UNREPLAYABLE: u8 = 31;
+    pub const PREPARE_SRC_REGISTERED: u8 = 32;
+    pub const RDMA: u8 = 33;
+    pub const GET_THIRD_PARTY: u8 = 34;
+    pub const POLL_COMPLETION: u8 = 35;
 }
 
 /// Writes fields to a sink.
-struct Writer<'s>(&'s mut dyn FnMut(&[u8]));
+/// Where an entry's bytes go, piece by piece: any `FnMut(&[u8])`.
+pub trait Sink {
+    /// Takes the next piece.
+    fn put(&mut self, bytes: &[u8]);
+}
 
-impl Writer<'_> {
+impl<F: FnMut(&[u8])> Sink for F {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self(bytes)
+    }
+}
+
+struct Writer<'s, S: Sink + ?Sized>(&'s mut S);
+
+impl<S: Sink + ?Sized> Writer<'_, S> {
     fn u8(&mut self, v: u8) {
-        (self.0)(&[v]);
+        self.0.put(&[v]);
     }
     fn u16(&mut self, v: u16) {
-        (self.0)(&v.to_le_bytes());
+        self.0.put(&v.to_le_bytes());
     }
     fn u32(&mut self, v: u32) {
-        (self.0)(&v.to_le_bytes());
+        self.0.put(&v.to_le_bytes());
     }
     fn u64(&mut self, v: u64) {
-        (self.0)(&v.to_le_bytes());
+        self.0.put(&v.to_le_bytes());
     }
     fn len(&mut self, n: usize) {
         self.u32(n as u32);
     }
     fn bytes(&mut self, b: &[u8]) {
         self.len(b.len());
-        (self.0)(b);
+        self.0.put(b);
     }
     fn time(&mut self, t: Instant) {
         self.u64(t.as_nanos());
@@ -573,6 +818,16 @@ impl Writer<'_> {
     fn desc(&mut self, d: DescId) {
         self.u8(d.class);
         self.u32(d.index);
+    }
+    fn slice(&mut self, s: MemSlice) {
+        self.u64(s.handle.remote_key().0);
+        self.u64(s.offset);
+        self.u64(s.len);
+    }
+    fn remote(&mut self, s: RemoteSlice) {
+        self.u64(s.key.0);
+        self.u64(s.offset);
+        self.u64(s.len);
     }
 }
 
@@ -647,6 +902,23 @@ impl<'a> Reader<'a> {
     fn order(&mut self) -> Result<Order, JournalError> {
         Ok(Order(self.u8()?))
     }
+    fn slice(&mut self) -> Result<MemSlice, JournalError> {
+        let handle = RemoteKey(self.u64()?)
+            .handle()
+            .ok_or(JournalError::BadField("memory handle"))?;
+        Ok(MemSlice {
+            handle,
+            offset: self.u64()?,
+            len: self.u64()?,
+        })
+    }
+    fn remote(&mut self) -> Result<RemoteSlice, JournalError> {
+        Ok(RemoteSlice {
+            key: RemoteKey(self.u64()?),
+            offset: self.u64()?,
+            len: self.u64()?,
+        })
+    }
     fn flags(&mut self) -> Result<DescFlags, JournalError> {
         DescFlags::from_bits(self.u8()?).ok_or(JournalError::BadField("descriptor flags"))
     }
@@ -654,16 +926,16 @@ impl<'a> Reader<'a> {
 
 impl Entry<'_> {
     /// Writes the entry's bytes to `sink`, in pieces.
-    pub fn encode(&self, sink: &mut dyn FnMut(&[u8])) {
+    pub fn encode(&self, sink: &mut (impl Sink + ?Sized)) {
         self.call.encode(sink);
-        sink(&self.out.to_le_bytes());
+        sink.put(&self.out.to_le_bytes());
     }
 }
 
 impl Call<'_> {
     /// Writes the call's bytes to `sink`, in pieces: an entry without its
     /// result's digest, which follows it.
-    pub fn encode(&self, sink: &mut dyn FnMut(&[u8])) {
+    pub fn encode(&self, sink: &mut (impl Sink + ?Sized)) {
         let mut w = Writer(sink);
         match self {
             Call::Clock(now) => {
@@ -674,13 +946,13 @@ impl Call<'_> {
             Call::Connected { req, nonce, now } => {
                 w.u8(code::CONNECTED);
                 w.req(req);
-                (w.0)(nonce);
+                w.0.put(nonce);
                 w.time(*now);
             }
             Call::Accepted { source, nonce, now } => {
                 w.u8(code::ACCEPTED);
                 w.u64(source.0);
-                (w.0)(nonce);
+                w.0.put(nonce);
                 w.time(*now);
             }
             Call::ConnectFailed { req, why, now } => {
@@ -834,6 +1106,59 @@ impl Call<'_> {
                 w.u8(code::UNREPLAYABLE);
                 w.bytes(what.as_bytes());
             }
+            Call::PrepareSrcRegistered {
+                endpoint,
+                slice,
+                bytes,
+                reserve,
+                order,
+                flags,
+            } => {
+                w.u8(code::PREPARE_SRC_REGISTERED);
+                w.u32(endpoint.0);
+                w.slice(*slice);
+                w.bytes(bytes);
+                w.u64(*reserve as u64);
+                w.u8(order.0);
+                w.u8(flags.bits());
+            }
+            Call::Rdma {
+                kind,
+                endpoint,
+                local,
+                remote,
+                ctx,
+                imm,
+                bytes,
+            } => {
+                w.u8(code::RDMA);
+                w.u8(match kind {
+                    RdmaCall::Put => 0,
+                    RdmaCall::PutNotify => 1,
+                    RdmaCall::Get => 2,
+                });
+                w.u32(endpoint.0);
+                w.slice(*local);
+                w.remote(*remote);
+                w.u64(*ctx);
+                w.u64(*imm);
+                w.bytes(bytes);
+            }
+            Call::GetThirdParty {
+                source,
+                src,
+                target,
+                dst,
+                ctx,
+            } => {
+                w.u8(code::GET_THIRD_PARTY);
+                w.u32(source.0);
+                w.remote(*src);
+                w.proc(*target);
+                w.remote(*dst);
+                w.u64(*ctx);
+            }
+            Call::PollCompletion => w.u8(code::POLL_COMPLETION),
         }
     }
 }
@@ -959,6 +1284,36 @@ impl<'a> Entry<'a> {
             code::UNREPLAYABLE => Call::Unreplayable(
                 core::str::from_utf8(r.bytes()?).map_err(|_| JournalError::BadField("name"))?,
             ),
+            code::PREPARE_SRC_REGISTERED => Call::PrepareSrcRegistered {
+                endpoint: r.endpoint()?,
+                slice: r.slice()?,
+                bytes: r.bytes()?,
+                reserve: r.usize()?,
+                order: r.order()?,
+                flags: r.flags()?,
+            },
+            code::RDMA => Call::Rdma {
+                kind: match r.u8()? {
+                    0 => RdmaCall::Put,
+                    1 => RdmaCall::PutNotify,
+                    2 => RdmaCall::Get,
+                    _ => return Err(JournalError::BadField("memory call")),
+                },
+                endpoint: r.endpoint()?,
+                local: r.slice()?,
+                remote: r.remote()?,
+                ctx: r.u64()?,
+                imm: r.u64()?,
+                bytes: r.bytes()?,
+            },
+            code::GET_THIRD_PARTY => Call::GetThirdParty {
+                source: r.endpoint()?,
+                src: r.remote()?,
+                target: r.proc()?,
+                dst: r.remote()?,
+                ctx: r.u64()?,
+            },
+            code::POLL_COMPLETION => Call::PollCompletion,
             other => return Err(JournalError::UnknownCall(other)),
         };
         let out = r.u64()?;
@@ -973,11 +1328,11 @@ mod tests {
 
     fn round_trip(entry: Entry<'_>) {
         let mut bytes = Vec::new();
-        entry.encode(&mut |b| bytes.extend_from_slice(b));
+        entry.encode(&mut |b: &[u8]| bytes.extend_from_slice(b));
         let (back, len) = Entry::decode(&bytes).expect("decodes");
         assert_eq!(len, bytes.len());
         let mut again = Vec::new();
-        back.encode(&mut |b| again.extend_from_slice(b));
+        back.encode(&mut |b: &[u8]| again.extend_from_slice(b));
         assert_eq!(again, bytes, "{entry:?}");
         for cut in 0..bytes.len() {
             assert_eq!(
@@ -1001,6 +1356,7 @@ mod tests {
         };
         let now = Instant::from_micros(42);
         let procs = [ProcName::new(5, 6), ProcName::new(7, 8)];
+        let handle = RemoteKey(12 << 16 | 3).handle().expect("a handle");
         let calls = [
             Call::Clock(now),
             Call::PollConnect,
@@ -1085,7 +1441,32 @@ mod tests {
                 data: b"memory",
                 access: Access::REMOTE_READ,
             },
-            Call::Unreplayable("put"),
+            Call::Unreplayable("poll_rdma"),
+            Call::PrepareSrcRegistered {
+                endpoint: EndpointId(2),
+                slice: handle.slice(4, 3),
+                bytes: b"abc",
+                reserve: 0,
+                order: Order(1),
+                flags: DescFlags::empty(),
+            },
+            Call::Rdma {
+                kind: RdmaCall::PutNotify,
+                endpoint: EndpointId(2),
+                local: handle.slice(0, 2),
+                remote: RemoteKey(77).slice(8, 2),
+                ctx: 5,
+                imm: 6,
+                bytes: b"xy",
+            },
+            Call::GetThirdParty {
+                source: EndpointId(3),
+                src: RemoteKey(1).slice(0, 9),
+                target: ProcName::new(4, 4),
+                dst: RemoteKey(2).slice(9, 9),
+                ctx: 1,
+            },
+            Call::PollCompletion,
             Call::DeregisterMem(
                 crate::btl::RemoteKey(12 << 16 | 3)
                     .handle()
@@ -1100,7 +1481,7 @@ mod tests {
             call: Call::AddProcs(ProcList::Names(&procs)),
             out: 0,
         }
-        .encode(&mut |b| listed.extend_from_slice(b));
+        .encode(&mut |b: &[u8]| listed.extend_from_slice(b));
         let (back, _) = Entry::decode(&listed).expect("decodes");
         let Call::AddProcs(back) = back.call else {
             panic!("add_procs")
@@ -1133,6 +1514,10 @@ mod tests {
         let a = Digest::default().bytes(b"ab").get();
         let b = Digest::default().bytes(b"ba").get();
         assert_ne!(a, b);
-        assert_eq!(a, Digest::default().bytes(b"a").bytes(b"b").get());
+        let long = Digest::default().bytes(b"0123456789abcdef!").get();
+        let bent = Digest::default().bytes(b"0123456789abcdeg!").get();
+        assert_ne!(long, bent);
+        assert_ne!(Digest::of(&Some(0usize)), Digest::of(&None::<usize>));
+        assert_ne!(Digest::of(&Ok::<usize, ()>(0)), Digest::of(&Some(0usize)));
     }
 }

@@ -17,12 +17,12 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::btl::{Btl, Event, SendStatus};
+use crate::btl::{Btl, Event, MemSlice, SendStatus};
 use crate::desc::Descriptor;
 use crate::endpoint::Reachability;
 
 use super::framing::{Datagram, Framing, Stream};
-use super::journal::{Call, DescId, Digest, Entry, JournalError};
+use super::journal::{Call, DescId, Digest, Entry, JournalError, RdmaCall};
 use super::storage::Storage;
 use super::{COOKIE_FRAME_LEN, Engine, Stranger};
 
@@ -299,20 +299,16 @@ where
                     .remove(desc)
                     .ok_or_else(|| mismatch(format!("no descriptor {desc:?} to send")))?;
                 write_back(engine, &mut d, bytes);
-                let mut digest = Digest::default();
-                match engine.send(*endpoint, d, *tag) {
-                    Ok(SendStatus::Queued) => _ = digest.debug(&"queued"),
-                    Ok(SendStatus::Completed(None)) => _ = digest.debug(&"completed"),
+                let result = engine.send(*endpoint, d, *tag);
+                let digest = Digest::of_send(&result);
+                match result {
                     Ok(SendStatus::Completed(Some(desc))) => {
-                        digest.debug(&"completed").desc(&desc);
-                        held.insert(DescId::of(&desc), desc);
+                        _ = held.insert(DescId::of(&desc), desc)
                     }
-                    Err(e) => {
-                        digest.debug(&e.error).desc(&e.desc);
-                        held.insert(DescId::of(&e.desc), e.desc);
-                    }
+                    Err(e) => _ = held.insert(DescId::of(&e.desc), e.desc),
+                    Ok(_) => {}
                 }
-                digest.get()
+                digest
             }
             Call::Sendi {
                 endpoint,
@@ -349,6 +345,56 @@ where
             ),
             Call::DeregisterMem(handle) => {
                 Digest::of(&engine.deregister_mem(*handle).as_ref().map(|_| ()))
+            }
+            Call::PrepareSrcRegistered {
+                endpoint,
+                slice,
+                bytes,
+                reserve,
+                order,
+                flags,
+            } => {
+                write_region(engine, *slice, bytes);
+                keep(
+                    &mut held,
+                    engine.prepare_src_registered(*endpoint, *slice, *reserve, *order, *flags),
+                )
+            }
+            Call::Rdma {
+                kind,
+                endpoint,
+                local,
+                remote,
+                ctx,
+                imm,
+                bytes,
+            } => {
+                write_region(engine, *local, bytes);
+                Digest::of(&match kind {
+                    RdmaCall::Put => engine.put(*endpoint, *local, *remote, *ctx),
+                    RdmaCall::PutNotify => {
+                        engine.put_notify(*endpoint, *local, *remote, *imm, *ctx)
+                    }
+                    RdmaCall::Get => engine.get(*endpoint, *local, *remote, *ctx),
+                })
+            }
+            Call::GetThirdParty {
+                source,
+                src,
+                target,
+                dst,
+                ctx,
+            } => Digest::of(&engine.get_third_party(*source, *src, *target, *dst, *ctx)),
+            Call::PollCompletion => {
+                let completion = engine.poll_completion();
+                let digest = Digest::of(&completion);
+                if let Some(crate::btl::Completion::Send {
+                    desc: Some(desc), ..
+                }) = completion
+                {
+                    held.insert(DescId::of(&desc), desc);
+                }
+                digest
             }
             Call::Unreplayable(what) => {
                 return Err(ReplayError::Unreplayable {
@@ -404,5 +450,24 @@ fn write_back<S: Storage, F: Framing, const W: usize>(
     if let Ok(payload) = desc.payload_mut(pools) {
         let n = payload.len().min(rest.len());
         payload[..n].copy_from_slice(&rest[..n]);
+    }
+}
+
+/// Writes what `slice` held when a call read it (the caller wrote it
+/// through `region_mut`, which the journal does not see).
+fn write_region<S: Storage, F: Framing, const W: usize>(
+    engine: &mut Engine<S, F, W>,
+    slice: MemSlice,
+    bytes: &[u8],
+) {
+    let Ok(region) = engine.region_mut(slice.handle) else {
+        return;
+    };
+    let start = usize::try_from(slice.offset).unwrap_or(usize::MAX);
+    if let Some(place) = start
+        .checked_add(bytes.len())
+        .and_then(|end| region.get_mut(start..end))
+    {
+        place.copy_from_slice(bytes);
     }
 }

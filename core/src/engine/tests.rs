@@ -741,3 +741,35 @@ fn an_idle_engine_records_nothing_however_often_it_is_served() {
     }
     assert_eq!(client.journal.0.as_ref().map(StdVec::len), Some(0));
 }
+
+#[test]
+fn a_send_completed_out_of_order_replays_with_its_descriptor() {
+    use crate::btl::Btl;
+    let (mut client, _) = client_and_server();
+    client.journal.0 = Some(StdVec::new());
+    let to_server = reach(&mut client, SERVER, ms(1));
+    let mut desc = client
+        .alloc(
+            to_server,
+            crate::desc::Order::ANY,
+            8,
+            crate::desc::DescFlags::empty(),
+        )
+        .expect("a descriptor");
+    desc.set_tag(crate::btl::Tag(2));
+    let _ = client
+        .send(to_server, desc, crate::btl::Tag(2))
+        .expect("queued");
+    let _ = client.finalize();
+    let Some(crate::btl::Completion::Send {
+        desc: Some(desc), ..
+    }) = client.poll_completion()
+    else {
+        panic!("the send failed with its descriptor back");
+    };
+    let _ = client.free(desc);
+    let tape = client.journal.0.take().expect("recorded");
+    let (mut fresh, _) = client_and_server();
+    let replayed = replay::replay(&mut fresh, &tape, <[u8]>::to_vec).expect("the same");
+    assert!(replayed.entries >= 6, "{replayed:?}");
+}

@@ -260,7 +260,15 @@ impl Capture {
 /// Creates the file at `path` with its section header, and returns it and
 /// the bytes written.
 fn open(path: &Path) -> io::Result<(BufWriter<File>, u64)> {
-    let mut out = BufWriter::new(File::create(path)?);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    // Readable by its owner only: a frame holds the start of a message.
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut out = BufWriter::new(options.open(path)?);
     let written = block::write_shb(&mut out)?;
     Ok((out, written))
 }

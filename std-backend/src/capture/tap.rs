@@ -88,7 +88,7 @@ impl Tap {
             io::Error::new(
                 e.kind(),
                 format!(
-                    "btl_{component}_capture: cannot create the capture file {}: {e}; give a path in a directory that exists and that this process may write, or leave btl_{component}_capture empty to capture nothing",
+                    "btl_{component}_capture: cannot create the capture file {}: {e}; give a path this process may write (its directories are made), or leave btl_{component}_capture empty to capture nothing",
                     first.display()
                 ),
             )
@@ -231,15 +231,19 @@ mod tests {
 
     #[test]
     fn a_file_that_cannot_be_made_is_an_error_that_says_what_to_do() {
-        let at = std::env::temp_dir()
-            .join(format!("btl-tap-missing-{}", std::process::id()))
-            .join("btl.pcapng");
+        // Its directory cannot be made: a file is in the way.
+        let file = std::env::temp_dir().join(format!("btl-tap-file-{}", std::process::id()));
+        std::fs::write(&file, b"").expect("a file");
+        let at = file.join("btl.pcapng");
         let error = Tap::open("tcp", ProcName::new(1, 0), CaptureConfig::new(&at))
-            .expect_err("no such directory");
+            .expect_err("no directory can be made there");
+        let _ = std::fs::remove_file(&file);
         let text = error.to_string();
-        assert_eq!(error.kind(), io::ErrorKind::NotFound);
         assert!(text.contains("btl.0.pcapng"), "{text}");
-        assert!(text.contains("No such file"), "{text}");
+        assert!(
+            text.contains("File exists") || text.contains("Not a directory"),
+            "{text}"
+        );
         assert!(text.contains("btl_tcp_capture empty"), "{text}");
     }
 }

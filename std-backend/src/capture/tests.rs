@@ -346,3 +346,20 @@ fn ring_keeps_its_newest_files_each_readable_alone() {
     assert_eq!(times, (first..frames).collect::<Vec<_>>());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_capture_is_made_with_its_directories_and_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = dir("private");
+    let path = base.join("job").join("btl.pcapng");
+    let config = CaptureConfig::new(&path);
+    let first = config.file_path(0);
+    let mut capture = Capture::create(config).expect("made with its directory");
+    capture.flush().expect("flushed");
+    let mode = std::fs::metadata(&first)
+        .expect("the file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "mode {mode:o}: the owner's alone");
+    let _ = std::fs::remove_dir_all(&base);
+}

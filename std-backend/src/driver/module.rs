@@ -778,9 +778,7 @@ impl<T: Transport, M: Buffer> Module<T, M> {
     /// as the module opens.
     pub fn start_recording(&mut self, limit: usize, dir: PathBuf) -> Result<(), RecordError> {
         if self.engine.journal().is_on() || self.passes != 0 || self.engine.peer_count() != 0 {
-            return Err(RecordError::Damaged(
-                "recording starts only before a module is first used",
-            ));
+            return Err(RecordError::AlreadyInUse);
         }
         *self.engine.journal_mut() = Recorder::with_limit(limit);
         self.recording = Some(Recording {
@@ -807,9 +805,7 @@ impl<T: Transport, M: Buffer> Module<T, M> {
     /// Writes the flight record so far to a new file in the recording's
     /// directory, saying `why`: its path. Replay it with `btl replay FILE`.
     pub fn write_record(&mut self, why: &str) -> Result<PathBuf, RecordError> {
-        let record = self.record(why).ok_or(RecordError::Damaged(
-            "this module does not record (set btl_<component>_record)",
-        ))?;
+        let record = self.record(why).ok_or(RecordError::NotRecording)?;
         let dir = self
             .recording
             .as_ref()
@@ -845,7 +841,7 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         }
         recording.dumps_left -= 1;
         let why = match last {
-            Some((proc, reason)) => format!("peer {proc} lost: {reason:?}"),
+            Some((proc, reason)) => format!("peer {proc} lost: {}", reason.label()),
             None => "a peer lost".to_owned(),
         };
         let name = self.setup.component.clone();

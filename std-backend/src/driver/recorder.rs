@@ -50,7 +50,9 @@ impl Recorder {
     /// A recorder that keeps up to `limit` bytes of journal.
     pub fn with_limit(limit: usize) -> Self {
         Recorder {
-            bytes: Vec::new(),
+            // Address space for the whole bound (up to a GiB) at once: the
+            // journal never moves, and only the pages written are memory.
+            bytes: Vec::with_capacity(limit.min(1 << 30)),
             limit,
             full: false,
         }
@@ -75,7 +77,7 @@ impl Journal for Recorder {
 
     fn call(&mut self, call: &Call<'_>) {
         let start = self.bytes.len();
-        call.encode(&mut |b| self.bytes.extend_from_slice(b));
+        call.encode(&mut |b: &[u8]| self.bytes.extend_from_slice(b));
         // Room for the result's digest too: an entry is whole or absent.
         if self.bytes.len() + 8 > self.limit {
             self.bytes.truncate(start);
@@ -142,7 +144,8 @@ pub struct Setup {
 pub struct Record {
     /// How to make the engine.
     pub setup: Setup,
-    /// Why it was written (`peer 7.1 lost: timeout`, `on demand`).
+    /// Why it was written (`peer 7.1 lost: timeout`, or what the caller of
+    /// `write_record` said).
     pub why: String,
     /// Whether the recorder had stopped at its bound.
     pub full: bool,
@@ -159,6 +162,11 @@ pub enum RecordError {
     NotARecord,
     /// It ends early, or holds a value no engine takes.
     Damaged(&'static str),
+    /// The module records nothing: `btl_<component>_record` is 0.
+    NotRecording,
+    /// Recording was asked of a module already in use: a replay starts
+    /// from a fresh engine, so a record must start with the module.
+    AlreadyInUse,
 }
 
 impl fmt::Display for RecordError {
@@ -169,6 +177,12 @@ impl fmt::Display for RecordError {
                 "not a btl record of this version (one is written by a module with btl_<component>_record set)",
             ),
             RecordError::Damaged(what) => write!(f, "the record is damaged: {what}"),
+            RecordError::NotRecording => f.write_str(
+                "this module records nothing: set btl_<component>_record to the bytes to keep",
+            ),
+            RecordError::AlreadyInUse => f.write_str(
+                "recording starts only with a module not used yet (a replay starts from a fresh engine)",
+            ),
         }
     }
 }
@@ -392,8 +406,10 @@ impl Record {
     /// Writes the record to `path`, readable by its owner only.
     pub fn save(&self, path: &Path) -> Result<(), RecordError> {
         let io = |e| RecordError::Io(path.to_owned(), e);
+        // A new file, never one that is there (another's, or a link to
+        // one): it holds the job's key.
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
+        options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(path).map_err(io)?;

@@ -8,8 +8,10 @@
 //! nothing here runs on it. A [`MetricsServer`] answers `GET /metrics` on
 //! a thread of its own from the latest snapshot the serving thread
 //! [offered](MetricsServer::offer): a scrape asks for a fresh one and
-//! waits a moment for it, so a busy module is read as it is, and an idle
-//! one (its thread asleep) as it was at most a second before it slept.
+//! waits a moment for it (a quarter of a second), so a module whose
+//! thread turns is read as it is; one whose thread sleeps longer is read
+//! as it was last offered (unasked, a snapshot is taken at most once a
+//! second, looked for every 64 turns).
 //!
 //! Series are bounded: at most [`MetricsServer::peer_series`] peers of a
 //! module get series of their own, the busiest first; the rest are summed

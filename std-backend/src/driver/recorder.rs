@@ -428,6 +428,9 @@ impl Record {
     pub fn replay(&self) -> Result<Replayed, ReplayFailure> {
         let s = &self.setup;
         let pools = |e| ReplayFailure::Setup(format!("its fragment pools: {e}"));
+        // A file says how much to allocate: a forged one is refused before
+        // its pools are made, not after.
+        s.pools.validate().map_err(pools)?;
         match s.framing {
             Framed::Stream => {
                 let mut engine: Engine<Heap, Stream, 64> =
@@ -537,6 +540,14 @@ mod tests {
             Record::read(b"something else entirely"),
             Err(RecordError::NotARecord)
         ));
+    }
+
+    #[test]
+    fn a_record_asking_for_pools_no_engine_takes_is_refused_before_they_are_made() {
+        let mut r = a_record();
+        r.setup.pools.max.fragment_size = 0;
+        r.setup.pools.max.max = u32::MAX;
+        assert!(matches!(r.replay(), Err(ReplayFailure::Setup(_))));
     }
 
     #[test]

@@ -931,8 +931,8 @@ fn every_call() -> Vec<u8> {
         },
         Call::AcknowledgeNow,
         Call::Connect(EndpointId(0)),
-        Call::AddProcs(ProcList::Names(&procs)),
-        Call::DelProcs(EndpointList::Ids(&[EndpointId(0)])),
+        Call::AddProcs(ProcList::Given(&procs)),
+        Call::DelProcs(EndpointList::Given(&[EndpointId(0)])),
         Call::Alloc {
             endpoint: EndpointId(0),
             order: Order::ANY,

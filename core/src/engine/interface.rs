@@ -43,7 +43,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         let result = self.add_peers(procs, endpoints, reachable);
         journal_call!(
             self,
-            journal::Call::AddProcs(journal::ProcList::Names(procs))
+            journal::Call::AddProcs(journal::ProcList::Given(procs))
         );
         journal_out!(self, journal::Digest::of(&(&result, &*endpoints)));
         result
@@ -53,7 +53,7 @@ impl<S: Storage, F: Framing, const W: usize> Btl for Engine<S, F, W> {
         let result = self.remove_peers(endpoints);
         journal_call!(
             self,
-            journal::Call::DelProcs(journal::EndpointList::Ids(endpoints))
+            journal::Call::DelProcs(journal::EndpointList::Given(endpoints))
         );
         journal_out!(self, journal::Digest::of(&result));
         result

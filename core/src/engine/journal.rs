@@ -357,78 +357,88 @@ pub enum RdmaCall {
     Get,
 }
 
-/// Process names as a call took them (encoded, or borrowed from the
-/// caller).
+/// A list a call took: the caller's, or as a journal holds it.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum ProcList<'a> {
+pub enum Listed<'a, T> {
     /// The caller's.
-    Names(&'a [ProcName]),
-    /// As a journal holds them: 12 bytes each.
+    Given(&'a [T]),
+    /// As a journal holds it: [`Fixed::LEN`] bytes each.
     Encoded(&'a [u8]),
 }
 
-impl ProcList<'_> {
-    /// The names, in order.
-    pub fn iter(&self) -> impl Iterator<Item = ProcName> + '_ {
-        let (names, bytes) = match self {
-            ProcList::Names(n) => (*n, &[][..]),
-            ProcList::Encoded(b) => (&[][..], *b),
+/// Process names as `add_procs` took them.
+pub type ProcList<'a> = Listed<'a, ProcName>;
+
+/// Endpoints as `del_procs` took them.
+pub type EndpointList<'a> = Listed<'a, EndpointId>;
+
+/// What a journal lists, each in a fixed number of bytes.
+pub trait Fixed: Copy + fmt::Debug {
+    /// Bytes each takes.
+    const LEN: usize;
+    /// The bytes of one.
+    fn to_bytes(self) -> [u8; 12];
+    /// One from its [`LEN`](Self::LEN) bytes.
+    fn from_bytes(bytes: &[u8]) -> Self;
+}
+
+impl Fixed for ProcName {
+    const LEN: usize = 12;
+
+    fn to_bytes(self) -> [u8; 12] {
+        let mut b = [0; 12];
+        b[..8].copy_from_slice(&self.job.to_le_bytes());
+        b[8..].copy_from_slice(&self.rank.to_le_bytes());
+        b
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Self {
+        let mut job = [0; 8];
+        job.copy_from_slice(&bytes[..8]);
+        let mut rank = [0; 4];
+        rank.copy_from_slice(&bytes[8..12]);
+        ProcName::new(u64::from_le_bytes(job), u32::from_le_bytes(rank))
+    }
+}
+
+impl Fixed for EndpointId {
+    const LEN: usize = 4;
+
+    fn to_bytes(self) -> [u8; 12] {
+        let mut b = [0; 12];
+        b[..4].copy_from_slice(&self.0.to_le_bytes());
+        b
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Self {
+        let mut id = [0; 4];
+        id.copy_from_slice(&bytes[..4]);
+        EndpointId(u32::from_le_bytes(id))
+    }
+}
+
+impl<T: Fixed> Listed<'_, T> {
+    /// The items, in order.
+    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        let (given, bytes) = match self {
+            Listed::Given(items) => (*items, &[][..]),
+            Listed::Encoded(b) => (&[][..], *b),
         };
-        names.iter().copied().chain(bytes.chunks_exact(12).map(|c| {
-            let mut job = [0; 8];
-            job.copy_from_slice(&c[..8]);
-            let mut rank = [0; 4];
-            rank.copy_from_slice(&c[8..]);
-            ProcName::new(u64::from_le_bytes(job), u32::from_le_bytes(rank))
-        }))
+        given
+            .iter()
+            .copied()
+            .chain(bytes.chunks_exact(T::LEN).map(T::from_bytes))
     }
 
     fn len(&self) -> usize {
         match self {
-            ProcList::Names(n) => n.len(),
-            ProcList::Encoded(b) => b.len() / 12,
+            Listed::Given(items) => items.len(),
+            Listed::Encoded(b) => b.len() / T::LEN,
         }
     }
 }
 
-impl fmt::Debug for ProcList<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-/// Endpoints as a call took them.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum EndpointList<'a> {
-    /// The caller's.
-    Ids(&'a [EndpointId]),
-    /// As a journal holds them: 4 bytes each.
-    Encoded(&'a [u8]),
-}
-
-impl EndpointList<'_> {
-    /// The endpoints, in order.
-    pub fn iter(&self) -> impl Iterator<Item = EndpointId> + '_ {
-        let (ids, bytes) = match self {
-            EndpointList::Ids(n) => (*n, &[][..]),
-            EndpointList::Encoded(b) => (&[][..], *b),
-        };
-        ids.iter().copied().chain(bytes.chunks_exact(4).map(|c| {
-            let mut id = [0; 4];
-            id.copy_from_slice(c);
-            EndpointId(u32::from_le_bytes(id))
-        }))
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            EndpointList::Ids(n) => n.len(),
-            EndpointList::Encoded(b) => b.len() / 4,
-        }
-    }
-}
-
-impl fmt::Debug for EndpointList<'_> {
+impl<T: Fixed> fmt::Debug for Listed<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()
     }
@@ -819,6 +829,12 @@ impl<S: Sink + ?Sized> Writer<'_, S> {
         self.u8(d.class);
         self.u32(d.index);
     }
+    fn list<T: Fixed>(&mut self, items: &Listed<'_, T>) {
+        self.len(items.len() * T::LEN);
+        for item in items.iter() {
+            self.0.put(&item.to_bytes()[..T::LEN]);
+        }
+    }
     fn slice(&mut self, s: MemSlice) {
         self.u64(s.handle.remote_key().0);
         self.u64(s.offset);
@@ -901,6 +917,13 @@ impl<'a> Reader<'a> {
     }
     fn order(&mut self) -> Result<Order, JournalError> {
         Ok(Order(self.u8()?))
+    }
+    fn list<T: Fixed>(&mut self, what: &'static str) -> Result<Listed<'a, T>, JournalError> {
+        let b = self.bytes()?;
+        if b.len() % T::LEN != 0 {
+            return Err(JournalError::BadField(what));
+        }
+        Ok(Listed::Encoded(b))
     }
     fn slice(&mut self) -> Result<MemSlice, JournalError> {
         let handle = RemoteKey(self.u64()?)
@@ -1020,17 +1043,11 @@ impl Call<'_> {
             }
             Call::AddProcs(procs) => {
                 w.u8(code::ADD_PROCS);
-                w.len(procs.len() * 12);
-                for p in procs.iter() {
-                    w.proc(p);
-                }
+                w.list(procs);
             }
-            Call::DelProcs(eps) => {
+            Call::DelProcs(endpoints) => {
                 w.u8(code::DEL_PROCS);
-                w.len(eps.len() * 4);
-                for e in eps.iter() {
-                    w.u32(e.0);
-                }
+                w.list(endpoints);
             }
             Call::Alloc {
                 endpoint,
@@ -1227,20 +1244,8 @@ impl<'a> Entry<'a> {
             },
             code::ACKNOWLEDGE_NOW => Call::AcknowledgeNow,
             code::CONNECT => Call::Connect(r.endpoint()?),
-            code::ADD_PROCS => {
-                let b = r.bytes()?;
-                if b.len() % 12 != 0 {
-                    return Err(JournalError::BadField("process list"));
-                }
-                Call::AddProcs(ProcList::Encoded(b))
-            }
-            code::DEL_PROCS => {
-                let b = r.bytes()?;
-                if b.len() % 4 != 0 {
-                    return Err(JournalError::BadField("endpoint list"));
-                }
-                Call::DelProcs(EndpointList::Encoded(b))
-            }
+            code::ADD_PROCS => Call::AddProcs(r.list("process list")?),
+            code::DEL_PROCS => Call::DelProcs(r.list("endpoint list")?),
             code::ALLOC => Call::Alloc {
                 endpoint: r.endpoint()?,
                 order: r.order()?,
@@ -1404,8 +1409,8 @@ mod tests {
             },
             Call::AcknowledgeNow,
             Call::Connect(EndpointId(3)),
-            Call::AddProcs(ProcList::Names(&procs)),
-            Call::DelProcs(EndpointList::Ids(&[EndpointId(1), EndpointId(2)])),
+            Call::AddProcs(ProcList::Given(&procs)),
+            Call::DelProcs(EndpointList::Given(&[EndpointId(1), EndpointId(2)])),
             Call::Alloc {
                 endpoint: EndpointId(1),
                 order: Order(2),
@@ -1478,7 +1483,7 @@ mod tests {
         }
         let mut listed = Vec::new();
         Entry {
-            call: Call::AddProcs(ProcList::Names(&procs)),
+            call: Call::AddProcs(ProcList::Given(&procs)),
             out: 0,
         }
         .encode(&mut |b: &[u8]| listed.extend_from_slice(b));

@@ -659,7 +659,7 @@ mod lives {
             Instant::ZERO,
         )
         .expect("pools");
-        *e.journal_mut() = Recorder::with_limit(1 << 20);
+        *e.journal_mut() = Recorder::with_limit(1 << 20).expect("memory");
         e
     }
 
@@ -972,7 +972,7 @@ fn every_call() -> Vec<u8> {
     ];
     let mut out = Vec::new();
     for call in calls {
-        Entry { call, out: 0 }.encode(&mut |b: &[u8]| out.extend_from_slice(b));
+        out.extend_from_slice(&Entry { call, out: 0 }.to_vec());
     }
     out
 }

@@ -21,12 +21,11 @@ fuzz_target!(|data: &[u8]| {
             rest.len()
         );
         let bytes = &rest[..len];
-        let mut encoded = Vec::with_capacity(len);
-        entry.encode(&mut |b: &[u8]| encoded.extend_from_slice(b));
-        assert_eq!(encoded, bytes, "{entry:?}");
-        let mut call = Vec::with_capacity(len);
-        entry.call.encode(&mut |b: &[u8]| call.extend_from_slice(b));
-        assert_eq!(call, bytes[..len - 8], "{entry:?}");
+        assert_eq!(entry.to_vec(), bytes, "{entry:?}");
+        assert_eq!(entry.call.to_vec(), bytes[..len - 8], "{entry:?}");
+        let mut short = bytes.to_vec();
+        short.pop();
+        assert_eq!(entry.encode_into(&mut short), Err(len), "{entry:?}");
         assert_eq!(bytes[len - 8..], entry.out.to_le_bytes());
         assert_eq!(Entry::decode(bytes), Ok((entry.clone(), len)));
         for cut in 0..len {

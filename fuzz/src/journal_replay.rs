@@ -7,7 +7,7 @@
 //!   holds the job key [`KEY`](super::engine_input::KEY); bit 2: mend
 //!   (see [`Settings::mend`]); the rest is unused.
 //! - The rest is the journal, entries as
-//!   [`Entry::encode`](btl_core::engine::journal::Entry::encode) writes
+//!   [`Entry::encode_into`](btl_core::engine::journal::Entry::encode_into) writes
 //!   them.
 
 use btl_core::engine::journal::Entry;

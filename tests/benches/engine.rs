@@ -59,8 +59,8 @@ fn config() -> FragmentPoolsConfig {
     }
 }
 
-/// Bytes of journal a recording engine keeps before it starts a new one,
-/// when `ENGINE_BENCH_RECORD` is set: the cost of the flight recorder.
+/// Bytes of journal a recording engine keeps before it starts over, when
+/// `ENGINE_BENCH_RECORD` is set: the cost of the flight recorder.
 const RECORD: usize = 256 << 20;
 
 /// Whether the engines record (`ENGINE_BENCH_RECORD=1`).
@@ -68,12 +68,12 @@ fn recording() -> bool {
     std::env::var_os("ENGINE_BENCH_RECORD").is_some()
 }
 
-/// Starts a new journal on each engine of `pair` whose journal is full.
+/// Starts over the journal of each engine of `pair` whose journal is full.
 fn keep_recording(pair: &mut Pair) {
     for side in [Side::A, Side::B] {
         let engine = pair.engine_mut(side);
         if engine.journal().is_full() {
-            *engine.journal_mut() = Recorder::with_limit(RECORD);
+            engine.journal_mut().clear();
         }
     }
 }
@@ -89,7 +89,7 @@ fn engine(me: ProcName) -> Box<E> {
     let mut engine =
         Heap::engine(config, Stream, capacities, self::config(), Instant::ZERO).expect("pools");
     if recording() {
-        *engine.journal_mut() = Recorder::with_limit(RECORD);
+        *engine.journal_mut() = Recorder::with_limit(RECORD).expect("memory for the journal");
     }
     Box::new(engine)
 }

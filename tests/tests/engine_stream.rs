@@ -128,7 +128,7 @@ fn credits_hold_a_sender_back_until_the_receiver_polls() {
 fn put_and_get_move_registered_memory_and_refusals_leave_it_alone() {
     // A records what it takes in: its puts and gets replay at the end.
     let mut a = engine(A, None, 16);
-    *a.journal_mut() = Recorder::with_limit(64 << 20);
+    *a.journal_mut() = Recorder::with_limit(64 << 20).expect("memory");
     let (mut pair, ep_b, _) = new_pair(a, engine(B, None, 16));
     let src = (0..300_000u32).map(|x| (x % 251) as u8).collect::<Vec<_>>();
     let dst = vec![0u8; 300_000];

@@ -17,9 +17,11 @@
 //! An entry is one byte naming the call, its arguments in a fixed order
 //! (integers little-endian, byte strings and lists after a `u32` length),
 //! and the 8-byte digest of its result: the same call with the same
-//! arguments is the same bytes. [`Entry::encode`] and [`Entry::decode`] are
-//! each other's inverse, and a decoder takes untrusted bytes: a short or
-//! unknown entry is an error, never a panic.
+//! arguments is the same bytes. [`Entry::encode_into`] and
+//! [`Entry::decode`] are each other's inverse, and a decoder takes
+//! untrusted bytes: a short or unknown entry is an error, never a panic.
+//! An encoder writes in place, into memory the journal already holds: a
+//! recorded call costs its fields' stores, not a copy between buffers.
 
 use core::fmt;
 
@@ -772,45 +774,67 @@ mod code {
     pub const POLL_COMPLETION: u8 = 35;
 }
 
-/// Writes fields to a sink.
-/// Where an entry's bytes go, piece by piece: any `FnMut(&[u8])`.
-pub trait Sink {
-    /// Takes the next piece.
-    fn put(&mut self, bytes: &[u8]);
+/// Writes fields at the start of a slice, and counts what does not fit:
+/// an entry is written in place, with no copy between.
+struct Writer<'a> {
+    out: &'a mut [u8],
+    at: usize,
 }
 
-impl<F: FnMut(&[u8])> Sink for F {
-    #[inline]
-    fn put(&mut self, bytes: &[u8]) {
-        self(bytes)
+impl Writer<'_> {
+    /// The bytes written, or those the entry needs where `out` was
+    /// shorter (what it holds then is unspecified).
+    fn finish(self) -> Result<usize, usize> {
+        if self.at <= self.out.len() {
+            Ok(self.at)
+        } else {
+            Err(self.at)
+        }
     }
-}
-
-struct Writer<'s, S: Sink + ?Sized>(&'s mut S);
-
-impl<S: Sink + ?Sized> Writer<'_, S> {
+    #[inline(always)]
+    fn fixed<const N: usize>(&mut self, field: [u8; N]) {
+        if let Some(to) = self.out.get_mut(self.at..self.at + N) {
+            to.copy_from_slice(&field);
+        }
+        self.at += N;
+    }
+    #[inline(always)]
+    fn raw(&mut self, b: &[u8]) {
+        if let Some(to) = self.out.get_mut(self.at..self.at + b.len()) {
+            to.copy_from_slice(b);
+        }
+        self.at += b.len();
+    }
+    #[inline(always)]
     fn u8(&mut self, v: u8) {
-        self.0.put(&[v]);
+        self.fixed([v]);
     }
+    #[inline(always)]
     fn u16(&mut self, v: u16) {
-        self.0.put(&v.to_le_bytes());
+        self.fixed(v.to_le_bytes());
     }
+    #[inline(always)]
     fn u32(&mut self, v: u32) {
-        self.0.put(&v.to_le_bytes());
+        self.fixed(v.to_le_bytes());
     }
+    #[inline(always)]
     fn u64(&mut self, v: u64) {
-        self.0.put(&v.to_le_bytes());
+        self.fixed(v.to_le_bytes());
     }
+    #[inline(always)]
     fn len(&mut self, n: usize) {
         self.u32(n as u32);
     }
+    #[inline(always)]
     fn bytes(&mut self, b: &[u8]) {
         self.len(b.len());
-        self.0.put(b);
+        self.raw(b);
     }
+    #[inline(always)]
     fn time(&mut self, t: Instant) {
         self.u64(t.as_nanos());
     }
+    #[inline(always)]
     fn link(&mut self, l: LinkId) {
         self.u16(l.0.index);
         self.u16(l.0.generation);
@@ -832,7 +856,7 @@ impl<S: Sink + ?Sized> Writer<'_, S> {
     fn list<T: Fixed>(&mut self, items: &Listed<'_, T>) {
         self.len(items.len() * T::LEN);
         for item in items.iter() {
-            self.0.put(&item.to_bytes()[..T::LEN]);
+            self.raw(&item.to_bytes()[..T::LEN]);
         }
     }
     fn slice(&mut self, s: MemSlice) {
@@ -948,18 +972,53 @@ impl<'a> Reader<'a> {
 }
 
 impl Entry<'_> {
-    /// Writes the entry's bytes to `sink`, in pieces.
-    pub fn encode(&self, sink: &mut (impl Sink + ?Sized)) {
-        self.call.encode(sink);
-        sink.put(&self.out.to_le_bytes());
+    /// Writes the entry at the start of `out`: the bytes written, or, if
+    /// `out` is too short, the bytes it needs (what `out` holds then is
+    /// unspecified).
+    pub fn encode_into(&self, out: &mut [u8]) -> Result<usize, usize> {
+        let mut w = Writer { out, at: 0 };
+        self.call.write(&mut w);
+        w.u64(self.out);
+        w.finish()
+    }
+
+    /// The entry's bytes.
+    #[cfg(any(test, feature = "alloc"))]
+    pub fn to_vec(&self) -> alloc::vec::Vec<u8> {
+        to_vec(|out| self.encode_into(out))
     }
 }
 
+/// What `encode` writes, in a vector of the length it needs.
+#[cfg(any(test, feature = "alloc"))]
+fn to_vec(encode: impl Fn(&mut [u8]) -> Result<usize, usize>) -> alloc::vec::Vec<u8> {
+    let mut bytes = alloc::vec![0; encode(&mut []).unwrap_or_else(|needs| needs)];
+    let written = encode(&mut bytes);
+    debug_assert_eq!(written, Ok(bytes.len()));
+    bytes
+}
+
 impl Call<'_> {
-    /// Writes the call's bytes to `sink`, in pieces: an entry without its
-    /// result's digest, which follows it.
-    pub fn encode(&self, sink: &mut (impl Sink + ?Sized)) {
-        let mut w = Writer(sink);
+    /// Writes the call at the start of `out`, as an entry begins (its
+    /// result's digest follows it): the bytes written, or, if `out` is too
+    /// short, the bytes it needs (what `out` holds then is unspecified).
+    #[inline(always)]
+    pub fn encode_into(&self, out: &mut [u8]) -> Result<usize, usize> {
+        let mut w = Writer { out, at: 0 };
+        self.write(&mut w);
+        w.finish()
+    }
+
+    /// The call's bytes, without a digest.
+    #[cfg(any(test, feature = "alloc"))]
+    pub fn to_vec(&self) -> alloc::vec::Vec<u8> {
+        to_vec(|out| self.encode_into(out))
+    }
+
+    // Inlined where a recorded call is made, so that its variant is known
+    // there and only its fields are written.
+    #[inline(always)]
+    fn write(&self, w: &mut Writer<'_>) {
         match self {
             Call::Clock(now) => {
                 w.u8(code::CLOCK);
@@ -969,13 +1028,13 @@ impl Call<'_> {
             Call::Connected { req, nonce, now } => {
                 w.u8(code::CONNECTED);
                 w.req(req);
-                w.0.put(nonce);
+                w.fixed(*nonce);
                 w.time(*now);
             }
             Call::Accepted { source, nonce, now } => {
                 w.u8(code::ACCEPTED);
                 w.u64(source.0);
-                w.0.put(nonce);
+                w.fixed(*nonce);
                 w.time(*now);
             }
             Call::ConnectFailed { req, why, now } => {
@@ -1329,16 +1388,16 @@ impl<'a> Entry<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::vec::Vec;
 
     fn round_trip(entry: Entry<'_>) {
-        let mut bytes = Vec::new();
-        entry.encode(&mut |b: &[u8]| bytes.extend_from_slice(b));
+        let bytes = entry.to_vec();
         let (back, len) = Entry::decode(&bytes).expect("decodes");
         assert_eq!(len, bytes.len());
-        let mut again = Vec::new();
-        back.encode(&mut |b: &[u8]| again.extend_from_slice(b));
-        assert_eq!(again, bytes, "{entry:?}");
+        assert_eq!(back.to_vec(), bytes, "{entry:?}");
+        let mut short = bytes.clone();
+        short.pop();
+        assert_eq!(entry.encode_into(&mut short), Err(bytes.len()));
+        assert_eq!(entry.call.to_vec(), bytes[..bytes.len() - 8]);
         for cut in 0..bytes.len() {
             assert_eq!(
                 Entry::decode(&bytes[..cut]).map(|_| ()),
@@ -1481,12 +1540,11 @@ mod tests {
         for call in calls {
             round_trip(Entry { call, out: 0x1234 });
         }
-        let mut listed = Vec::new();
-        Entry {
+        let listed = Entry {
             call: Call::AddProcs(ProcList::Given(&procs)),
             out: 0,
         }
-        .encode(&mut |b: &[u8]| listed.extend_from_slice(b));
+        .to_vec();
         let (back, _) = Entry::decode(&listed).expect("decodes");
         let Call::AddProcs(back) = back.call else {
             panic!("add_procs")

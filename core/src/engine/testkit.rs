@@ -44,7 +44,7 @@ impl super::journal::Journal for Tape {
 
     fn call(&mut self, call: &super::journal::Call<'_>) {
         if let Some(bytes) = &mut self.0 {
-            call.encode(&mut |b: &[u8]| bytes.extend_from_slice(b));
+            bytes.extend_from_slice(&call.to_vec());
         }
     }
 

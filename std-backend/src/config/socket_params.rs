@@ -66,7 +66,7 @@ pub const fn capture_param_specs(component: &'static str) -> [ParamSpec; CAPTURE
             .help("Bytes kept of each frame: at least the header and the longest fixed body (96), so that every field shows; of a larger payload only the start is kept and the frame's length recorded, which keeps captures small and data out of them")
             .level(4),
         ParamSpec::new(BTL_FRAMEWORK, component, "record", ParamKind::Size { min: 0, max: 1 << 40 }, "0")
-            .help("Keeps up to this many bytes of what the module's engine takes in (bytes from links, the time, the calls made to it) from its start, and writes them with how the engine was made to a file in record_dir when a peer is lost for a reason other than a clean close (4 times at most): `btl replay FILE` feeds it to a fresh engine and says whether it did the same. 0 keeps nothing. A record holds messages' bytes and the job key: it is written readable by its owner only")
+            .help("Keeps up to this many bytes of what the module's engine takes in (bytes from links, the time, the calls made to it) from its start, and writes them with how the engine was made to a file in record_dir when a peer is lost for a reason other than a clean close (4 times at most): `btl replay FILE` feeds it to a fresh engine and says whether it did the same. 0 keeps nothing. The memory is taken, all of it, as the module starts, so that recording never waits for the system's pages. A record holds messages' bytes and the job key: it is written readable by its owner only")
             .level(3),
         ParamSpec::new(BTL_FRAMEWORK, component, "record_dir", ParamKind::Str, "")
             .help("Where flight records are written (see record); empty: the system's temporary directory")

@@ -780,7 +780,7 @@ impl<T: Transport, M: Buffer> Module<T, M> {
         if self.engine.journal().is_on() || self.passes != 0 || self.engine.peer_count() != 0 {
             return Err(RecordError::AlreadyInUse);
         }
-        *self.engine.journal_mut() = Recorder::with_limit(limit);
+        *self.engine.journal_mut() = Recorder::with_limit(limit)?;
         self.recording = Some(Recording {
             dir,
             dumps_left: RECORD_DUMPS,

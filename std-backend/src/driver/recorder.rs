@@ -34,10 +34,15 @@ use super::heap::Heap;
 const MAGIC: &[u8; 8] = b"BTLREC\0\x01";
 
 /// The journal of one engine, in memory, up to a bound.
+///
+/// The memory for the whole bound is taken, and written once, when the
+/// recorder is made: an entry is then a copy into memory already there,
+/// never a wait on the kernel for a fresh page. A module's journal grows
+/// to its bound in a long run anyway; this takes it at the start.
 #[derive(Debug, Default)]
 pub struct Recorder {
-    bytes: Vec<u8>,
-    limit: usize,
+    memory: Box<[u8]>,
+    len: usize,
     full: bool,
 }
 
@@ -47,47 +52,66 @@ impl Recorder {
         Recorder::default()
     }
 
-    /// A recorder that keeps up to `limit` bytes of journal.
-    pub fn with_limit(limit: usize) -> Self {
-        Recorder {
-            // Address space for the whole bound (up to a GiB) at once: the
-            // journal never moves, and only the pages written are memory.
-            bytes: Vec::with_capacity(limit.min(1 << 30)),
-            limit,
+    /// A recorder that keeps up to `limit` bytes of journal, its memory
+    /// taken now; an error if the system has not that much to give.
+    pub fn with_limit(limit: usize) -> Result<Self, RecordError> {
+        let mut memory = Vec::new();
+        memory
+            .try_reserve_exact(limit)
+            .map_err(|_| RecordError::NoMemory(limit))?;
+        // Written now, so that no entry waits for a page.
+        memory.resize(limit, 0);
+        Ok(Recorder {
+            memory: memory.into_boxed_slice(),
+            len: 0,
             full: false,
-        }
+        })
     }
 
     /// The journal so far.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        &self.memory[..self.len]
     }
 
     /// Whether the bound was reached: the journal stops there.
     pub fn is_full(&self) -> bool {
         self.full
     }
+
+    /// Forgets the journal, keeping the memory: how a benchmark records
+    /// without end. A module's record must start with its engine, so what
+    /// is kept after this replays nowhere.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.full = false;
+    }
 }
 
 impl Journal for Recorder {
     #[inline]
     fn is_on(&self) -> bool {
-        self.limit > 0 && !self.full
+        !self.memory.is_empty() && !self.full
     }
 
+    #[inline(always)]
     fn call(&mut self, call: &Call<'_>) {
-        let start = self.bytes.len();
-        call.encode(&mut |b: &[u8]| self.bytes.extend_from_slice(b));
         // Room for the result's digest too: an entry is whole or absent.
-        if self.bytes.len() + 8 > self.limit {
-            self.bytes.truncate(start);
-            self.full = true;
+        let room = self.memory.len().saturating_sub(8);
+        match self
+            .memory
+            .get_mut(self.len..room)
+            .map(|out| call.encode_into(out))
+        {
+            Some(Ok(n)) => self.len += n,
+            _ => self.full = true,
         }
     }
 
+    #[inline(always)]
     fn out(&mut self, digest: u64) {
-        if self.limit > 0 && !self.full {
-            self.bytes.extend_from_slice(&digest.to_le_bytes());
+        if self.is_on() {
+            self.memory[self.len..self.len + 8].copy_from_slice(&digest.to_le_bytes());
+            self.len += 8;
         }
     }
 }
@@ -167,6 +191,8 @@ pub enum RecordError {
     /// Recording was asked of a module already in use: a replay starts
     /// from a fresh engine, so a record must start with the module.
     AlreadyInUse,
+    /// The system could not give the recorder its bound's memory.
+    NoMemory(usize),
 }
 
 impl fmt::Display for RecordError {
@@ -182,6 +208,10 @@ impl fmt::Display for RecordError {
             ),
             RecordError::AlreadyInUse => f.write_str(
                 "recording starts only with a module not used yet (a replay starts from a fresh engine)",
+            ),
+            RecordError::NoMemory(limit) => write!(
+                f,
+                "the flight recorder could not take its {limit} bytes of memory: lower btl_<component>_record"
             ),
         }
     }
@@ -552,7 +582,7 @@ mod tests {
 
     #[test]
     fn a_full_recorder_keeps_whole_entries_and_stops() {
-        let mut r = Recorder::with_limit(30);
+        let mut r = Recorder::with_limit(30).expect("memory");
         for _ in 0..10 {
             r.call(&Call::PollConnect);
             r.out(7);
@@ -561,5 +591,34 @@ mod tests {
         assert!(!r.is_on());
         assert_eq!(r.bytes().len() % 9, 0, "whole entries of 9 bytes");
         assert_eq!(r.bytes().len(), 27);
+        r.clear();
+        assert!(r.is_on() && r.bytes().is_empty());
+        r.call(&Call::PollConnect);
+        r.out(7);
+        assert_eq!(r.bytes(), [code_of_poll_connect(), 7, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    fn code_of_poll_connect() -> u8 {
+        Call::PollConnect.to_vec()[0]
+    }
+
+    #[test]
+    fn a_bound_the_system_cannot_give_is_an_error_that_says_so() {
+        let err = Recorder::with_limit(usize::MAX).expect_err("no such memory");
+        assert!(matches!(err, RecordError::NoMemory(usize::MAX)));
+        assert!(err.to_string().contains("btl_<component>_record"), "{err}");
+    }
+
+    #[test]
+    fn an_entry_that_does_not_fit_leaves_no_part_of_itself() {
+        // 20 bytes: room for one 9-byte entry, and 11 more that a 17-byte
+        // clock entry does not fit in.
+        let mut r = Recorder::with_limit(20).expect("memory");
+        r.call(&Call::PollConnect);
+        r.out(1);
+        r.call(&Call::Clock(btl_core::time::Instant::from_nanos(5)));
+        r.out(0);
+        assert!(r.is_full());
+        assert_eq!(r.bytes().len(), 9);
     }
 }

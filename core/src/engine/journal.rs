@@ -540,6 +540,25 @@ impl Digest {
         Digest::default().desc(desc).get()
     }
 
+    /// A finished send, as an event or as a completion: the descriptor
+    /// by its name.
+    fn send_done(
+        &mut self,
+        endpoint: EndpointId,
+        tag: Tag,
+        desc: Option<&Descriptor>,
+        result: &Result<(), crate::btl::BtlError>,
+    ) -> &mut Self {
+        self.word(2)
+            .word(u64::from(endpoint.0))
+            .word(u64::from(tag.0))
+            .add(result);
+        if let Some(desc) = desc {
+            self.desc(desc);
+        }
+        self
+    }
+
     pub(crate) fn desc(&mut self, desc: &Descriptor) -> &mut Self {
         let id = DescId::of(desc);
         self.word(u64::from(id.class) << 32 | u64::from(id.index))
@@ -581,13 +600,7 @@ impl Digest {
                 desc,
                 result,
             } => {
-                d.word(2)
-                    .word(u64::from(endpoint.0))
-                    .word(u64::from(tag.0))
-                    .add(result);
-                if let Some(desc) = desc {
-                    d.desc(desc);
-                }
+                d.send_done(*endpoint, *tag, desc.as_ref(), result);
             }
             other => {
                 d.debug(other);
@@ -721,15 +734,7 @@ impl Digestible for crate::btl::Completion {
                 tag,
                 desc,
                 result,
-            } => {
-                d.word(2)
-                    .word(u64::from(endpoint.0))
-                    .word(u64::from(tag.0))
-                    .add(result);
-                if let Some(desc) = desc {
-                    d.desc(desc);
-                }
-            }
+            } => _ = d.send_done(*endpoint, *tag, desc.as_ref(), result),
             other => _ = d.debug(other),
         }
     }
